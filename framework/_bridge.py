@@ -1,0 +1,158 @@
+"""Re-entering trio from other threads: the completion half of ExternalWork.
+
+External work (a gRPC call, a thread, a device) finishes on a thread that trio does not
+own. :class:`ThreadSafeFuture` is the one place where such a completion comes back into
+the trio run. The rule, from DEVELOPERS.md and trio's docs on ``TrioToken``:
+
+* the foreign thread calls :meth:`ThreadSafeFuture.set_result` /
+  :meth:`~ThreadSafeFuture.set_exception`, which only schedules ``_deliver`` with
+  ``TrioToken.run_sync_soon``; ``_deliver`` runs on the trio thread, stores the outcome
+  and wakes the waiter, and never raises (an exception there would crash the whole run);
+* a waiter that was cancelled has gone away: the outcome is stored and nobody reads it;
+* after the run has finished, ``run_sync_soon`` raises ``trio.RunFinishedError``: the
+  outcome is dropped, because nobody can be waiting any more;
+* the completion may also come on the trio thread itself (``async_infer`` calls back in
+  the caller's thread when the call is already done): ``run_sync_soon`` is fine there too.
+
+:class:`WaitingTaskHolder` is CMSSW's ``edm::WaitingTaskWithArenaHolder`` built on it: an
+ExternalWork module's ``acquire`` gets one and calls ``done_waiting`` when its work is done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import outcome
+import trio
+
+__all__ = ["ThreadSafeFuture", "WaitingTaskHolder"]
+
+
+class ThreadSafeFuture:
+    """A one-shot result that any thread may set and one trio task awaits.
+
+    Must be created inside a trio run (it captures the current ``TrioToken``).
+    The first ``set_*`` call wins; later ones return False and are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._event = trio.Event()
+        self._outcome: outcome.Outcome | None = None
+        self._claimed = False
+        self._lock = threading.Lock()  # guards _claimed across threads
+
+    def set_result(self, value: Any = None) -> bool:
+        """Complete with ``value``. Callable from any thread. Returns False if already set."""
+        return self._complete(outcome.Value(value))
+
+    def set_exception(self, exc: BaseException) -> bool:
+        """Complete with an exception. Callable from any thread. Returns False if already set."""
+        return self._complete(outcome.Error(exc))
+
+    def done(self) -> bool:
+        """True once the outcome has reached the trio thread."""
+        return self._event.is_set()
+
+    def _complete(self, result: outcome.Outcome) -> bool:
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+        try:
+            self._token.run_sync_soon(self._deliver, result)
+        except trio.RunFinishedError:
+            # The trio run is over: nobody can be waiting for this any more.
+            pass
+        return True
+
+    def _deliver(self, result: outcome.Outcome) -> None:
+        # Runs on the trio thread via run_sync_soon: only store and wake, never raise.
+        self._outcome = result
+        self._event.set()
+
+    async def wait(self, on_cancel: Callable[[], object] | None = None) -> Any:
+        """Wait for the outcome and return it (or raise the stored exception).
+
+        Args:
+            on_cancel: called on the trio thread if this wait is cancelled before the
+                outcome arrived, e.g. ``CallContext.cancel`` of a gRPC call. Its own
+                exceptions are suppressed: cancellation must not be masked.
+
+        Raises:
+            trio.Cancelled: the wait was cancelled (propagated unchanged).
+            BaseException: whatever the external work reported with ``set_exception``.
+        """
+        try:
+            await self._event.wait()
+        except trio.Cancelled:
+            if on_cancel is not None and not self._event.is_set():
+                try:
+                    on_cancel()
+                except Exception:  # noqa: BLE001 - a failing cancel hook must not mask Cancelled
+                    pass
+            raise
+        assert self._outcome is not None
+        return self._outcome.unwrap()
+
+
+class WaitingTaskHolder:
+    """What ``acquire(event, holder)`` of an ExternalWork module receives.
+
+    CMSSW's ``edm::WaitingTaskWithArenaHolder``: the module starts non-blocking work and
+    tells the framework when it is done, from any thread, with :meth:`done_waiting`. The
+    value given there is passed to the module's ``produce(event, result)``. Work that is
+    itself trio-native (or a blocking call to run on a worker thread) can be handed to the
+    framework with :meth:`start_soon` instead; its return value becomes the result.
+
+    Exactly one of ``done_waiting`` or ``start_soon`` must be used per acquire.
+    """
+
+    def __init__(self) -> None:
+        self._future = ThreadSafeFuture()
+        self._async_fn: Callable[[], Awaitable[Any]] | None = None
+        self._on_cancel: Callable[[], object] | None = None
+        self._used = False
+
+    def done_waiting(self, result: Any = None, exception: BaseException | None = None) -> None:
+        """Report that the external work is over (CMSSW ``doneWaiting``). Any thread.
+
+        Args:
+            result: handed to the module's ``produce(event, result)``.
+            exception: if given, the module fails with it instead (``produce`` does not run).
+        """
+        self._claim("done_waiting")
+        if exception is not None:
+            self._future.set_exception(exception)
+        else:
+            self._future.set_result(result)
+
+    def start_soon(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``await async_fn(*args)`` as this event's external work; its return is the result.
+
+        Must be called on the trio thread, from ``acquire``.
+        """
+        self._claim("start_soon")
+        self._async_fn = lambda: async_fn(*args)
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """Register ``fn`` to abort the external work if the event is cancelled while waiting."""
+        self._on_cancel = fn
+
+    def _claim(self, how: str) -> None:
+        if self._used:
+            raise RuntimeError(f"WaitingTaskHolder.{how}: the holder was already completed")
+        self._used = True
+
+    @property
+    def used(self) -> bool:
+        """True once ``done_waiting`` or ``start_soon`` was called."""
+        return self._used
+
+    async def wait(self) -> Any:
+        """Framework side: wait for the external work and return its result."""
+        if self._async_fn is not None:
+            return await self._async_fn()
+        return await self._future.wait(self._on_cancel)

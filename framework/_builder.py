@@ -1,0 +1,233 @@
+"""From a validated ``cms.Process`` to a runnable :class:`Job`.
+
+Everything that can be checked before the first event is checked here: each module type
+exists, each parameter set matches its type's ``fill_descriptions``, Paths refer to
+modules, and the ``consumes`` declarations form no cycle. Errors are ConfigurationError
+naming the module label and type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from . import config as cms
+from ._errors import ConfigurationError
+from ._module import EDFilter, EDModule, OutputModule
+from ._registry import find_type
+from ._services import ServiceRegistry, _current
+from ._source_base import Source
+from ._worker import Worker
+
+__all__ = ["Job", "PathSpec", "ProductDescription", "ProductRegistry", "build_job"]
+
+
+@dataclass(frozen=True)
+class ProductDescription:
+    """A product some module declared with ``produces``."""
+
+    label: str
+    instance: str
+    type_name: str
+    doc: str = ""
+
+
+@dataclass
+class ProductRegistry:
+    """What an event can hold, given to ``OutputModule.select``.
+
+    Attributes:
+        source_collections: collection name -> field names, from the source.
+        products: every declared module product.
+    """
+
+    source_collections: dict[str, tuple[str, ...]]
+    products: list[ProductDescription]
+
+
+@dataclass
+class PathSpec:
+    """A Path or EndPath with its TrigReport counters.
+
+    ``entries`` are (worker, inverted) in execution order. Counters per entry: visited,
+    passed, failed (filter said no), errors.
+    """
+
+    name: str
+    entries: list[tuple[Worker, bool]]
+    end: bool = False
+    visited: int = 0
+    passed: int = 0
+    errors: int = 0
+    entry_visited: list[int] = field(default_factory=list)
+    entry_passed: list[int] = field(default_factory=list)
+    entry_errors: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.entries)
+        self.entry_visited = [0] * n
+        self.entry_passed = [0] * n
+        self.entry_errors = [0] * n
+
+
+@dataclass
+class Job:
+    """Everything needed to run a process; built by :func:`build_job`."""
+
+    process_name: str
+    source: Source
+    services: ServiceRegistry
+    workers: dict[str, Worker]
+    paths: list[PathSpec]
+    endpaths: list[PathSpec]
+    max_events: int
+    streams: int
+    threads: int
+    want_summary: bool
+    limiter: trio.CapacityLimiter | None = None
+
+    @property
+    def modules(self) -> list[EDModule]:
+        return [w.module for w in self.workers.values()]
+
+    def product_registry(self, source_collections: dict[str, tuple[str, ...]]) -> ProductRegistry:
+        products = [
+            ProductDescription(w.label, inst, w.type_name, w.module._fw_produces.get(inst, ""))
+            for w in self.workers.values()
+            for inst in sorted(w.produces)
+        ]
+        return ProductRegistry(dict(source_collections), products)
+
+
+def _construct(obj: Any, expected_kind: str, label: str) -> Any:
+    type_name = obj.type_()
+    context = f"{expected_kind} '{label}' (type {type_name})"
+    cls = find_type(type_name, context=f"{expected_kind} '{label}'")
+    if getattr(cls, "kind", None) != expected_kind and not _kind_matches(cls, expected_kind):
+        raise ConfigurationError(
+            f"{context}: type {type_name} is a {getattr(cls, 'kind', type(cls).__name__)}, "
+            f"not a {expected_kind}"
+        )
+    desc = cms.ParameterSetDescription()
+    cls.fill_descriptions(desc)
+    params = desc.validate(obj, context)
+    instance = cls.__new__(cls)
+    if isinstance(instance, EDModule):
+        instance._fw_bind(label, type_name)
+    else:
+        instance.label = label
+        instance.type_name = type_name
+    try:
+        instance.__init__(params)
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(f"{context}: construction failed: {type(exc).__name__}: {exc}") from exc
+    return instance
+
+
+def _kind_matches(cls: type, expected: str) -> bool:
+    # An EDFilter may stand where an EDProducer is declared? No: CMSSW is strict, so are we.
+    return False
+
+
+def build_job(process: Any, *, max_events: int | None = None, streams: int | None = None,
+              threads: int | None = None) -> Job:
+    """Construct source, services and modules of ``process`` and resolve its schedule.
+
+    Args:
+        process: a ``cms.Process`` (already loaded and structurally validated).
+        max_events, streams, threads: command-line overrides of ``process.maxEvents.input``,
+            ``process.options.numberOfStreams`` and ``numberOfThreads``.
+
+    Raises:
+        ConfigurationError: anything wrong with the configuration.
+    """
+    options = process.options_()
+    streams = streams if streams is not None else options["numberOfStreams"]
+    threads = threads if threads is not None else options["numberOfThreads"]
+    if streams < 1:
+        raise ConfigurationError(f"numberOfStreams must be >= 1, got {streams}")
+    if threads < 1:
+        raise ConfigurationError(f"numberOfThreads must be >= 1, got {threads}")
+    limiter = trio.CapacityLimiter(threads) if threads > 1 else None
+
+    registry = ServiceRegistry()
+    registry._factory = lambda type_name: _construct(cms.Service(type_name), "Service", type_name)
+    token = _current.set(registry)
+    try:
+        for label, svc in process.services_().items():
+            registry.services[svc.type_()] = _construct(svc, "Service", label)
+        if getattr(process, "source", None) is None:
+            raise ConfigurationError("the process has no source (process.source = cms.Source(...))")
+        source = _construct(process.source, "Source", "source")
+        workers: dict[str, Worker] = {}
+        kinds = {
+            "EDProducer": process.producers_(),
+            "EDFilter": process.filters_(),
+            "EDAnalyzer": process.analyzers_(),
+            "OutputModule": process.outputModules_(),
+        }
+        for kind, modules in kinds.items():
+            for label, obj in modules.items():
+                workers[label] = Worker(_construct(obj, kind, label), limiter)
+    finally:
+        _current.reset(token)
+
+    paths = [_path_spec(name, p, workers, end=False) for name, p in process.paths_().items()]
+    endpaths = [_path_spec(name, p, workers, end=True) for name, p in process.endpaths_().items()]
+    _check_dependencies(workers)
+    mx = max_events if max_events is not None else process.maxEvents_()
+    return Job(process.name_(), source, registry, workers, paths, endpaths, mx, streams, threads,
+               bool(options["wantSummary"]), limiter)
+
+
+def _path_spec(name: str, path: Any, workers: dict[str, Worker], *, end: bool) -> PathSpec:
+    entries = []
+    for label, inverted in path.moduleEntries_():
+        if label not in workers:
+            raise ConfigurationError(f"{'EndPath' if end else 'Path'} '{name}' refers to unknown module '{label}'")
+        worker = workers[label]
+        if inverted and not isinstance(worker.module, EDFilter):
+            raise ConfigurationError(f"Path '{name}': '~{label}' inverts a {worker.kind}, only EDFilters can be inverted")
+        if not end and isinstance(worker.module, OutputModule):
+            raise ConfigurationError(f"Path '{name}': OutputModule '{label}' belongs on an EndPath")
+        entries.append((worker, inverted))
+    return PathSpec(name, entries, end=end)
+
+
+def _check_dependencies(workers: dict[str, Worker]) -> None:
+    """Consumed module products must come from producers/filters, without cycles."""
+    for w in workers.values():
+        for c in w.consumes:
+            dep = workers.get(c.label)
+            if dep is None:
+                continue  # a source collection; the source checks it exists
+            if dep.kind not in ("EDProducer", "EDFilter"):
+                raise ConfigurationError(
+                    f"{w.describe()} consumes '{c.label}', which is a {dep.kind} and produces nothing"
+                )
+            if c.instance not in dep.produces:
+                declared = ", ".join(repr(i) for i in sorted(dep.produces)) or "none"
+                raise ConfigurationError(
+                    f"{w.describe()} consumes '{c.label}:{c.instance}', but {dep.describe()} does not "
+                    f"produce instance '{c.instance}' (it produces: {declared})"
+                )
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def visit(label: str, chain: list[str]) -> None:
+        if state.get(label) == 2:
+            return
+        if state.get(label) == 1:
+            cycle = " -> ".join(chain[chain.index(label):] + [label])
+            raise ConfigurationError(f"circular product dependency between modules: {cycle}")
+        state[label] = 1
+        for c in workers[label].consumes:
+            if c.label in workers:
+                visit(c.label, chain + [label])
+        state[label] = 2
+
+    for label in workers:
+        visit(label, [])

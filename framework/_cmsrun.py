@@ -1,0 +1,137 @@
+"""``cmsrun``: run a config file over its events (CMSSW's ``cmsRun``).
+
+    cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v]
+
+``name=value`` arguments reach the config's ``cms.VarParsing``. Exit codes: 0 success,
+1 the job failed (the error names module, path, event, file or model), 2 usage errors,
+130 interrupted (Ctrl-C). Progress goes to stderr while the job runs; the summary
+(TrigReport, TimeReport, server statistics) follows when ``wantSummary`` is set or
+``--summary`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import config as cms
+from ._builder import build_job
+from ._errors import FrameworkError
+from ._registry import available_types, find_type
+from ._scheduler import run_job
+from ._summary import print_summary
+
+log = logging.getLogger("pysonic")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cmsrun",
+        description="Run a pysonic (CMSSW-style) configuration file.",
+        epilog="Extra name=value arguments are passed to the config's cms.VarParsing.",
+    )
+    p.add_argument("config", nargs="?", help="configuration file (*_cfg.py) defining 'process'")
+    p.add_argument("args", nargs="*", metavar="name=value", help="arguments for the config")
+    p.add_argument("-n", "--max-events", type=int, help="override process.maxEvents.input (-1 = all)")
+    p.add_argument("-j", "--streams", type=int, help="override options.numberOfStreams")
+    p.add_argument("-t", "--threads", type=int, help="override options.numberOfThreads")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
+    p.add_argument("--summary", action="store_true", help="print the summary even if wantSummary is False")
+    p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
+    p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
+    return p
+
+
+def _describe(type_name: str, console: Console) -> None:
+    from rich.table import Table
+
+    cls = find_type(type_name)
+    desc = cms.ParameterSetDescription()
+    cls.fill_descriptions(desc)
+    table = Table(title=f"{type_name} ({getattr(cls, 'kind', '?')}): {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
+    for col in ("parameter", "type", "default", "description"):
+        table.add_column(col)
+    for row in desc.describe():
+        table.add_row(*(str(x) for x in row))
+    console.print(table)
+
+
+def _run(ns: argparse.Namespace, console: Console) -> int:
+    process = cms.load_config(ns.config, ns.args)
+    job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+    show_progress = not ns.no_progress and console.is_terminal
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+        console=console, disable=not show_progress, transient=False,
+    )
+    total = job.max_events if job.max_events >= 0 else None
+    task = progress.add_task(f"{process.name_()}", total=total, rate="")
+    done = 0
+
+    def on_event(principal: Any, latency: float) -> None:
+        nonlocal done
+        done += 1
+        progress.update(task, advance=1, rate=f"{principal.id}")
+        if not show_progress and (done & (done - 1)) == 0:  # 1, 2, 4, 8, ... events: a log line
+            log.info("Begin processing the %dth record: event %s, stream %d", done, principal.id,
+                     principal.stream)
+
+    with progress:
+        report = trio.run(lambda: run_job(job, on_event=on_event))
+    if job.want_summary or ns.summary or ns.summary_json:
+        summary = print_summary(job, report, console) if (job.want_summary or ns.summary) else None
+        if ns.summary_json:
+            from ._summary import summary_dict
+
+            summary = summary or summary_dict(job, report)
+            with open(ns.summary_json, "w") as f:
+                json.dump(summary, f, indent=2)
+    console.print(f"[green]cmsrun: {report.events} events processed in {report.wall_time:.2f} s[/green]")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cmsrun`` console script; returns the exit code."""
+    ns = _parser().parse_args(argv)
+    console = Console(stderr=True)
+    level = logging.DEBUG if ns.verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
+                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+    if ns.list_types:
+        for name in available_types():
+            print(name)
+        return 0
+    try:
+        if ns.describe:
+            _describe(ns.describe, console)
+            return 0
+        if not ns.config:
+            _parser().print_usage(sys.stderr)
+            print("cmsrun: error: a configuration file is required", file=sys.stderr)
+            return 2
+        return _run(ns, console)
+    except FrameworkError as exc:
+        console.print(f"[bold red]----- Begin Fatal Exception -----[/bold red]\n{exc}\n"
+                      f"[bold red]----- End Fatal Exception -------[/bold red]", highlight=False)
+        if os.environ.get("PYSONIC_TRACEBACK"):
+            console.print_exception()
+        return 1
+    except KeyboardInterrupt:
+        console.print("[bold red]cmsrun: interrupted; the job stopped and its outputs were removed[/bold red]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The framework's errors: one base class with a category, as CMSSW's cms::Exception.
+
+Every error names its culprit (module label and type, path, event id, file, model,
+parameter) in a single line, so that ``cmsrun`` can print it and exit non-zero.
+"""
+
+from __future__ import annotations
+
+
+class FrameworkError(Exception):
+    """Base of every error the framework raises on purpose.
+
+    Attributes:
+        category: CMSSW-style exception category (``"Configuration"``,
+            ``"ProductNotFound"``, ``"FileOpenError"``, ``"FileReadError"``,
+            ``"ExternalFailure"``, ``"EventProcessing"``, ...), used by the
+            summary and, later, by the exception policy of ``process.options``.
+    """
+
+    category = "Unknown"
+
+    def __init__(self, message: str, *, category: str | None = None) -> None:
+        super().__init__(message)
+        if category is not None:
+            self.category = category
+
+    def __str__(self) -> str:
+        return f"[{self.category}] {super().__str__()}"
+
+
+class ConfigurationError(FrameworkError):
+    """A config is invalid: unknown module type or parameter, wrong type, missing value."""
+
+    category = "Configuration"
+
+
+class ProductNotFound(FrameworkError):
+    """``event.get`` asked for a product that nobody put into the event."""
+
+    category = "ProductNotFound"
+
+
+class FileOpenError(FrameworkError):
+    """An input file cannot be opened or is not a usable ROOT file."""
+
+    category = "FileOpenError"
+
+
+class FileReadError(FrameworkError):
+    """An input file opened, but reading a branch failed (truncated, wrong type, ...)."""
+
+    category = "FileReadError"
+
+
+class ExternalFailure(FrameworkError):
+    """External work (an inference server call) failed or returned something unusable."""
+
+    category = "ExternalFailure"
+
+
+class EventProcessingError(FrameworkError):
+    """A module raised while processing an event; the message names module, path and event.
+
+    The original exception is kept as ``__cause__``.
+    """
+
+    category = "EventProcessing"

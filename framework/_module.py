@@ -1,0 +1,210 @@
+"""The module API: what a module author subclasses.
+
+Module kinds follow CMSSW: :class:`EDProducer` (``produce``), :class:`EDFilter`
+(``filter`` returns whether the Path goes on), :class:`EDAnalyzer` (``analyze``, read-only),
+:class:`OutputModule` (``write``). The :class:`ExternalWork` ability splits the work of a
+producer or filter in two, as CMSSW's ``edm::ExternalWork``: a synchronous
+``acquire(event, holder)`` starts work elsewhere without blocking and a synchronous
+``produce(event, result)`` (or ``filter(event, result)``) runs when it is done; the
+framework owns the wait in between and serves other events meanwhile.
+
+Every module type declares its parameters in the classmethod ``fill_descriptions``
+(CMSSW's ``fillDescriptions``); the framework validates the config against it and
+passes the validated :class:`~framework.config.ParameterSet` to ``__init__``.
+
+Lifecycle, per job: ``__init__(params)`` -> ``begin_job()`` -> per event ... ->
+``end_job()`` on success, or ``abort_job()`` instead when the job fails (output modules
+remove their partial files there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ._bridge import WaitingTaskHolder
+from ._event import Event, product_key
+
+if TYPE_CHECKING:
+    from .config import ParameterSet, ParameterSetDescription
+
+__all__ = [
+    "EDModule",
+    "EDProducer",
+    "EDFilter",
+    "EDAnalyzer",
+    "OutputModule",
+    "ExternalWork",
+    "Consumed",
+]
+
+
+class Consumed:
+    """A declared dependency (CMSSW's ``EDGetToken``), returned by ``consumes``.
+
+    Attributes:
+        label, instance: the product's module label and instance; a label that is no
+            module's refers to a source collection (``"Jet"``, ``"PFCands"``).
+        branches: for a source collection, the fields to read (``None`` = all).
+    """
+
+    __slots__ = ("label", "instance", "branches")
+
+    def __init__(self, label: str, instance: str = "", branches: tuple[str, ...] | None = None):
+        self.label = label
+        self.instance = instance
+        self.branches = branches
+
+    def __repr__(self) -> str:
+        tag = f"{self.label}:{self.instance}" if self.instance else self.label
+        return f"Consumed({tag!r}" + (f", branches={list(self.branches)}" if self.branches else "") + ")"
+
+
+class EDModule:
+    """Base of every module kind. Subclass one of the kinds below, not this.
+
+    Class attributes a module type may set:
+        thread_safe: True if ``acquire``/``produce``/``filter``/``analyze`` may run on a
+            worker thread while other modules run (numpy and onnxruntime release the GIL).
+            ``process.options.numberOfThreads`` bounds how many such calls run at once.
+            Modules that are not thread-safe run on the scheduler's thread, one at a time.
+
+    Set by the framework before ``__init__`` runs:
+        label: the module label in the config (``process.<label> = ...``).
+        type_name: the registered type name (``cms.EDProducer("<type_name>", ...)``).
+    """
+
+    kind: ClassVar[str] = "EDModule"
+    thread_safe: ClassVar[bool] = False
+
+    label: str
+    type_name: str
+
+    def _fw_bind(self, label: str, type_name: str) -> None:
+        # Called by the framework on the bare instance, before __init__.
+        self.label = label
+        self.type_name = type_name
+        self._fw_consumes: list[Consumed] = []
+        self._fw_produces: dict[str, str] = {}
+
+    @classmethod
+    def fill_descriptions(cls, desc: ParameterSetDescription) -> None:
+        """Declare the parameters of this module type (default: none)."""
+
+    def __init__(self, params: ParameterSet) -> None:  # noqa: D107 - documented on the class
+        pass
+
+    def consumes(self, tag: Any, *, branches: Iterable[str] | None = None) -> Consumed:
+        """Declare that this module reads ``tag``; returns the token to pass to ``event.get``.
+
+        Args:
+            tag: ``InputTag``, ``"label[:instance]"``: a product of another module, or a
+                source collection such as ``"Jet"``.
+            branches: for a source collection, the fields that are read (e.g.
+                ``["pt", "eta", "phi"]``), so that the source reads only those branches.
+
+        The framework uses these declarations to order modules and to run on-demand
+        (Task) producers before the modules that consume their products.
+        """
+        label, instance = product_key(tag)
+        token = Consumed(label, instance, tuple(branches) if branches is not None else None)
+        self._fw_consumes.append(token)
+        return token
+
+    def begin_job(self) -> None:
+        """Called once before the first event."""
+
+    def end_job(self) -> None:
+        """Called once after the last event, when the job succeeded."""
+
+    def abort_job(self) -> None:
+        """Called instead of ``end_job`` when the job fails: drop partial outputs here."""
+
+
+class _Producing(EDModule):
+    def produces(self, instance: str = "", *, doc: str = "") -> None:
+        """Declare a product ``(self.label, instance)`` that this module puts into events."""
+        self._fw_produces[instance] = doc
+
+
+class EDProducer(_Producing):
+    """A module that adds products to the event: implement ``produce(event)``."""
+
+    kind = "EDProducer"
+
+    def produce(self, event: Event) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement produce(event)")
+
+
+class EDFilter(_Producing):
+    """A module that decides whether its Path continues: implement ``filter(event) -> bool``."""
+
+    kind = "EDFilter"
+
+    def filter(self, event: Event) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} must implement filter(event)")
+
+
+class EDAnalyzer(EDModule):
+    """A module that reads events and puts nothing: implement ``analyze(event)``."""
+
+    kind = "EDAnalyzer"
+
+    def analyze(self, event: Event) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement analyze(event)")
+
+
+class OutputModule(EDModule):
+    """A module that writes events out: implement ``select(registry)`` and ``write(event)``.
+
+    ``select`` runs once, after every module was constructed and the source opened: it
+    receives the :class:`~framework.ProductRegistry` (source branches and module products)
+    and calls ``consumes`` for what it will write (``outputCommands``). ``write`` runs for
+    every event that reaches the output module (its EndPath, ``SelectEvents``).
+    """
+
+    kind = "OutputModule"
+
+    def select(self, registry: Any) -> None:
+        """Choose what to write; call ``self.consumes`` for each product/collection."""
+
+    def selected(self, event: Event) -> bool:
+        """Whether ``event`` is to be written (default: always; see ``SelectEvents``)."""
+        return True
+
+    def write(self, event: Event) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement write(event)")
+
+
+class ExternalWork:
+    """The ExternalWork ability (mix it into an EDProducer or EDFilter, listed first).
+
+    Implement ``acquire(event, holder)``: synchronous, prepares inputs, starts the work
+    and returns at once. Finish the work with ``holder.done_waiting(result)`` from any
+    thread, or hand an async function to ``holder.start_soon`` (see
+    :class:`~framework.WaitingTaskHolder`). Then ``produce(event, result)`` (or
+    ``filter(event, result)``) runs on a stream with the result. Other events are served
+    during the wait.
+
+    Example::
+
+        class Doubler(ExternalWork, EDProducer):
+            def acquire(self, event, holder):
+                x = event.get(self.src)
+                pool.submit(lambda: holder.done_waiting(2 * x))
+            def produce(self, event, result):
+                event.put(result)
+    """
+
+    def acquire(self, event: Event, holder: WaitingTaskHolder) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement acquire(event, holder)")
+
+    # Framework hooks. Subclasses such as SonicEDProducer override these to adapt a
+    # different user-facing signature; plain ExternalWork modules never touch them.
+    def _fw_acquire(self, event: Event, holder: WaitingTaskHolder) -> None:
+        self.acquire(event, holder)
+
+    def _fw_complete(self, event: Event, result: Any) -> Any:
+        if isinstance(self, EDFilter):
+            return self.filter(event, result)  # type: ignore[call-arg]
+        return self.produce(event, result)  # type: ignore[attr-defined]

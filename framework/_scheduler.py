@@ -1,0 +1,281 @@
+"""The trio scheduler: streams, Paths, on-demand producers and ExternalWork waits.
+
+Model (CMSSW's, in trio terms):
+
+* ``numberOfStreams`` stream tasks each take the next event from the source and carry it
+  through all Paths, then all EndPaths. While one event waits for external work, its
+  stream task is parked in an ``await`` and the other streams run.
+* Paths of one event run concurrently; along a Path, modules run in order, and a filter
+  returning False (True for ``~filter``) ends that Path for that event.
+* Every producer runs at most once per event. Before a module runs, the producers of the
+  products it ``consumes`` run first (prefetching); this is also how producers in a
+  ``Task`` run on demand, the first time one of their products is consumed.
+* EndPaths (analyzers, output modules) start once every Path of the event is done, so
+  that ``SelectEvents`` sees the complete trigger results.
+* A module exception cancels the whole job: the error names module, path and event.
+
+Clocks: event latency uses ``trio.current_time()`` (virtual under a MockClock, so tests
+can assert exact times); module timers use ``time.perf_counter()`` (see ``_worker``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ._builder import Job, PathSpec
+from ._errors import FrameworkError
+from ._event import EventPrincipal
+from ._source_base import SourceEvent
+from ._worker import Worker
+
+__all__ = ["JobReport", "run_job", "first_error"]
+
+
+@dataclass
+class JobReport:
+    """What a finished (or failed) job measured.
+
+    Attributes:
+        events: events that completed all Paths and EndPaths.
+        passed: events accepted by at least one Path (all events if there is no Path).
+        wall_time: seconds from the first event request to the end (``time.perf_counter``).
+        latencies: per-event latency in seconds, source to end of EndPaths, in completion
+            order (``trio.current_time`` clock).
+        completion_times: ``trio.current_time()`` at which each event finished.
+        error: the error that ended the job, if any.
+    """
+
+    events: int = 0
+    passed: int = 0
+    wall_time: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    completion_times: list[float] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+class _EventRun:
+    """The state of one event on one stream: which modules ran, with what decision."""
+
+    __slots__ = ("sched", "principal", "done", "decisions")
+
+    def __init__(self, sched: _Scheduler, principal: EventPrincipal) -> None:
+        self.sched = sched
+        self.principal = principal
+        self.done: dict[str, trio.Event] = {}
+        self.decisions: dict[str, bool] = {}
+
+    async def run_module(self, worker: Worker, path: str) -> bool:
+        label = worker.label
+        started = self.done.get(label)
+        if started is not None:
+            # Already running for this event (another Path, or a prefetch): wait for it. If
+            # it fails, the job is cancelled and this wait ends with Cancelled.
+            await started.wait()
+            return self.decisions[label]
+        finished = self.done[label] = trio.Event()
+        deps = self.sched.deps[label]
+        if deps:
+            await self._prefetch(deps, path)
+        decision = await worker.run(self.principal, path)
+        self.decisions[label] = decision
+        finished.set()  # only on success: see the wait above
+        return decision
+
+    async def _prefetch(self, deps: list[Worker], path: str) -> None:
+        pending = [d for d in deps if d.label not in self.decisions]
+        if len(pending) == 1:
+            await self.run_module(pending[0], path)
+        elif pending:
+            async with trio.open_nursery() as nursery:
+                for dep in pending:
+                    nursery.start_soon(self.run_module, dep, path)
+
+    async def run_path(self, spec: PathSpec) -> None:
+        spec.visited += 1
+        passed = True
+        for i, (worker, inverted) in enumerate(spec.entries):
+            spec.entry_visited[i] += 1
+            try:
+                decision = await self.run_module(worker, spec.name)
+            except FrameworkError:
+                spec.entry_errors[i] += 1
+                spec.errors += 1
+                raise
+            if decision == inverted:  # a filter said no (or an inverted one said yes)
+                passed = False
+                break
+            spec.entry_passed[i] += 1
+        if passed:
+            spec.passed += 1
+        self.principal.path_results[spec.name] = passed
+
+    async def run_paths(self, specs: list[PathSpec]) -> None:
+        if len(specs) == 1:
+            await self.run_path(specs[0])
+        elif specs:
+            async with trio.open_nursery() as nursery:
+                for spec in specs:
+                    nursery.start_soon(self.run_path, spec)
+
+
+class _Scheduler:
+    def __init__(self, job: Job, on_event: Callable[[EventPrincipal, float], None] | None,
+                 report: JobReport) -> None:
+        self.job = job
+        self.on_event = on_event
+        self.report = report
+        self._next_index = 0
+        # Module -> the modules whose products it consumes (deduplicated, in order).
+        self.deps: dict[str, list[Worker]] = {}
+        for label, worker in job.workers.items():
+            seen: dict[str, Worker] = {}
+            for c in worker.consumes:
+                if c.label in job.workers and c.label != label:
+                    seen.setdefault(c.label, job.workers[c.label])
+            self.deps[label] = list(seen.values())
+
+    async def run(self) -> None:
+        send, receive = trio.open_memory_channel[SourceEvent](0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.job.source.run, send, self.job.max_events)
+            async with receive:
+                for stream in range(self.job.streams):
+                    nursery.start_soon(self._stream, stream, receive.clone())
+
+    async def _stream(self, stream: int, receive: trio.MemoryReceiveChannel[SourceEvent]) -> None:
+        async with receive:
+            async for src in receive:
+                index = self._next_index
+                self._next_index += 1
+                await self._process(src, stream, index)
+
+    async def _process(self, src: SourceEvent, stream: int, index: int) -> None:
+        t0 = trio.current_time()
+        principal = EventPrincipal(src.id, stream, index, src.collections)
+        run = _EventRun(self, principal)
+        await run.run_paths(self.job.paths)
+        await run.run_paths(self.job.endpaths)
+        t1 = trio.current_time()
+        report = self.report
+        report.events += 1
+        results = principal.path_results
+        if not self.job.paths or any(results[p.name] for p in self.job.paths):
+            report.passed += 1
+        report.latencies.append(t1 - t0)
+        report.completion_times.append(t1)
+        if self.on_event is not None:
+            self.on_event(principal, t1 - t0)
+
+
+def _branch_request(job: Job) -> dict[str, set[str] | None]:
+    """Source collections consumed by any module: name -> fields (None = all fields)."""
+    request: dict[str, set[str] | None] = {}
+    for worker in job.workers.values():
+        for c in worker.consumes:
+            if c.label in job.workers:
+                continue
+            if c.branches is None:
+                request[c.label] = None
+            elif c.label not in request:
+                request[c.label] = set(c.branches)
+            elif request[c.label] is not None:
+                request[c.label] |= set(c.branches)  # type: ignore[operator]
+    return request
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The most informative leaf of a (possibly nested) exception group.
+
+    Prefers a FrameworkError, then KeyboardInterrupt, then any non-Cancelled exception.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    for kind in (FrameworkError, KeyboardInterrupt):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    for leaf in leaves:
+        if not isinstance(leaf, trio.Cancelled):
+            return leaf
+    return leaves[0] if leaves else exc
+
+
+async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None] | None = None,
+                  on_start: Callable[[], None] | None = None) -> JobReport:
+    """Run a built job to the end: begin_job hooks, all events, end_job hooks.
+
+    On failure every module's ``abort_job`` runs instead of ``end_job`` (output modules
+    drop their partial files), services' ``end_job`` always runs, and the most
+    informative error is raised (never an exception group).
+
+    Args:
+        on_event: called on the trio thread after each event with (principal, latency s).
+        on_start: called once the job is set up, right before the first event is read.
+
+    Raises:
+        FrameworkError: configuration, input, module or external-work failures.
+        KeyboardInterrupt: Ctrl-C (after cleanup).
+    """
+    report = JobReport()
+    modules = job.modules
+    started: list[Any] = []
+    try:
+        try:
+            for svc in job.services.services.values():
+                await svc.begin_job()
+            collections = await trio.to_thread.run_sync(job.source.collections)
+            registry = job.product_registry(collections)
+            for worker in job.workers.values():
+                if worker.kind == "OutputModule":
+                    worker.module.select(registry)  # type: ignore[attr-defined]
+                    worker.consumes = list(worker.module._fw_consumes)
+            job.source.set_branch_request(_branch_request(job))
+            # Built after select(): output modules' consumes count as dependencies too.
+            scheduler = _Scheduler(job, on_event, report)
+            for module in modules:
+                module.begin_job()
+                started.append(module)
+            if on_start is not None:
+                on_start()
+            t0 = time.perf_counter()
+            try:
+                await scheduler.run()
+            finally:
+                report.wall_time = time.perf_counter() - t0
+            for module in modules:
+                module.end_job()
+        except BaseException as exc:
+            error = first_error(exc)
+            report.error = error
+            for module in started:
+                try:
+                    module.abort_job()
+                except Exception:  # noqa: BLE001 - cleanup must not hide the real error
+                    pass
+            if error is exc:
+                raise
+            raise error from None
+    finally:
+        with trio.CancelScope(shield=True):
+            for svc in reversed(list(job.services.services.values())):
+                try:
+                    await svc.end_job()
+                except Exception:  # noqa: BLE001 - services must not mask the job's outcome
+                    pass
+            job.source.close()
+    return report

@@ -1,0 +1,82 @@
+"""Framework services (CMSSW's ``edm::Service``): job-wide helpers such as TritonService.
+
+A service is declared in the config (``process.TritonService = cms.Service("TritonService",
+...)``), constructed before any module, and reached by modules with
+:func:`get_service` while they are constructed. Its ``begin_job`` runs before the modules'
+(``async``: a service may start processes or open connections) and its ``end_job`` always
+runs at the end, after a failure too.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any, ClassVar
+
+__all__ = ["Service", "ServiceRegistry", "get_service"]
+
+
+class Service:
+    """Base class of services."""
+
+    kind: ClassVar[str] = "Service"
+    label: str = ""
+    type_name: str = ""
+
+    @classmethod
+    def fill_descriptions(cls, desc: Any) -> None:
+        """Declare the service's parameters."""
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+
+    async def begin_job(self) -> None:
+        """Called once, after every module was constructed, before any module's begin_job."""
+
+    async def end_job(self) -> None:
+        """Called once at the end of the job, also after a failure. Must not raise."""
+
+    def report(self) -> list[Any]:
+        """Renderables (rich tables or strings) for the end-of-job summary."""
+        return []
+
+
+class ServiceRegistry:
+    """The services of one job, by type name."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, Service] = {}
+        self._factory: Any = None  # set by the builder: creates a default service by type name
+
+    def get(self, type_name: str, *, create: bool = False) -> Service:
+        """The service of that type; with ``create``, a default one is made if none is configured.
+
+        Raises:
+            ConfigurationError: no such service configured and ``create`` is False.
+        """
+        if type_name not in self.services:
+            if not create or self._factory is None:
+                from ._errors import ConfigurationError
+
+                raise ConfigurationError(
+                    f"service '{type_name}' is needed but not configured "
+                    f"(add process.{type_name} = cms.Service('{type_name}', ...))"
+                )
+            self.services[type_name] = self._factory(type_name)
+        return self.services[type_name]
+
+
+_current: ContextVar[ServiceRegistry] = ContextVar("pysonic_services")
+
+
+def get_service(type_name: str, *, create: bool = False) -> Any:
+    """The job's service of type ``type_name``; call it from a module's ``__init__``.
+
+    Args:
+        create: make a default-configured one if the config has none (used by SONIC
+            modules, which need a TritonService and can run with its defaults).
+
+    Raises:
+        ConfigurationError: not configured (and ``create`` is False).
+        LookupError: called outside the construction of a job.
+    """
+    return _current.get().get(type_name, create=create)

@@ -1,0 +1,156 @@
+"""The end-of-job summary: CMSSW's TrigReport and TimeReport, and a JSON form of both.
+
+TrigReport: events visited/passed per Path and per module in each Path (CMSSW's
+``Trig Bit#  Executed  Passed  Failed  Error  Name`` tables). TimeReport: per-module mean
+time in the module's own code and, for ExternalWork modules, the mean external wait; the
+per-event latency percentiles and the throughput. Services (TritonService) add their own
+tables (server-side statistics per model).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ._builder import Job, PathSpec
+from ._scheduler import JobReport
+
+__all__ = ["summary_dict", "print_summary"]
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    a = np.asarray(values)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
+            "max": float(a.max())}
+
+
+def _path_dict(spec: PathSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "visited": spec.visited,
+        "passed": spec.passed,
+        "failed": spec.visited - spec.passed - spec.errors,
+        "errors": spec.errors,
+        "modules": [
+            {
+                "label": w.label,
+                "type": w.type_name,
+                "inverted": inverted,
+                "visited": spec.entry_visited[i],
+                "passed": spec.entry_passed[i],
+                "failed": spec.entry_visited[i] - spec.entry_passed[i] - spec.entry_errors[i],
+                "errors": spec.entry_errors[i],
+            }
+            for i, (w, inverted) in enumerate(spec.entries)
+        ],
+    }
+
+
+def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
+    """The summary as plain data (JSON-ready). Times in seconds.
+
+    Keys: ``events``, ``passed``, ``wall_time``, ``throughput`` (events/s),
+    ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``, ``endpaths``
+    (TrigReport counters), ``modules`` (label -> calls, mean_cpu, mean_acquire,
+    mean_wait, mean_run, errors), ``streams``, ``threads``.
+    """
+    modules = {}
+    for w in job.workers.values():
+        t = w.times
+        n = max(t.calls, 1)
+        modules[w.label] = {
+            "type": w.type_name,
+            "kind": w.kind,
+            "external_work": w.external,
+            "calls": t.calls,
+            "errors": w.errors,
+            "mean_cpu": t.cpu_mean,
+            "mean_acquire": t.acquire / n,
+            "mean_wait": t.wait / n,
+            "mean_run": t.run / n,
+        }
+    return {
+        "process": job.process_name,
+        "streams": job.streams,
+        "threads": job.threads,
+        "events": report.events,
+        "passed": report.passed,
+        "wall_time": report.wall_time,
+        "throughput": report.events / report.wall_time if report.wall_time > 0 else 0.0,
+        "latency": _percentiles(report.latencies),
+        "paths": [_path_dict(p) for p in job.paths],
+        "endpaths": [_path_dict(p) for p in job.endpaths],
+        "modules": modules,
+    }
+
+
+def _trig_tables(summary: dict[str, Any]) -> list[Table]:
+    tables = []
+    paths = Table(title="TrigReport ---------- Path / EndPath Summary ------------", title_justify="left")
+    for col in ("Trig Bit#", "Executed", "Passed", "Failed", "Error", "Name"):
+        paths.add_column(col, justify="right" if col != "Name" else "left")
+    for bit, p in enumerate(summary["paths"] + summary["endpaths"]):
+        kind = "EndPath" if bit >= len(summary["paths"]) else "Path"
+        paths.add_row(str(bit), str(p["visited"]), str(p["passed"]), str(p["failed"]), str(p["errors"]),
+                      f"{p['name']} ({kind})")
+    tables.append(paths)
+    for p in summary["paths"] + summary["endpaths"]:
+        t = Table(title=f"TrigReport ---------- Modules in Path: {p['name']} ------------",
+                  title_justify="left")
+        for col in ("Visited", "Passed", "Failed", "Error", "Name"):
+            t.add_column(col, justify="right" if col != "Name" else "left")
+        for m in p["modules"]:
+            name = ("~" if m["inverted"] else "") + f"{m['label']} ({m['type']})"
+            t.add_row(str(m["visited"]), str(m["passed"]), str(m["failed"]), str(m["errors"]), name)
+        tables.append(t)
+    return tables
+
+
+def _time_tables(summary: dict[str, Any]) -> list[Table]:
+    ms = 1e3
+    mods = Table(title="TimeReport ---------- Module Summary ---[ms per call]----", title_justify="left")
+    for col in ("Calls", "acquire", "ext. wait", "produce/run", "own code", "Name"):
+        mods.add_column(col, justify="right" if col != "Name" else "left")
+    for label, m in summary["modules"].items():
+        ext = m["external_work"]
+        mods.add_row(
+            str(m["calls"]),
+            f"{m['mean_acquire'] * ms:.3f}" if ext else "-",
+            f"{m['mean_wait'] * ms:.3f}" if ext else "-",
+            f"{m['mean_run'] * ms:.3f}",
+            f"{m['mean_cpu'] * ms:.3f}",
+            f"{label} ({m['type']})",
+        )
+    lat = summary["latency"]
+    ev = Table(title="TimeReport ---------- Event Summary ------------", title_justify="left")
+    ev.add_column("Quantity")
+    ev.add_column("Value", justify="right")
+    ev.add_row("events", str(summary["events"]))
+    ev.add_row("streams / threads", f"{summary['streams']} / {summary['threads']}")
+    ev.add_row("wall time [s]", f"{summary['wall_time']:.3f}")
+    ev.add_row("throughput [events/s]", f"{summary['throughput']:.2f}")
+    for key in ("mean", "p50", "p90", "p99", "max"):
+        ev.add_row(f"event latency {key} [ms]", f"{lat[key] * ms:.2f}")
+    return [mods, ev]
+
+
+def print_summary(job: Job, report: JobReport, console: Console | None = None) -> dict[str, Any]:
+    """Print TrigReport, TimeReport and the services' reports; return :func:`summary_dict`."""
+    console = console or Console(stderr=True)
+    summary = summary_dict(job, report)
+    console.print(
+        f"TrigReport Events total = {summary['events']} passed = {summary['passed']} "
+        f"failed = {summary['events'] - summary['passed']}"
+    )
+    for table in _trig_tables(summary) + _time_tables(summary):
+        console.print(table)
+    for svc in job.services.services.values():
+        for renderable in svc.report():
+            console.print(renderable)
+    return summary

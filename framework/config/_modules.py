@@ -1,0 +1,95 @@
+"""Module declarations: ``cms.EDProducer("TypeName", **params)`` and its siblings.
+
+A declaration is a parameter holder (like a PSet) with a type name and a kind; the
+framework finds the module class registered under ``type_()`` and validates the
+parameters against that class's ``fill_descriptions``. The label is set when the
+declaration is attached to a process (``process.jets = cms.EDProducer(...)``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .._errors import ConfigurationError
+from ._sequences import Inverted, Labelable, Sequenceable
+from ._types import ParameterHolder, PSet
+
+__all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "Source"]
+
+
+class _Module(Labelable, ParameterHolder):
+    """A typed, labelled parameter holder (CMSSW's ``_TypedParameterizable``)."""
+
+    def __init__(self, type_name: str, *psets: PSet, **params: Any) -> None:
+        if not isinstance(type_name, str) or not type_name or any(c.isspace() for c in type_name):
+            raise ConfigurationError(
+                f"cms.{self._kind} needs a module type name as first argument, got {type_name!r}"
+            )
+        object.__setattr__(self, "_type", type_name)
+        ParameterHolder.__init__(self, *psets, **params)
+
+    def type_(self) -> str:
+        """The module type name, e.g. ``"ParticleNetSonicProducer"``."""
+        return self._type
+
+    def _what_(self) -> str:
+        if self._label is None:
+            return f"{self._kind} of type '{self._type}'"
+        return f"{self._kind} '{self._label}' (type {self._type})"
+
+    def clone(self, **overrides: Any) -> Any:
+        """A deep copy, without label, with ``overrides`` applied (as :meth:`PSet.clone`)."""
+        new = copy.deepcopy(self)
+        object.__setattr__(new, "_label", None)
+        new._apply_overrides(overrides)
+        return new
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        if not self._parameters:
+            return f"cms.{self._kind}({self._type!r})"
+        return f"cms.{self._kind}({self._type!r},\n{self._dump_parameters(indent)}\n{' ' * indent})"
+
+    def __repr__(self) -> str:
+        return self.dumpPython_()
+
+
+class _EDModule(_Module, Sequenceable):
+    def __invert__(self) -> Inverted:
+        return Inverted(self)
+
+
+class EDProducer(_EDModule):
+    """Declares a producer: ``cms.EDProducer("TypeName", param=...)``."""
+
+    _kind = "EDProducer"
+
+
+class EDFilter(_EDModule):
+    """Declares a filter; ``~process.f`` in a Path inverts its decision."""
+
+    _kind = "EDFilter"
+
+
+class EDAnalyzer(_EDModule):
+    """Declares an analyzer (reads events, puts nothing)."""
+
+    _kind = "EDAnalyzer"
+
+
+class OutputModule(_EDModule):
+    """Declares an output module, usually placed on an EndPath."""
+
+    _kind = "OutputModule"
+
+
+class Source(_Module):
+    """Declares the event source: ``process.source = cms.Source("PoolSource", fileNames=...)``."""
+
+    _kind = "Source"
+
+
+class Service(_Module):
+    """Declares a service; its label is its type name (``process.add_(cms.Service("X"))``)."""
+
+    _kind = "Service"

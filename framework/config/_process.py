@@ -1,0 +1,363 @@
+"""``cms.Process``: the root of a config (CMSSW's ``FWCore/ParameterSet/python/Config.py``).
+
+Introspection API used by the framework (stable):
+
+- ``process.name_()`` -> str
+- ``process.source_()`` -> :class:`Source` or None
+- ``process.producers_()``, ``.filters_()``, ``.analyzers_()``, ``.outputModules_()``,
+  ``.services_()`` -> dict label -> declaration, in definition order;
+  ``process.modules_()``: the four ED kinds together, in definition order
+- ``process.paths_()``, ``process.endpaths_()`` -> dict name -> Path/EndPath, in schedule
+  order if ``process.schedule`` is set (then only the scheduled ones), else in
+  definition order; without a schedule all Paths run, then all EndPaths
+- ``path.moduleEntries_()`` -> list of ``(label, inverted)`` in execution order
+- ``path.taskLabels_()`` -> set of module labels in Tasks associated with the path
+- ``process.tasks_()`` -> dict name -> Task; ``process.sequences_()``, ``process.psets_()``
+- ``process.unscheduledLabels_()`` -> set of labels of modules in any Task (attached to the
+  process, associated with a Path/EndPath or with the schedule)
+- ``process.maxEvents_()`` -> int (-1 = all events);
+  ``process.options_()`` -> dict with defaults filled (see ``OPTIONS``)
+- ``process.validate_()``; ``process.dumpPython_()`` -> Python source of the config.
+
+Labels share one namespace: a module label can never also be a Path or Task name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import ConfigurationError
+from ._modules import EDAnalyzer, EDFilter, EDProducer, OutputModule, Service, Source
+from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
+from ._types import PSet, _bool, closest, describe_value, int32, plain_value, uint32, untracked
+
+__all__ = ["MAX_EVENTS", "OPTIONS", "Process"]
+
+# name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults,
+# except numberOfStreams, whose CMSSW default 0 means "as many as threads"; here 1.
+OPTIONS: dict[str, tuple[Any, Any, str]] = {
+    "numberOfStreams": (uint32, 1, "events processed concurrently (>= 1)"),
+    "numberOfThreads": (uint32, 1, "threads for thread-safe module calls (>= 1)"),
+    "wantSummary": (_bool, False, "print the per-module time and event summary at the end"),
+}
+MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
+    "input": (int32, -1, "number of events to read; -1 = all"),
+}
+_SPECIAL = {"options": OPTIONS, "maxEvents": MAX_EVENTS}
+_ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
+
+
+def _default_pset(spec: Mapping[str, tuple[Any, Any, str]]) -> PSet:
+    return untracked.PSet(**{name: untracked(cls(default)) for name, (cls, default, _) in spec.items()})
+
+
+def _merge_special(which: str, value: Any) -> PSet:
+    """The defaults of ``process.<which>`` overridden by ``value``, types kept untracked.
+
+    Values are taken by value (tracked or not, typed or plain), so that
+    ``cms.PSet(numberOfStreams=cms.int32(4))`` works like the untracked spelling.
+    """
+    spec = _SPECIAL[which]
+    if isinstance(value, PSet):
+        items = value.parameters_()
+    elif isinstance(value, Mapping):
+        items = dict(value)
+    else:
+        raise ConfigurationError(f"process.{which} must be a cms.untracked.PSet, got {describe_value(value)}")
+    merged = _default_pset(spec)
+    for name, v in items.items():
+        if name not in spec:
+            near = closest(name, spec)
+            hint = f" ({near})" if near.startswith("did") else ""
+            raise ConfigurationError(
+                f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}"
+            )
+        try:
+            getattr(merged, name).setValue(plain_value(v))
+        except ConfigurationError as e:
+            raise ConfigurationError(f"process.{which}.{name}: {e.args[0]}") from None
+    return merged
+
+
+def _what(obj: Any) -> str:
+    return obj._what_() if hasattr(obj, "_what_") else describe_value(obj)
+
+
+class Process:
+    """A config: ``process = cms.Process("NAME")``, then ``process.<label> = ...``.
+
+    Plain attributes are the config's content (modules, Services, Sequences, Paths,
+    EndPaths, Tasks, PSets); methods end in ``_``. Special attributes: ``source``,
+    ``maxEvents``, ``options`` (both with defaults; assigning a PSet overrides only the keys
+    it has) and ``schedule``.
+
+    Raises:
+        ConfigurationError: invalid process name or label, a label already used by
+            another object, an object already attached under another label, a value
+            that cannot be attached, unknown keys in ``options``/``maxEvents``.
+    """
+
+    _is_config_structure = True
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name.isascii() or not name.isalnum():
+            raise ConfigurationError(f"process name must be a non-empty alphanumeric string, got {name!r}")
+        d = self.__dict__
+        d["_name"] = name
+        d["_objects"] = {}
+        d["_source"] = None
+        d["_schedule"] = None
+        d["_options"] = _default_pset(OPTIONS)
+        d["_maxEvents"] = _default_pset(MAX_EVENTS)
+
+    # ------------------------------------------------------------ attributes
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        d = self.__dict__
+        if name == "source":
+            if d["_source"] is None:
+                raise AttributeError("process has no source (set process.source = cms.Source(...))")
+            return d["_source"]
+        if name == "schedule":
+            return d["_schedule"]
+        if name in _SPECIAL:
+            return d["_" + name]
+        try:
+            return d["_objects"][name]
+        except KeyError:
+            hint = closest(name, d["_objects"])
+            raise AttributeError(f"process '{d['_name']}' has no '{name}' ({hint})") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        if name == "source":
+            if not isinstance(value, Source):
+                raise ConfigurationError(f"process.source must be a cms.Source, got {_what(value)}")
+            value._label = "source"
+            d["_source"] = value
+        elif name in _SPECIAL:
+            d["_" + name] = _merge_special(name, value)
+        elif name == "schedule":
+            if value is not None and not isinstance(value, Schedule):
+                raise ConfigurationError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
+            d["_schedule"] = value
+        else:
+            self._attach(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        d = self.__dict__
+        if name in ("source", "schedule"):
+            d["_" + name] = None
+        elif name in _SPECIAL:
+            d["_" + name] = _default_pset(_SPECIAL[name])
+        elif name in d["_objects"]:
+            obj = d["_objects"].pop(name)
+            if isinstance(obj, Labelable):
+                obj._label = None
+        else:
+            raise AttributeError(f"process '{d['_name']}' has no '{name}'")
+
+    def _attach(self, label: str, obj: Any) -> None:
+        if not label.isidentifier() or label.startswith("_") or label.endswith("_"):
+            raise ConfigurationError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
+        if isinstance(obj, Source):
+            raise ConfigurationError(f"process.{label}: a Source must be assigned to process.source")
+        if not isinstance(obj, (Labelable, PSet)) or isinstance(obj, Schedule):
+            raise ConfigurationError(
+                f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, "
+                "Sequence, Path, EndPath, Task or PSet"
+            )
+        objects = self.__dict__["_objects"]
+        existing = objects.get(label)
+        if existing is obj:
+            return
+        if existing is not None:
+            raise ConfigurationError(
+                f"duplicate label '{label}': already used by {_what(existing)}, cannot attach {_what(obj)}"
+            )
+        if isinstance(obj, Service) and label != obj.type_():
+            raise ConfigurationError(
+                f"a Service is attached under its type name: process.{obj.type_()} = ..., not process.{label}"
+            )
+        if isinstance(obj, Labelable):
+            if obj.hasLabel_() and obj.label_() != label:
+                raise ConfigurationError(
+                    f"cannot attach {_what(obj)} as '{label}': it is already attached as "
+                    f"'{obj.label_()}' (use .clone() for a copy)"
+                )
+            obj._label = label
+        objects[label] = obj
+
+    def add_(self, *services: Service) -> None:
+        """Attach Services under their type names (CMSSW's ``process.add_``)."""
+        for service in services:
+            if not isinstance(service, Service):
+                raise ConfigurationError(
+                    f"process.add_() takes Services, got {_what(service)}; attach others as process.<label> = ..."
+                )
+            self._attach(service.type_(), service)
+
+    # ------------------------------------------------------------ introspection
+
+    def name_(self) -> str:
+        return self._name
+
+    def source_(self) -> Source | None:
+        return self._source
+
+    def schedule_(self) -> Schedule | None:
+        return self._schedule
+
+    def _by_type(self, cls: Any) -> dict[str, Any]:
+        return {label: obj for label, obj in self._objects.items() if isinstance(obj, cls)}
+
+    def producers_(self) -> dict[str, EDProducer]:
+        return self._by_type(EDProducer)
+
+    def filters_(self) -> dict[str, EDFilter]:
+        return self._by_type(EDFilter)
+
+    def analyzers_(self) -> dict[str, EDAnalyzer]:
+        return self._by_type(EDAnalyzer)
+
+    def outputModules_(self) -> dict[str, OutputModule]:  # noqa: N802 - CMSSW spelling
+        return self._by_type(OutputModule)
+
+    def modules_(self) -> dict[str, Any]:
+        """All EDProducers, EDFilters, EDAnalyzers and OutputModules, in definition order."""
+        return self._by_type(_ED_KINDS)
+
+    def services_(self) -> dict[str, Service]:
+        return self._by_type(Service)
+
+    def sequences_(self) -> dict[str, Sequence]:
+        return self._by_type(Sequence)
+
+    def tasks_(self) -> dict[str, Task]:
+        return self._by_type(Task)
+
+    def psets_(self) -> dict[str, PSet]:
+        """Top-level PSets (``process.common = cms.PSet(...)``)."""
+        return self._by_type(PSet)
+
+    def _scheduled(self, cls: type) -> dict[str, Any]:
+        if self._schedule is None:
+            return self._by_type(cls)
+        return {p.label_(): p for p in self._schedule if isinstance(p, cls)}
+
+    def paths_(self) -> dict[str, Path]:
+        return self._scheduled(Path)
+
+    def endpaths_(self) -> dict[str, EndPath]:
+        return self._scheduled(EndPath)
+
+    def unscheduledLabels_(self) -> set[str]:  # noqa: N802
+        """Labels of modules in any Task: attached, or associated with a path or the schedule.
+
+        (CMSSW runs a Task's modules only if the Task is associated with a Path, EndPath
+        or the Schedule; here a Task attached to the process is enough.)
+        """
+        labels: set[str] = set()
+        for task in self.tasks_().values():
+            labels |= task.moduleLabels_()
+        for path in (*self.paths_().values(), *self.endpaths_().values()):
+            labels |= path.taskLabels_()
+        for task in self._schedule._tasks if self._schedule is not None else ():
+            labels |= task.moduleLabels_()
+        return labels
+
+    def maxEvents_(self) -> int:  # noqa: N802
+        """``process.maxEvents.input``: events to process, -1 for all."""
+        value = _merge_special("maxEvents", self._maxEvents).input.value()
+        if value < -1:
+            raise ConfigurationError(f"process.maxEvents.input must be >= -1 (-1 = all events), got {value}")
+        return value
+
+    def options_(self) -> dict[str, Any]:
+        """``process.options`` as a plain dict, defaults filled (keys: see ``OPTIONS``)."""
+        options = _merge_special("options", self._options).value()
+        for key in ("numberOfStreams", "numberOfThreads"):
+            if options[key] < 1:
+                raise ConfigurationError(f"process.options.{key} must be >= 1, got {options[key]}")
+        return options
+
+    # ------------------------------------------------------------ validation
+
+    def validate_(self) -> None:
+        """Check the structure: everything Paths, Sequences, Tasks and the schedule refer to
+        is attached; no module is both plain and inverted on a Path; ``options`` and
+        ``maxEvents`` are valid. Module parameters are validated later, against each
+        module type's description.
+
+        Raises:
+            ConfigurationError: naming the Path (Sequence, Task) and the module type.
+        """
+        self.options_()
+        self.maxEvents_()
+        for seq in (*self.sequences_().values(), *self._by_type((Path, EndPath)).values()):
+            for module, _ in seq._entries_():
+                self._check_attached(seq, module)
+            seq.moduleEntries_()
+            for task in seq._all_tasks_():
+                for module in task._modules_():
+                    self._check_attached(seq, module)
+        for task in self.tasks_().values():
+            for module in task._modules_():
+                self._check_attached(task, module)
+        if self._schedule is not None:
+            for item in (*self._schedule, *self._schedule._tasks):
+                if not item.hasLabel_() or self._objects.get(item.label_()) is not item:
+                    raise ConfigurationError(f"process.schedule refers to {_what(item)} that is not attached to the process")
+                if isinstance(item, Task):
+                    for module in item._modules_():
+                        self._check_attached(item, module)
+
+    def _check_attached(self, owner: Labelable, module: Any) -> None:
+        if module.hasLabel_() and self._objects.get(module.label_()) is module:
+            return
+        elsewhere = f" (it is labelled '{module.label_()}' elsewhere)" if module.hasLabel_() else ""
+        raise ConfigurationError(
+            f"{owner._what_()} refers to an {module.kind_()} of type '{module.type_()}' "
+            f"that is not attached to the process{elsewhere}"
+        )
+
+    # ------------------------------------------------------------ dump
+
+    def dumpPython_(self) -> str:  # noqa: N802
+        """Python source that rebuilds this config (for ``cmsrun --dump``)."""
+        lines = ["import framework.config as cms", "", f"process = cms.Process({self._name!r})", ""]
+        if self._source is not None:
+            lines.append(f"process.source = {self._source.dumpPython_()}")
+        lines.append(f"process.maxEvents = {self._maxEvents.dumpPython_()}")
+        lines.append(f"process.options = {self._options.dumpPython_()}")
+        emitted: set[int] = set()
+
+        def emit(label: str, obj: Any) -> None:
+            if id(obj) in emitted:
+                return
+            emitted.add(id(obj))
+            for dep in _dependencies(obj):  # a Sequence or Task must be defined before use
+                if dep.hasLabel_() and self._objects.get(dep.label_()) is dep:
+                    emit(dep.label_(), dep)
+            lines.append(f"process.{label} = {obj.dumpPython_()}")
+
+        for kinds in ((PSet, Service, *_ED_KINDS), Task, Sequence, Path, EndPath):
+            for label, obj in self._by_type(kinds).items():
+                emit(label, obj)
+        if self._schedule is not None:
+            lines.append(f"process.schedule = {self._schedule.dumpPython_()}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self) -> str:
+        return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self.paths_())} paths>"
+
+
+def _dependencies(obj: Any) -> list[Any]:
+    if isinstance(obj, Task):
+        return [item for item in obj._items if isinstance(item, Task)]
+    if isinstance(obj, (Sequence, Path, EndPath)):
+        return [item for item in obj._items if isinstance(item, Sequence)] + list(obj._tasks)
+    return []

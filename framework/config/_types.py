@@ -1,0 +1,691 @@
+"""Typed parameters of the config language (CMSSW's ``FWCore/ParameterSet/python/Types.py``).
+
+Scalars ``int32``, ``uint32``, ``int64``, ``uint64``, ``double``, ``bool``, ``string``;
+``InputTag``; vectors ``vint32``, ``vuint32``, ``vint64``, ``vuint64``, ``vdouble``,
+``vstring``, ``VInputTag``; the containers ``PSet`` and ``VPSet``; and the ``untracked``
+namespace (``cms.untracked.int32(4)`` or ``cms.untracked(cms.int32(4))``).
+
+Every typed parameter has ``value()`` (a plain Python value), ``setValue(v)``,
+``isTracked()``, ``setIsTracked(b)`` and ``configTypeName()`` (``"untracked double"``).
+Values are checked when set: a bad one raises :class:`~framework.ConfigurationError`.
+
+Integer ranges are those of the C++ types CMSSW stores: int32 is [-2**31, 2**31 - 1],
+uint32 [0, 2**32 - 1], int64 [-2**63, 2**63 - 1], uint64 [0, 2**64 - 1]. ``bool`` is never
+accepted as a number (Python's ``True`` is an ``int``, but ``cms.int32(True)`` is a bug).
+
+The class for booleans is named ``_bool`` here and exported as ``cms.bool`` by the package,
+so that this module keeps the builtin ``bool``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import numbers
+from collections.abc import Iterable, Iterator, Mapping, MutableSequence
+from typing import Any, ClassVar
+
+from .._errors import ConfigurationError
+
+__all__ = [
+    "InputTag",
+    "PSet",
+    "VInputTag",
+    "VPSet",
+    "double",
+    "int32",
+    "int64",
+    "is_config_structure",
+    "plain_value",
+    "string",
+    "uint32",
+    "uint64",
+    "untracked",
+    "vdouble",
+    "vint32",
+    "vint64",
+    "vstring",
+    "vuint32",
+    "vuint64",
+]
+
+
+class _Invalid(ValueError):
+    """A value does not fit a type. ``out_of_range`` distinguishes range from type errors.
+
+    Internal: the constructors turn it into a ConfigurationError, the description
+    validator into its own message that names the parameter path.
+    """
+
+    def __init__(self, reason: str, *, out_of_range: bool = False) -> None:
+        super().__init__(reason)
+        self.out_of_range = out_of_range
+
+
+def describe_value(value: Any) -> str:
+    """Short ``"<type> <repr>"`` of a value for error messages (``"string 'abc'"``)."""
+    if isinstance(value, _ParameterTypeBase):
+        kind, shown = value.configTypeName(), value.value()
+    else:
+        kind, shown = _PLAIN_TYPE_NAMES.get(type(value), type(value).__name__), value
+    text = repr(shown)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}"
+
+
+_PLAIN_TYPE_NAMES = {str: "string", int: "int", float: "float", list: "list", tuple: "tuple", dict: "dict"}
+_PLAIN_TYPE_NAMES[type(True)] = "bool"
+_PLAIN_TYPE_NAMES[type(None)] = "None"
+
+
+def closest(name: str, candidates: Iterable[str]) -> str:
+    """A hint naming the nearest candidates (difflib), or listing all of them if none is near."""
+    candidates = list(candidates)
+    near = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    if near:
+        return "did you mean " + " or ".join(repr(n) for n in near) + "?"
+    if not candidates:
+        return "there are none"
+    return "valid: " + ", ".join(candidates)
+
+
+class _ParameterTypeBase:
+    """Base of every typed parameter: tracked-ness and the type name."""
+
+    _type_name: ClassVar[str] = "?"
+    _family: ClassVar[str] = "?"  # types of one family convert into each other (see _description)
+
+    def __init__(self) -> None:
+        self._tracked = True
+
+    def isTracked(self) -> bool:  # noqa: N802 - CMSSW spelling
+        """False for ``cms.untracked.X``: the value does not enter the job's provenance."""
+        return self._tracked
+
+    def setIsTracked(self, tracked: bool) -> None:  # noqa: N802 - CMSSW spelling
+        self._tracked = tracked
+
+    def configTypeName(self) -> str:  # noqa: N802 - CMSSW spelling
+        """``"int32"``, ``"untracked double"``, ..."""
+        return self._type_name if self._tracked else f"untracked {self._type_name}"
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        """Python source that rebuilds this parameter (``cms.untracked.int32(4)``)."""
+        prefix = "cms." if self._tracked else "cms.untracked."
+        return f"{prefix}{self._type_name}({self._dump_args(indent)})"
+
+    def _dump_args(self, indent: int) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.dumpPython_()
+
+    @classmethod
+    def _check(cls, value: Any) -> Any:
+        """``_convert`` that raises ConfigurationError (for constructors and setValue)."""
+        try:
+            return cls._convert(value)
+        except _Invalid as e:
+            raise ConfigurationError(f"cms.{cls._type_name}: {e}") from None
+
+    @classmethod
+    def _convert(cls, value: Any) -> Any:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- scalars
+
+
+class _Scalar(_ParameterTypeBase):
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self._value = self._check(value)
+
+    def value(self) -> Any:
+        """The plain Python value (int, float, bool or str)."""
+        return self._value
+
+    def setValue(self, value: Any) -> None:  # noqa: N802 - CMSSW spelling
+        self._value = self._check(value)
+
+    def _dump_args(self, indent: int) -> str:
+        return repr(self._value)
+
+    def __eq__(self, other: object) -> builtins_bool:
+        if isinstance(other, _Scalar):
+            return self._value == other._value
+        return self._value == other
+
+    __hash__ = None  # type: ignore[assignment]  # mutable through setValue
+
+
+builtins_bool = type(True)
+
+
+def _unwrap(value: Any) -> Any:
+    # cms.double(cms.int32(3)) is accepted: a typed scalar stands for its value.
+    return value.value() if isinstance(value, _Scalar) else value
+
+
+class _Integer(_Scalar):
+    _family = "int"
+    _min: ClassVar[int]
+    _max: ClassVar[int]
+
+    @classmethod
+    def _convert(cls, value: Any) -> int:
+        value = _unwrap(value)
+        if isinstance(value, builtins_bool) or not isinstance(value, numbers.Integral):
+            raise _Invalid(f"expected an integer, got {describe_value(value)}")
+        value = int(value)
+        if not cls._min <= value <= cls._max:
+            raise _Invalid(f"{value} is out of range [{cls._min}, {cls._max}]", out_of_range=True)
+        return value
+
+
+class int32(_Integer):
+    """Signed 32-bit integer, [-2**31, 2**31 - 1]."""
+
+    _type_name, _min, _max = "int32", -(2**31), 2**31 - 1
+
+
+class uint32(_Integer):
+    """Unsigned 32-bit integer, [0, 2**32 - 1]."""
+
+    _type_name, _min, _max = "uint32", 0, 2**32 - 1
+
+
+class int64(_Integer):
+    """Signed 64-bit integer, [-2**63, 2**63 - 1]."""
+
+    _type_name, _min, _max = "int64", -(2**63), 2**63 - 1
+
+
+class uint64(_Integer):
+    """Unsigned 64-bit integer, [0, 2**64 - 1]."""
+
+    _type_name, _min, _max = "uint64", 0, 2**64 - 1
+
+
+class double(_Scalar):
+    """Double-precision float; an integer is accepted and stored as float."""
+
+    _type_name, _family = "double", "float"
+
+    @classmethod
+    def _convert(cls, value: Any) -> float:
+        value = _unwrap(value)
+        if isinstance(value, builtins_bool) or not isinstance(value, numbers.Real):
+            raise _Invalid(f"expected a number, got {describe_value(value)}")
+        return float(value)
+
+
+class _bool(_Scalar):  # noqa: N801 - exported as cms.bool
+    """Boolean; only ``True``/``False`` (not 0/1)."""
+
+    _type_name, _family = "bool", "bool"
+
+    @classmethod
+    def _convert(cls, value: Any) -> builtins_bool:
+        value = _unwrap(value)
+        if not isinstance(value, builtins_bool):
+            raise _Invalid(f"expected True or False, got {describe_value(value)}")
+        return value
+
+
+class string(_Scalar):
+    """Character string."""
+
+    _type_name, _family = "string", "string"
+
+    @classmethod
+    def _convert(cls, value: Any) -> str:
+        value = _unwrap(value)
+        if not isinstance(value, str):
+            raise _Invalid(f"expected a str, got {describe_value(value)}")
+        return value
+
+
+# ---------------------------------------------------------------- InputTag
+
+
+class InputTag(_ParameterTypeBase):
+    """A product reference ``label:instance:process`` (CMSSW's ``edm::InputTag``).
+
+    ``InputTag("jets:pt")`` or ``InputTag("jets", "pt", "RECO")``; empty instance and
+    process mean "the default instance" and "the latest process". ``str()`` gives the
+    encoded form without trailing empty parts (``"jets"``, ``"jets:pt"``, ``"jets::RECO"``).
+    Equal (and hashed) by value, also to its encoded string: ``InputTag("a") == "a"``.
+    Do not change a tag (``setValue``) while it is a dict key.
+
+    Raises:
+        ConfigurationError: a part is not a str, contains ``":"``, or the encoded form
+            has more than three parts.
+    """
+
+    _type_name, _family = "InputTag", "InputTag"
+
+    def __init__(self, label: Any = "", instance: str = "", process: str = "") -> None:
+        super().__init__()
+        self.label, self.instance, self.process = self._check((label, instance, process))
+
+    @classmethod
+    def _convert(cls, value: Any) -> tuple[str, str, str]:
+        if isinstance(value, InputTag):
+            return value.label, value.instance, value.process
+        if isinstance(value, str):
+            value = (value, "", "")
+        label, instance, process = value
+        if isinstance(label, InputTag) and not instance and not process:
+            return label.label, label.instance, label.process
+        for part in (label, instance, process):
+            if not isinstance(part, str):
+                raise _Invalid(f"expected a str, got {describe_value(part)}")
+        if ":" in label and not instance and not process:
+            parts = label.split(":")
+            if len(parts) > 3:
+                raise _Invalid(f"'{label}' has more than 3 ':'-separated parts")
+            label, instance, process = (parts + ["", ""])[:3]
+        for part in (label, instance, process):
+            if ":" in part:
+                raise _Invalid(f"part '{part}' contains ':' (give either one encoded string or 3 parts)")
+        return label, instance, process
+
+    def value(self) -> str:
+        """The encoded form ``"label:instance:process"`` (as CMSSW's ``InputTag.value()``)."""
+        return self.encode()
+
+    def setValue(self, value: Any) -> None:  # noqa: N802 - CMSSW spelling
+        self.label, self.instance, self.process = self._check(value)
+
+    def encode(self) -> str:
+        parts = [self.label, self.instance, self.process]
+        while len(parts) > 1 and not parts[-1]:
+            parts.pop()
+        return ":".join(parts)
+
+    # CMSSW spellings of the attributes.
+    def getModuleLabel(self) -> str:  # noqa: N802
+        return self.label
+
+    def getProductInstanceLabel(self) -> str:  # noqa: N802
+        return self.instance
+
+    def getProcessName(self) -> str:  # noqa: N802
+        return self.process
+
+    def __str__(self) -> str:
+        return self.encode()
+
+    def _dump_args(self, indent: int) -> str:
+        parts = [self.label, self.instance, self.process]
+        while len(parts) > 1 and not parts[-1]:
+            parts.pop()
+        return ", ".join(repr(p) for p in parts)
+
+    def __eq__(self, other: object) -> builtins_bool:
+        if isinstance(other, InputTag):
+            return (self.label, self.instance, self.process) == (other.label, other.instance, other.process)
+        if isinstance(other, str):
+            return self.encode() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        # Equal to the hash of the encoded string, since the two compare equal.
+        return hash(self.encode())
+
+
+# ---------------------------------------------------------------- vectors
+
+
+class _Vector(_ParameterTypeBase, MutableSequence):
+    """A list of one scalar type; behaves like a Python list, checking every element.
+
+    ``vint32(1, 2, 3)`` (CMSSW style) or ``vint32([1, 2, 3])`` (one iterable argument).
+    """
+
+    _item: ClassVar[type[_ParameterTypeBase]]
+
+    def __init__(self, *values: Any) -> None:
+        super().__init__()
+        if len(values) == 1 and _is_list_like(values[0]):
+            values = tuple(values[0])
+        self._values = self._check(values)
+
+    @classmethod
+    def _convert(cls, values: Any) -> list[Any]:
+        if not _is_list_like(values):
+            raise _Invalid(f"expected a list, got {describe_value(values)}")
+        out = []
+        for i, v in enumerate(values):
+            try:
+                out.append(cls._convert_item(v))
+            except _Invalid as e:
+                raise _Invalid(f"element [{i}]: {e}", out_of_range=e.out_of_range) from None
+        return out
+
+    @classmethod
+    def _convert_item(cls, value: Any) -> Any:
+        return cls._item._convert(value)
+
+    def value(self) -> list[Any]:
+        """A new plain list of the elements' plain values."""
+        return [plain_value(v) for v in self._values]
+
+    def setValue(self, values: Iterable[Any]) -> None:  # noqa: N802 - CMSSW spelling
+        self._values = self._check(values)
+
+    def _dump_args(self, indent: int) -> str:
+        return ", ".join(_dump_any(v, indent) for v in self._values)
+
+    # MutableSequence protocol; the mixin adds append, extend, +=, pop, remove, ...
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._values[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            self._values[index] = self._check(value)
+        else:
+            self._values[index] = self._check_item(value, index)
+
+    def __delitem__(self, index: Any) -> None:
+        del self._values[index]
+
+    def insert(self, index: int, value: Any) -> None:
+        self._values.insert(index, self._check_item(value, index))
+
+    @classmethod
+    def _check_item(cls, value: Any, index: int) -> Any:
+        try:
+            return cls._convert_item(value)
+        except _Invalid as e:
+            raise ConfigurationError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
+
+    def __add__(self, other: Iterable[Any]) -> _Vector:
+        new = copy.deepcopy(self)
+        new.extend(other)
+        return new
+
+    def __eq__(self, other: object) -> builtins_bool:
+        if isinstance(other, (_Vector, list, tuple)):
+            return list(self._values) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _is_list_like(value: Any) -> builtins_bool:
+    # A typed vector counts as a list; a str, a dict or another typed parameter does not.
+    if isinstance(value, _Vector):
+        return True
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping, _ParameterTypeBase))
+
+
+class vint32(_Vector):
+    _type_name, _family, _item = "vint32", "vint", int32
+
+
+class vuint32(_Vector):
+    _type_name, _family, _item = "vuint32", "vint", uint32
+
+
+class vint64(_Vector):
+    _type_name, _family, _item = "vint64", "vint", int64
+
+
+class vuint64(_Vector):
+    _type_name, _family, _item = "vuint64", "vint", uint64
+
+
+class vdouble(_Vector):
+    _type_name, _family, _item = "vdouble", "vfloat", double
+
+
+class vstring(_Vector):
+    _type_name, _family, _item = "vstring", "vstring", string
+
+
+class VInputTag(_Vector):
+    """A list of :class:`InputTag`; strings are parsed (``VInputTag("a", "b:i")``)."""
+
+    _type_name, _family, _item = "VInputTag", "VInputTag", InputTag
+
+    @classmethod
+    def _convert_item(cls, value: Any) -> InputTag:
+        tag = InputTag()
+        tag.label, tag.instance, tag.process = InputTag._convert(value)
+        return tag
+
+    def value(self) -> list[str]:
+        """The encoded strings of the tags."""
+        return [t.encode() for t in self._values]
+
+
+# ---------------------------------------------------------------- PSet
+
+
+def is_config_structure(value: Any) -> builtins_bool:
+    """True for modules, Sequences, Paths, Tasks, Processes: things that are not parameters."""
+    return getattr(value, "_is_config_structure", False)
+
+
+def plain_value(value: Any) -> Any:
+    """The plain Python value of a typed parameter; plain values are returned as they are.
+
+    PSet -> dict, VPSet -> list of dict, InputTag -> encoded str, vectors -> list.
+    """
+    if isinstance(value, _ParameterTypeBase):
+        return value.value()
+    return value
+
+
+class ParameterHolder:
+    """Named parameters stored in definition order, read and set as attributes.
+
+    Base of :class:`PSet` and of the module declarations. Setting a plain value on an
+    existing typed scalar, vector or InputTag keeps its type and tracked-ness and checks
+    the value (``process.options.numberOfStreams = 4``); a typed value replaces it.
+    Method names of the class are reserved and cannot be parameter names.
+    """
+
+    def __init__(self, *psets: PSet, **params: Any) -> None:
+        object.__setattr__(self, "_parameters", {})
+        for pset in psets:
+            if not isinstance(pset, PSet):
+                raise ConfigurationError(
+                    f"{self._what_()}: positional arguments must be PSets to copy parameters from, "
+                    f"got {describe_value(pset)}"
+                )
+            for name, value in pset.parameters_().items():
+                self._set_parameter(name, copy.deepcopy(value))
+        for name, value in params.items():
+            self._set_parameter(name, value)
+
+    def _what_(self) -> str:
+        return type(self).__name__
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails; private names never are parameters
+        # (and copy/pickle probe them before __init__ ran).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self.__dict__["_parameters"][name]
+        except KeyError:
+            hint = closest(name, self._parameters)
+            raise AttributeError(f"{self._what_()} has no parameter '{name}' ({hint})") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            self._set_parameter(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_"):
+            object.__delattr__(self, name)
+        elif name in self._parameters:
+            del self._parameters[name]
+        else:
+            raise AttributeError(f"{self._what_()} has no parameter '{name}'")
+
+    def __contains__(self, name: object) -> builtins_bool:
+        return name in self._parameters
+
+    def _set_parameter(self, name: str, value: Any) -> None:
+        if not name.isidentifier() or name.startswith("_") or name.endswith("_"):
+            raise ConfigurationError(
+                f"{self._what_()}: invalid parameter name '{name}' "
+                "(a Python identifier, not starting or ending with '_')"
+            )
+        if hasattr(type(self), name):
+            raise ConfigurationError(f"{self._what_()}: parameter name '{name}' is reserved (a method of {type(self).__name__})")
+        if is_config_structure(value):
+            raise ConfigurationError(f"{self._what_()}: parameter '{name}' cannot hold a {type(value).__name__}")
+        existing = self._parameters.get(name)
+        if isinstance(existing, (_Scalar, _Vector, InputTag)) and not isinstance(value, _ParameterTypeBase):
+            try:
+                existing.setValue(value)
+            except ConfigurationError as e:
+                raise ConfigurationError(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
+            return
+        self._parameters[name] = value
+
+    def parameterNames_(self) -> list[str]:  # noqa: N802 - CMSSW spelling
+        """Parameter names in definition order."""
+        return list(self._parameters)
+
+    def parameters_(self) -> dict[str, Any]:
+        """A new dict name -> typed parameter (or the plain value given), in definition order."""
+        return dict(self._parameters)
+
+    def _apply_overrides(self, overrides: Mapping[str, Any]) -> None:
+        # CMSSW clone() semantics: None removes a parameter, a dict edits a nested PSet.
+        for name, value in overrides.items():
+            if value is None:
+                if name not in self._parameters:
+                    raise ConfigurationError(f"{self._what_()}: clone(): no parameter '{name}' to remove")
+                del self._parameters[name]
+            elif isinstance(value, Mapping) and isinstance(self._parameters.get(name), PSet):
+                self._parameters[name]._apply_overrides(value)
+            else:
+                self._set_parameter(name, value)
+
+    def _dump_parameters(self, indent: int) -> str:
+        pad = " " * (indent + 4)
+        return ",\n".join(f"{pad}{n} = {_dump_any(v, indent + 4)}" for n, v in self._parameters.items())
+
+
+def _dump_any(value: Any, indent: int) -> str:
+    if isinstance(value, _ParameterTypeBase):
+        return value.dumpPython_(indent)
+    return repr(value)
+
+
+class PSet(ParameterHolder, _ParameterTypeBase):
+    """A set of named parameters: ``cms.PSet(a=cms.int32(1), b=cms.PSet(...))``.
+
+    Positional PSets are copied in first (CMSSW's "include" idiom). ``value()`` returns
+    a nested plain dict; ``clone(**overrides)`` a deep copy with overrides applied
+    (``None`` removes a parameter, a dict edits a nested PSet).
+    """
+
+    _type_name, _family = "PSet", "PSet"
+
+    def __init__(self, *psets: PSet, **params: Any) -> None:
+        _ParameterTypeBase.__init__(self)
+        ParameterHolder.__init__(self, *psets, **params)
+
+    def value(self) -> dict[str, Any]:
+        return {n: plain_value(v) for n, v in self._parameters.items()}
+
+    def setValue(self, values: Mapping[str, Any]) -> None:  # noqa: N802 - CMSSW spelling
+        self._parameters.clear()
+        self._apply_overrides(dict(values))
+
+    def clone(self, **overrides: Any) -> PSet:
+        new = copy.deepcopy(self)
+        new._apply_overrides(overrides)
+        return new
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        prefix = "cms." if self._tracked else "cms.untracked."
+        if not self._parameters:
+            return f"{prefix}PSet()"
+        return f"{prefix}PSet(\n{self._dump_parameters(indent)}\n{' ' * indent})"
+
+
+class VPSet(_Vector):
+    """A list of :class:`PSet`: ``cms.VPSet(cms.PSet(...), cms.PSet(...))``."""
+
+    _type_name, _family = "VPSet", "VPSet"
+
+    @classmethod
+    def _convert_item(cls, value: Any) -> PSet:
+        if not isinstance(value, PSet):
+            raise _Invalid(f"expected a PSet, got {describe_value(value)}")
+        return value
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        prefix = "cms." if self._tracked else "cms.untracked."
+        if not self._values:
+            return f"{prefix}VPSet()"
+        pad = " " * (indent + 4)
+        items = ",\n".join(pad + p.dumpPython_(indent + 4) for p in self._values)
+        return f"{prefix}VPSet(\n{items}\n{' ' * indent})"
+
+
+# ---------------------------------------------------------------- untracked
+
+
+class UntrackedType:
+    """``cms.untracked.X``: builds an untracked X; as a bare class it means "required untracked X"."""
+
+    def __init__(self, param_type: type[_ParameterTypeBase]) -> None:
+        self.param_type = param_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        param = self.param_type(*args, **kwargs)
+        param.setIsTracked(False)
+        return param
+
+    def __repr__(self) -> str:
+        return f"cms.untracked.{self.param_type._type_name}"
+
+
+class _Untracked:
+    """``cms.untracked.int32(4)``, or ``cms.untracked(cms.int32(4))``."""
+
+    int32 = UntrackedType(int32)
+    uint32 = UntrackedType(uint32)
+    int64 = UntrackedType(int64)
+    uint64 = UntrackedType(uint64)
+    double = UntrackedType(double)
+    bool = UntrackedType(_bool)
+    string = UntrackedType(string)
+    InputTag = UntrackedType(InputTag)
+    vint32 = UntrackedType(vint32)
+    vuint32 = UntrackedType(vuint32)
+    vint64 = UntrackedType(vint64)
+    vuint64 = UntrackedType(vuint64)
+    vdouble = UntrackedType(vdouble)
+    vstring = UntrackedType(vstring)
+    VInputTag = UntrackedType(VInputTag)
+    PSet = UntrackedType(PSet)
+    VPSet = UntrackedType(VPSet)
+
+    def __call__(self, param: _ParameterTypeBase) -> _ParameterTypeBase:
+        if not isinstance(param, _ParameterTypeBase):
+            raise ConfigurationError(f"cms.untracked() takes a typed parameter, got {describe_value(param)}")
+        param.setIsTracked(False)
+        return param
+
+    def __repr__(self) -> str:
+        return "cms.untracked"
+
+
+untracked = _Untracked()

@@ -1,0 +1,198 @@
+"""``cmstriton``: start, check and stop a local Triton server that outlives the command.
+
+The counterpart of CMSSW's ``cmsTriton`` script (HeterogeneousCore/SonicTriton/scripts),
+without containers: the server is nvidia-pytriton's ``tritonserver`` binary, run by
+``LocalTritonServer``. ``start`` returns once every model is ready and leaves the
+server running; its process id and addresses are kept in a state folder::
+
+    cmstriton start [--repository DIR] [--instances N] [--grpc-port P] [--wait S] [--dir D] [-v]
+    cmstriton check [--dir D]
+    cmstriton stop  [--dir D] [--timeout S]
+
+State folder (``--dir``, default ``$PYSONIC_CMSTRITON_DIR`` or ``~/.cache/pysonic/cmstriton``):
+``tritonserver.pid``, ``state.json`` (pid, ports, addresses, repository, log path,
+models), ``tritonserver.log`` and ``work/`` (the repository copy for ``--instances``).
+Exit status: 0 on success, 1 on failure (the reason is printed on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+
+from framework._errors import FrameworkError
+from framework.sonic._server import (
+    LocalTritonServer,
+    default_cache_dir,
+    default_model_repository,
+    pid_is_tritonserver,
+    query_ready_models,
+    terminate_server,
+)
+
+PID_FILE = "tritonserver.pid"
+STATE_FILE = "state.json"
+LOG_FILE = "tritonserver.log"
+WORK_DIR = "work"
+
+
+def default_state_dir() -> pathlib.Path:
+    """``$PYSONIC_CMSTRITON_DIR``, else ``~/.cache/pysonic/cmstriton``."""
+    override = os.environ.get("PYSONIC_CMSTRITON_DIR")
+    return pathlib.Path(override) if override else default_cache_dir() / "cmstriton"
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def _read_state(state_dir: pathlib.Path) -> dict | None:
+    """The state of the last ``start`` (None if there is none or it is unreadable)."""
+    try:
+        state = json.loads((state_dir / STATE_FILE).read_text())
+        pid = int((state_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    state["pid"] = pid  # the PID file is the authority, as for cmsTriton
+    return state
+
+
+def _clear_state(state_dir: pathlib.Path) -> None:
+    for name in (PID_FILE, STATE_FILE):
+        (state_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(state_dir / WORK_DIR, ignore_errors=True)
+
+
+def _fail(message: str) -> int:
+    print(f"cmstriton: {message}", file=sys.stderr)
+    return 1
+
+
+def _start(args: argparse.Namespace) -> int:
+    state_dir: pathlib.Path = args.dir
+    state = _read_state(state_dir)
+    if state is not None and pid_is_tritonserver(state["pid"]):
+        return _fail(
+            f"a server is already running from {state_dir} (pid {state['pid']}, "
+            f"gRPC {state.get('grpc_address')}): run 'cmstriton stop' first"
+        )
+    _clear_state(state_dir)  # stale files of a server that died
+    state_dir.mkdir(parents=True, exist_ok=True)
+    server = LocalTritonServer(
+        args.repository,
+        instances=args.instances,
+        grpc_port=args.grpc_port,
+        log_path=state_dir / LOG_FILE,
+        verbose=args.verbose,
+        work_dir=state_dir / WORK_DIR,
+        die_with_parent=False,  # it must outlive this command
+    )
+    started = time.monotonic()
+    try:
+        server.start(timeout=args.wait)
+        models = server.ready_models()
+    except FrameworkError as err:
+        server.stop()
+        return _fail(str(err))
+    state = {
+        "pid": server.pid,
+        "ports": server.ports,
+        "grpc_address": server.grpc_address,
+        "http_address": server.http_address,
+        "metrics_url": server.metrics_url,
+        "repository": str(server.repository),
+        "served_repository": str(server.served_repository),
+        "instances": args.instances,
+        "log_path": str(server.log_path),
+        "models": models,
+    }
+    _write_atomic(state_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
+    _write_atomic(state_dir / PID_FILE, f"{server.pid}\n")
+    server.detach()
+    print(f"tritonserver pid {state['pid']} ready in {time.monotonic() - started:.1f} s")
+    print(f"gRPC address: {state['grpc_address']}")
+    print(f"ready models: {', '.join(models) or '(none)'}")
+    print(f"log: {state['log_path']}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    state = _read_state(args.dir)
+    if state is None:
+        return _fail(f"no server was started from {args.dir}")
+    if not pid_is_tritonserver(state["pid"]):
+        return _fail(f"server pid {state['pid']} from {args.dir} is not running (see {state.get('log_path')})")
+    models = query_ready_models(state["grpc_address"])
+    if models is None:
+        return _fail(f"server pid {state['pid']} at {state['grpc_address']} is running but not ready")
+    print(f"tritonserver pid {state['pid']} ready")
+    print(f"gRPC address: {state['grpc_address']}")
+    print(f"ready models: {', '.join(models) or '(none)'}")
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    state = _read_state(args.dir)
+    if state is None:
+        print(f"no server running from {args.dir}")
+        _clear_state(args.dir)
+        return 0
+    pid = state["pid"]
+    if not pid_is_tritonserver(pid):
+        # dead, or its pid now belongs to another program: never signal that one
+        print(f"server pid {pid} was not running; removed its state from {args.dir}")
+        _clear_state(args.dir)
+        return 0
+    terminate_server(pid, timeout=args.timeout)
+    _clear_state(args.dir)
+    print(f"stopped tritonserver pid {pid}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cmstriton", description="Start, check or stop a local Triton server (CMSSW's cmsTriton)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{start,check,stop}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--dir", type=pathlib.Path, default=default_state_dir(), help="state folder (default: %(default)s)"
+    )
+
+    start = commands.add_parser("start", parents=[common], help="start a server and wait for its models")
+    start.add_argument("--repository", type=pathlib.Path, default=default_model_repository(),
+                       help="model repository (default: %(default)s)")
+    start.add_argument("--instances", type=int, default=0, help="instances per model (0: as configured)")
+    start.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")
+    start.add_argument("--wait", type=float, default=60.0, help="seconds to wait for readiness")
+    start.add_argument("-v", "--verbose", action="store_true", help="verbose server log")
+    start.set_defaults(func=_start)
+
+    check = commands.add_parser("check", parents=[common], help="exit 0 if the server is ready")
+    check.set_defaults(func=_check)
+
+    stop = commands.add_parser("stop", parents=[common], help="stop the server")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
+    stop.set_defaults(func=_stop)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cmstriton`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FrameworkError as err:
+        return _fail(str(err))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

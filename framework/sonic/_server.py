@@ -1,0 +1,747 @@
+"""A local Triton inference server, run from the ``tritonserver`` binary of nvidia-pytriton.
+
+CMSSW counterparts: the ``cmsTriton`` script and the "fallback server" that
+``TritonService`` starts when no remote server serves a model
+(HeterogeneousCore/SonicTriton). CMSSW runs the server in a container; here the
+binary and its Python backend come from the ``nvidia-pytriton`` wheel, so no
+Docker is needed. The launch recipe, verified on CPU-only Linux:
+
+* backend directory: ``<dir>/python/`` holding symlinks to ``libtriton_python.so``,
+  ``triton_python_backend_utils.py`` and the stub built for this Python version;
+* environment: ``PATH`` starts with this environment's ``bin/`` (the Python backend
+  stub takes its site-packages from the ``python`` it finds there) and
+  ``LD_LIBRARY_PATH`` holds Python's ``LIBDIR`` and ``nvidia_pytriton.libs``.
+  Without them the stub fails in multiprocessing, or silently returns EMPTY output
+  tensors: always check output values.
+
+This module is synchronous (subprocess and polling) and knows nothing of trio; the
+trio service calls it through ``trio.to_thread.run_sync``. Every server listens on
+127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import ctypes
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from importlib.util import find_spec
+
+from framework._errors import ConfigurationError, ExternalFailure
+
+__all__ = [
+    "LocalTritonServer",
+    "TritonInstallation",
+    "TritonServerError",
+    "default_cache_dir",
+    "default_model_repository",
+    "find_tritonserver",
+    "model_repository_models",
+    "pid_is_tritonserver",
+    "prepare_backend_directory",
+    "query_ready_models",
+    "server_environment",
+    "terminate_server",
+]
+
+LOCALHOST = "127.0.0.1"
+LOG_TAIL_LINES = 40  # lines of server log quoted in errors
+PORT_ATTEMPTS = 3  # launches with fresh automatic ports when one was taken meanwhile
+POLL_INTERVAL = 0.1  # seconds between readiness checks
+KILL_WAIT = 5.0  # seconds to wait for the process after SIGKILL
+_ADDRESS_IN_USE = "already in use"  # tritonserver: "Socket '127.0.0.1:P' already in use"
+
+
+class TritonServerError(ExternalFailure):
+    """The local tritonserver cannot be found, started, or did not become ready."""
+
+
+# ----------------------------------------------------------------------------------------
+# Installation: where the binary, the Python backend and its libraries are
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonInstallation:
+    """Paths of the tritonserver shipped in nvidia-pytriton, for this Python version.
+
+    Attributes:
+        binary: the ``tritonserver`` executable.
+        python_backend: folder with ``libtriton_python.so`` and ``triton_python_backend_utils.py``.
+        stub: ``triton_python_backend_stub`` built for this interpreter's ``major.minor``.
+        libs: ``nvidia_pytriton.libs``, the shared libraries the binary links against.
+        libdir: this interpreter's ``sysconfig`` ``LIBDIR`` (holds ``libpython3.X.so``).
+    """
+
+    binary: pathlib.Path
+    python_backend: pathlib.Path
+    stub: pathlib.Path
+    libs: pathlib.Path
+    libdir: str
+
+
+def find_tritonserver() -> TritonInstallation:
+    """Locate the tritonserver of the installed nvidia-pytriton wheel.
+
+    Raises:
+        TritonServerError: nvidia-pytriton is not installed, or ships no Python backend
+            stub for this Python version (the message lists the versions it has).
+    """
+    spec = find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonServerError(
+            f"nvidia-pytriton is not installed in {sys.prefix}: it provides the tritonserver "
+            "binary (pip install nvidia-pytriton)"
+        )
+    package = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    root = package / "tritonserver"
+    binary = root / "bin" / "tritonserver"
+    if not binary.is_file():
+        raise TritonServerError(f"nvidia-pytriton at {package} has no tritonserver binary ({binary})")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stubs = root / "python_backend_stubs"
+    stub = stubs / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        available = sorted(p.name for p in stubs.iterdir() if p.is_dir()) if stubs.is_dir() else []
+        raise TritonServerError(
+            f"nvidia-pytriton at {package} has no Python backend stub for Python {version} "
+            f"(it has: {', '.join(available) or 'none'})"
+        )
+    return TritonInstallation(
+        binary=binary,
+        python_backend=root / "backends" / "python",
+        stub=stub,
+        libs=package.parent / "nvidia_pytriton.libs",
+        libdir=sysconfig.get_config_var("LIBDIR") or "",
+    )
+
+
+def default_cache_dir() -> pathlib.Path:
+    """``$XDG_CACHE_HOME/pysonic`` (default ``~/.cache/pysonic``): backend folders, cmstriton state."""
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "pysonic"
+
+
+def default_model_repository() -> pathlib.Path:
+    """The project's model repository, ``<repo root>/data/models``, or ``$PYSONIC_MODEL_REPOSITORY``."""
+    override = os.environ.get("PYSONIC_MODEL_REPOSITORY")
+    if override:
+        return pathlib.Path(override)
+    return pathlib.Path(__file__).resolve().parents[2] / "data" / "models"
+
+
+def prepare_backend_directory(
+    cache_dir: str | os.PathLike[str] | None = None,
+    installation: TritonInstallation | None = None,
+) -> pathlib.Path:
+    """Make (idempotently) the ``--backend-directory`` for this Python and installation.
+
+    The folder ``<cache_dir>/backends-py<X.Y>-<hash>/python/`` holds symlinks to the
+    Python backend library, its utilities and the stub for this Python version; the
+    hash of the installation path keeps two virtualenvs sharing a cache apart.
+    Links are replaced atomically, so concurrent callers (threads or processes) are safe.
+
+    Returns:
+        The backend directory (the parent of ``python/``).
+    """
+    inst = installation or find_tritonserver()
+    tag = hashlib.sha1(str(inst.binary).encode()).hexdigest()[:8]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    backend_dir = pathlib.Path(cache_dir or default_cache_dir()) / f"backends-py{version}-{tag}"
+    python_dir = backend_dir / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    targets = (
+        inst.python_backend / "libtriton_python.so",
+        inst.python_backend / "triton_python_backend_utils.py",
+        inst.stub,
+    )
+    for target in targets:
+        link = python_dir / target.name
+        if link.is_symlink() and os.readlink(link) == str(target):
+            continue
+        scratch = python_dir / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
+        scratch.unlink(missing_ok=True)
+        os.symlink(target, scratch)
+        os.replace(scratch, link)
+    return backend_dir
+
+
+def server_environment(installation: TritonInstallation | None = None) -> dict[str, str]:
+    """``os.environ`` plus the ``PATH`` and ``LD_LIBRARY_PATH`` the server and its stubs need."""
+    inst = installation or find_tritonserver()
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(sys.prefix) / "bin"), env.get("PATH")]))
+    libraries = [inst.libdir, str(inst.libs), env.get("LD_LIBRARY_PATH")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libraries))
+    return env
+
+
+# ----------------------------------------------------------------------------------------
+# Model repositories
+
+
+def model_repository_models(repository: str | os.PathLike[str]) -> list[str]:
+    """Sorted names of the models in a repository folder (subfolders holding ``config.pbtxt``)."""
+    root = pathlib.Path(repository)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "config.pbtxt").is_file())
+
+
+def _override_instances(source: pathlib.Path, target: pathlib.Path, models: Iterable[str], count: int) -> None:
+    """Write in ``target`` a copy of ``source`` whose models run ``count`` instances each.
+
+    As cmsTriton does: version folders and other files are symlinks, only
+    ``config.pbtxt`` is rewritten (every ``instance_group`` gets ``count``; a model
+    without one gets a CPU group).
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    for name in models:
+        source_model, target_model = source / name, target / name
+        target_model.mkdir(parents=True)
+        for entry in source_model.iterdir():
+            if entry.name != "config.pbtxt":
+                (target_model / entry.name).symlink_to(entry.absolute())
+        config_path = source_model / "config.pbtxt"
+        config = model_config_pb2.ModelConfig()
+        try:
+            text_format.Parse(config_path.read_text(), config)
+        except text_format.ParseError as err:
+            raise TritonServerError(f"{config_path}: invalid model configuration: {err}") from None
+        if not config.instance_group:
+            config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+        for group in config.instance_group:
+            group.count = count
+        (target_model / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
+# ----------------------------------------------------------------------------------------
+# Processes
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (another process may take them later)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOCALHOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as the server does, so that TIME_WAIT leftovers do not count as busy
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOCALHOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _read_tail(path: pathlib.Path, lines: int) -> str:
+    """The last ``lines`` informative lines of a server log ("" if it does not exist).
+
+    Blank lines, table borders and the ~20-row table of server options are left out:
+    they would push the error lines out of a short tail. The model status table stays
+    (its rows give each model's load error).
+    """
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            stream.seek(max(0, stream.tell() - 64 * 1024))
+            text = stream.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    kept, in_options = [], False
+    for line in text.splitlines():
+        if line.startswith("| Option "):
+            in_options = True
+        elif not line.startswith(("|", "+")):
+            in_options = False
+        if line.strip() and not line.startswith("+") and not in_options:
+            kept.append(line)
+    return "\n".join(kept[-lines:])
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (``"Z"`` for a zombie), None if no such process."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def pid_is_tritonserver(pid: int) -> bool:
+    """True if ``pid`` is a live (not zombie) process running a ``tritonserver`` binary."""
+    if _proc_state(pid) in (None, "Z"):
+        return False
+    try:
+        argv0 = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0) == b"tritonserver"
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid`` if it is our child, so that it does not stay a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap(pid)
+        if _proc_state(pid) in (None, "Z"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL)
+
+
+def terminate_server(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM ``pid``; SIGKILL it after ``timeout`` seconds; then kill its process group.
+
+    The server is started as leader of its own session, so its process group holds the
+    Python backend stubs too: killing the group leaves nothing behind even when the
+    server had to be SIGKILLed. Works for processes that are not our children.
+    """
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    if not _wait_gone(pid, timeout):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _wait_gone(pid, KILL_WAIT)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def query_ready_models(grpc_address: str, timeout: float = 5.0) -> list[str] | None:
+    """Names of the READY models of the server at ``grpc_address``; None if it is not ready.
+
+    ``timeout`` (seconds) bounds each gRPC call.
+    """
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(grpc_address, channel_args=_FAST_RECONNECT)
+    try:
+        if not client.is_server_ready(client_timeout=timeout):
+            return None
+        index = client.get_model_repository_index(client_timeout=timeout)
+        return sorted({model.name for model in index.models if model.state == "READY"})
+    except InferenceServerException:
+        return None
+    finally:
+        client.close()
+
+
+# gRPC backs off up to minutes between connection attempts; the server comes up in seconds.
+_FAST_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process
+# (prctl(2)). trio's worker threads come and go, so every such child is forked from this
+# one long-lived thread instead; it ends only with the interpreter.
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _reset_spawner() -> None:
+    global _spawner
+    _spawner = None
+
+
+os.register_at_fork(after_in_child=_reset_spawner)
+
+
+def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs) -> subprocess.Popen:
+    """Popen in a new session; with ``die_with_parent``, SIGTERM it when this process dies."""
+    global _spawner
+    if not (die_with_parent and sys.platform.startswith("linux")):
+        return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork, not in the child
+    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
+        spawner = _spawner
+    future = spawner.submit(subprocess.Popen, args, start_new_session=True, preexec_fn=preexec, **popen_kwargs)
+    return future.result()
+
+
+_owned_servers: set[LocalTritonServer] = set()
+
+
+@atexit.register
+def _stop_owned_servers() -> None:
+    for server in list(_owned_servers):
+        server.stop()
+
+
+class _PortInUse(Exception):
+    pass
+
+
+# ----------------------------------------------------------------------------------------
+# The server
+
+
+class LocalTritonServer:
+    """A tritonserver process on 127.0.0.1 serving a model repository on CPU.
+
+    Usage::
+
+        with LocalTritonServer("data/models", instances=2) as server:
+            client = tritonclient.grpc.InferenceServerClient(server.grpc_address)
+
+    Args:
+        model_repository: folder of models (``<name>/config.pbtxt``, ``<name>/<version>/``).
+        instances: if > 0, every model runs this many instances (overrides the
+            ``instance_group`` counts in a temporary copy of the repository, as cmsTriton).
+        device: only ``"cpu"`` (the bundled server has no GPU backends here).
+        grpc_port, http_port, metrics_port: TCP ports; 0 picks free ones. An explicit
+            port that is busy is an error naming it; automatic ports taken by someone else
+            between choice and bind are re-chosen (up to ``PORT_ATTEMPTS`` launches).
+        log_path: server log (stdout and stderr); None: a temporary file, deleted by a
+            successful ``stop()`` and kept (and named) when ``start()`` fails.
+        verbose: pass ``--log-verbose=1``.
+        models: load only these models (``--model-control-mode=explicit``); None: all.
+        work_dir: where the repository copy for ``instances`` goes (default: a temporary
+            folder). ``stop()`` removes what it created there.
+        die_with_parent: SIGTERM the server when this Python process dies
+            (``PR_SET_PDEATHSIG``). False for a server meant to outlive it (``detach()``).
+
+    Raises:
+        ConfigurationError: unsupported ``device``, negative ``instances``, missing
+            repository folder, or a model of ``models`` absent from it.
+    """
+
+    def __init__(
+        self,
+        model_repository: str | os.PathLike[str],
+        *,
+        instances: int = 0,
+        device: str = "cpu",
+        grpc_port: int = 0,
+        http_port: int = 0,
+        metrics_port: int = 0,
+        log_path: str | os.PathLike[str] | None = None,
+        verbose: bool = False,
+        models: Sequence[str] | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        self.repository = pathlib.Path(model_repository).absolute()
+        if device != "cpu":
+            raise ConfigurationError(f"LocalTritonServer: device={device!r} is not supported (only 'cpu')")
+        if instances < 0:
+            raise ConfigurationError(f"LocalTritonServer: instances={instances} must be >= 0")
+        if not self.repository.is_dir():
+            raise ConfigurationError(f"LocalTritonServer: model repository {self.repository} is not a folder")
+        available = model_repository_models(self.repository)
+        for name in models or ():
+            if name not in available:
+                raise ConfigurationError(
+                    f"LocalTritonServer: model {name!r} is not in {self.repository} "
+                    f"(it has: {', '.join(available) or 'none'})"
+                )
+        self.models = list(models) if models is not None else None
+        self.instances = instances
+        self.verbose = verbose
+        self.die_with_parent = die_with_parent
+        self._requested_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
+        self._ports: dict[str, int] | None = None
+        self._user_log = pathlib.Path(log_path).absolute() if log_path is not None else None
+        self._log_path: pathlib.Path | None = self._user_log
+        self._user_work_dir = pathlib.Path(work_dir).absolute() if work_dir is not None else None
+        self._temp_work: pathlib.Path | None = None  # our own work_dir when none was given
+        self._created: list[pathlib.Path] = []  # temporary paths that stop() removes
+        self._process: subprocess.Popen | None = None
+        self._last_tail = ""
+        self._lock = threading.RLock()
+
+    # -- properties --------------------------------------------------------------------
+
+    def _port(self, kind: str) -> int:
+        if self._ports is None:
+            raise TritonServerError(f"LocalTritonServer({self.repository}): not started, no {kind} port yet")
+        return self._ports[kind]
+
+    @property
+    def grpc_address(self) -> str:
+        """``"127.0.0.1:PORT"`` for ``tritonclient.grpc``."""
+        return f"{LOCALHOST}:{self._port('grpc')}"
+
+    @property
+    def http_address(self) -> str:
+        """``"127.0.0.1:PORT"`` for ``tritonclient.http``."""
+        return f"{LOCALHOST}:{self._port('http')}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Prometheus metrics, ``"http://127.0.0.1:PORT/metrics"``."""
+        return f"http://{LOCALHOST}:{self._port('metrics')}/metrics"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """``{"grpc": .., "http": .., "metrics": ..}`` of the running server."""
+        self._port("grpc")
+        return dict(self._ports)
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the server, None before ``start()``/after ``stop()``."""
+        process = self._process
+        return process.pid if process is not None else None
+
+    @property
+    def log_path(self) -> pathlib.Path | None:
+        """The server log file (None before the first ``start()`` if no ``log_path`` was given)."""
+        return self._log_path
+
+    @property
+    def served_repository(self) -> pathlib.Path:
+        """The folder given to ``--model-repository`` (a copy when ``instances`` > 0)."""
+        if self.instances > 0:
+            return self._work_dir() / "repository"
+        return self.repository
+
+    def is_running(self) -> bool:
+        """True if the server process exists and has not exited."""
+        process = self._process
+        return process is not None and process.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the server log (kept in memory once a temp log is deleted)."""
+        if self._log_path is not None and self._log_path.exists():
+            return _read_tail(self._log_path, lines)
+        return "\n".join(self._last_tail.splitlines()[-lines:])
+
+    def ready_models(self, timeout: float = 5.0) -> list[str]:
+        """Names of the models the server reports READY (``[]`` if it does not answer)."""
+        return query_ready_models(self.grpc_address, timeout) or []
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> LocalTritonServer:
+        """Launch the server and wait until it and every model are ready.
+
+        Args:
+            timeout: seconds (monotonic clock) for the whole start, all launches included.
+
+        Returns:
+            self (already running: nothing is done).
+
+        Raises:
+            TritonServerError: no tritonserver, an explicit port is busy, the process
+                exited, or not ready within ``timeout``; the message ends with the last
+                ``LOG_TAIL_LINES`` lines of the server log.
+        """
+        with self._lock:
+            if self.is_running():
+                return self
+            deadline = time.monotonic() + timeout
+            try:
+                self._start(deadline, timeout)
+            except BaseException:
+                self._shutdown(30.0, keep_log=True)
+                raise
+            _owned_servers.add(self)
+            return self
+
+    def _start(self, deadline: float, timeout: float) -> None:
+        installation = find_tritonserver()
+        backend_dir = prepare_backend_directory(installation=installation)
+        expected = self.models if self.models is not None else model_repository_models(self.repository)
+        if self.instances > 0:
+            repository = self.served_repository
+            shutil.rmtree(repository, ignore_errors=True)
+            self._created.append(repository)
+            _override_instances(self.repository, repository, expected, self.instances)
+        if self._log_path is None:
+            fd, name = tempfile.mkstemp(prefix="pysonic-tritonserver-", suffix=".log")
+            os.close(fd)
+            self._log_path = pathlib.Path(name)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self._choose_ports()
+            self._launch(installation, backend_dir)
+            try:
+                self._wait_ready(expected, deadline, timeout)
+                return
+            except _PortInUse:
+                self._check_explicit_ports()
+                if attempt == PORT_ATTEMPTS:
+                    raise self._error(f"automatic ports were taken {PORT_ATTEMPTS} times in a row") from None
+
+    def _choose_ports(self) -> None:
+        self._check_explicit_ports()
+        free = iter(_free_ports(3))
+        self._ports = {kind: port or next(free) for kind, port in self._requested_ports.items()}
+
+    def _check_explicit_ports(self) -> None:
+        for kind, port in self._requested_ports.items():
+            if port and not _port_is_free(port):
+                raise TritonServerError(
+                    f"LocalTritonServer: {kind}_port={port} is already in use on {LOCALHOST} "
+                    f"(use {kind}_port=0 for a free one)"
+                )
+
+    def _launch(self, installation: TritonInstallation, backend_dir: pathlib.Path) -> None:
+        args = [
+            str(installation.binary),
+            f"--model-repository={self.served_repository}",
+            f"--backend-directory={backend_dir}",
+        ]
+        for kind, port in self._ports.items():
+            args += [f"--{kind}-address={LOCALHOST}", f"--{kind}-port={port}"]
+        if self.models is not None:
+            args.append("--model-control-mode=explicit")
+            args += [f"--load-model={name}" for name in self.models]
+        if self.verbose:
+            args.append("--log-verbose=1")
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "wb") as log:
+            self._process = _spawn(
+                args,
+                die_with_parent=self.die_with_parent,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_environment(installation),
+            )
+
+    def _wait_ready(self, expected: list[str], deadline: float, timeout: float) -> None:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        client = grpcclient.InferenceServerClient(self.grpc_address, channel_args=_FAST_RECONNECT)
+        try:
+            while True:
+                code = self._process.poll()
+                if code is not None:
+                    if _ADDRESS_IN_USE in self.log_tail():
+                        raise _PortInUse()
+                    raise self._error(f"tritonserver exited with code {code} before being ready")
+                try:
+                    if client.is_server_ready(client_timeout=2.0) and all(
+                        client.is_model_ready(name, client_timeout=2.0) for name in expected
+                    ):
+                        return
+                except InferenceServerException:
+                    pass  # not listening yet
+                if time.monotonic() >= deadline:
+                    missing = set(expected) - set(query_ready_models(self.grpc_address, 2.0) or [])
+                    raise self._error(
+                        f"tritonserver not ready after {timeout:g} s "
+                        f"(models not ready: {', '.join(sorted(missing)) or 'none'})"
+                    )
+                time.sleep(POLL_INTERVAL)
+        finally:
+            client.close()
+
+    def _error(self, what: str) -> TritonServerError:
+        return TritonServerError(
+            f"LocalTritonServer({self.repository}): {what}; log {self._log_path}, "
+            f"last lines:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the server, SIGKILL it after ``timeout`` seconds; remove temporary folders.
+
+        Idempotent; a no-op after ``detach()``.
+        """
+        with self._lock:
+            self._shutdown(timeout, keep_log=False)
+
+    def _shutdown(self, timeout: float, *, keep_log: bool) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            terminate_server(process.pid, timeout)
+            process.wait()
+        _owned_servers.discard(self)
+        for path in self._created:
+            shutil.rmtree(path, ignore_errors=True)
+        self._created.clear()
+        if self._user_work_dir is None and self._temp_work is not None:
+            shutil.rmtree(self._temp_work, ignore_errors=True)
+            self._temp_work = None
+        if not keep_log and self._user_log is None and self._log_path is not None:
+            self._last_tail = self.log_tail(200)
+            self._log_path.unlink(missing_ok=True)
+            self._log_path = None
+
+    def _work_dir(self) -> pathlib.Path:
+        if self._user_work_dir is not None:
+            return self._user_work_dir
+        if self._temp_work is None:
+            self._temp_work = pathlib.Path(tempfile.mkdtemp(prefix="pysonic-tritonserver-"))
+        return self._temp_work
+
+    def detach(self) -> int:
+        """Give up the running server: it outlives this object and this Python process.
+
+        Only for ``die_with_parent=False``. Stop it later with ``terminate_server(pid)``.
+
+        Returns:
+            The server's process id.
+        """
+        with self._lock:
+            if self.die_with_parent:
+                raise TritonServerError("LocalTritonServer.detach() needs die_with_parent=False")
+            if not self.is_running():
+                raise TritonServerError(f"LocalTritonServer({self.repository}): not running, nothing to detach")
+            pid = self._process.pid
+            self._process = None
+            self._created.clear()
+            _owned_servers.discard(self)
+            return pid
+
+    def __enter__(self) -> LocalTritonServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}, gRPC {self.grpc_address}" if self.is_running() else "stopped"
+        return f"<LocalTritonServer {self.repository} ({state})>"

@@ -1,0 +1,74 @@
+"""DeepMET-style missing transverse momentum as a service: input builder and SONIC producer.
+
+The input producer turns each event's PF candidates into the ``deepmet`` model's
+fixed-size arrays (up to 4,500 candidates, see :mod:`modules.deepmet_inputs`); the SONIC
+producer gets one weight per candidate from Triton and computes MET as the weighted
+vector sum (CMS DeepMET, arXiv:2105.12773). The model in ``data/models`` has UNTRAINED
+(random, fixed-seed) weights: the MET it gives is not a physics measurement.
+"""
+
+from __future__ import annotations
+
+import framework.config as cms
+from framework import EDProducer
+from framework.sonic import SonicEDProducer
+
+from .deepmet_inputs import DEEPMET_MAX_CANDIDATES, build_deepmet_inputs, met_from_weights
+
+_PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "d0", "dz", "puppiWeight", "charge", "pdgId",
+                  "pvAssocQuality"]
+
+
+class DeepMETInputProducer(EDProducer):
+    """Builds ``deepmet`` inputs for the event.
+
+    Product (instance ""): dict ``{"pf_cont": float32 (1, N, 8), "pf_cat": int32 (1, N, 3),
+    "n": int}`` with N = ``maxCandidates``; rows [0, n) hold the highest-pT candidates.
+    """
+
+    thread_safe = True  # pure numpy
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        desc.add("pfCands", cms.InputTag("PFCands"), "PF candidates")
+        desc.add("maxCandidates", cms.uint32(DEEPMET_MAX_CANDIDATES), "model input rows (N)")
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        self.pfcands = self.consumes(params.pfCands, branches=_PFCAND_FIELDS)
+        self.max_candidates = params.maxCandidates
+        self.produces(doc="deepmet inputs")
+
+    def produce(self, event) -> None:
+        inputs, n = build_deepmet_inputs(event.get(self.pfcands), max_candidates=self.max_candidates)
+        event.put({**inputs, "n": n})
+
+
+class DeepMETSonicProducer(SonicEDProducer):
+    """MET from per-candidate DeepMET weights served by Triton (ExternalWork).
+
+    Product (instance ""): dict ``{"pt": float (GeV), "phi": float (rad)}``, written as
+    ``<label>_pt`` and ``<label>_phi``. One request per event (batch 1).
+    """
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)
+        desc.add("src", cms.InputTag("deepMETInputs"), "DeepMETInputProducer label")
+        desc.add("pfCands", cms.InputTag("PFCands"), "the PF candidates the inputs came from")
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.pfcands = self.consumes(params.pfCands, branches=["pt", "phi"])
+        self.produces(doc="MET pt [GeV], phi [rad]")
+
+    def acquire(self, event, input) -> None:
+        inputs = event.get(self.src)
+        input["pf_cont"].to_server(inputs["pf_cont"])
+        input["pf_cat"].to_server(inputs["pf_cat"])
+
+    def produce(self, event, output) -> None:
+        weights = output["weights"].from_server()  # float32 (1, N)
+        n = event.get(self.src)["n"]
+        pt, phi = met_from_weights(weights[0], event.get(self.pfcands), n)
+        event.put({"pt": pt, "phi": phi})

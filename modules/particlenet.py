@@ -1,0 +1,85 @@
+"""ParticleNet-style AK4 jet tagging as a service: input builder and SONIC producer.
+
+Two modules, as in CMSSW (a TagInfo producer, then the tagger): the input producer turns
+each event's PFNano ``Jet``/``JetPFCands``/``PFCands`` into the model's fixed-size
+per-jet arrays (see :mod:`modules.particlenet_inputs`); the SONIC producer sends them to
+the ``particlenet_ak4`` model on Triton and puts per-jet class scores. The model in
+``data/models`` has the ParticleNet architecture with UNTRAINED (random, fixed-seed)
+weights: its scores exercise the data flow, they carry no physics meaning.
+"""
+
+from __future__ import annotations
+
+import framework.config as cms
+from framework import EDProducer
+from framework.sonic import SonicEDProducer
+
+from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
+
+_JET_FIELDS = ["pt", "eta", "phi", "mass"]
+_JETPFCAND_FIELDS = ["jetIdx", "pFCandsIdx", "btagEtaRel", "btagPtRatio", "btagPParRatio",
+                     "btagSip3dVal", "btagSip3dSig", "btagJetDistVal"]
+_PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "charge", "pdgId", "pvAssocQuality",
+                  "lostInnerHits", "d0", "d0Err", "dz", "dzErr", "puppiWeight"]
+INPUT_NAMES = ("pf_points", "pf_features", "pf_mask")
+
+
+class ParticleNetInputProducer(EDProducer):
+    """Builds ``particlenet_ak4`` inputs for every jet of the event.
+
+    Product (instance ""): dict ``{"pf_points": float32 (n_jets, 2, P), "pf_features":
+    float32 (n_jets, F, P), "pf_mask": float32 (n_jets, 1, P)}`` with P = ``nConstituents``,
+    one row per entry of the jet collection (so scores line up with ``Jet_*`` branches).
+    """
+
+    thread_safe = True  # pure numpy
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        desc.add("jets", cms.InputTag("Jet"), "AK4 jets")
+        desc.add("jetPFCands", cms.InputTag("JetPFCands"), "jet-constituent links with b-tag features")
+        desc.add("pfCands", cms.InputTag("PFCands"), "PF candidates")
+        desc.add("nConstituents", cms.uint32(PARTICLENET_N_CONSTITUENTS),
+                 "constituent slots per jet (the model's P)")
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        self.jets = self.consumes(params.jets, branches=_JET_FIELDS)
+        self.jet_pfcands = self.consumes(params.jetPFCands, branches=_JETPFCAND_FIELDS)
+        self.pfcands = self.consumes(params.pfCands, branches=_PFCAND_FIELDS)
+        self.n_constituents = params.nConstituents
+        self.produces(doc="particlenet_ak4 inputs per jet")
+
+    def produce(self, event) -> None:
+        event.put(build_particlenet_inputs(
+            event.get(self.jets), event.get(self.jet_pfcands), event.get(self.pfcands),
+            n_constituents=self.n_constituents,
+        ))
+
+
+class ParticleNetSonicProducer(SonicEDProducer):
+    """Per-jet ParticleNet scores from Triton (ExternalWork: other events run meanwhile).
+
+    Consumes the :class:`ParticleNetInputProducer` product (``src``). One request per
+    event, batch = number of jets (none is sent for an event without jets). Product
+    (instance ""): dict ``{"prob<class>": float32 (n_jets,)}`` for the classes
+    ``b, c, uds, g, pileup``, written as ``<label>_prob<class>`` branches.
+    """
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)
+        desc.add("src", cms.InputTag("particleNetInputs"), "ParticleNetInputProducer label")
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.produces(doc="per-jet class scores, fields prob<class>")
+
+    def acquire(self, event, input) -> None:
+        arrays = event.get(self.src)
+        for name in INPUT_NAMES:
+            input[name].to_server(arrays[name])
+
+    def produce(self, event, output) -> None:
+        scores = output["softmax"].from_server()  # float32 (n_jets, n_classes)
+        event.put({f"prob{c}": scores[:, i] for i, c in enumerate(PARTICLENET_CLASSES)})

@@ -1,0 +1,320 @@
+"""Build the two ML model stand-ins and their Triton model repository entries.
+
+Run from the repository root (torch is needed here and nowhere else)::
+
+    /work/venv/bin/python scripts/build_models.py [--output data/models] [--check-only]
+
+For each model this writes ``<output>/<name>/config.pbtxt``, ``<output>/<name>/1/model.onnx``
+and ``<output>/<name>/1/model.py`` (the two-line stub that points Triton's Python backend at
+``framework.sonic.onnx_backend``), then runs the ONNX file in onnxruntime and prints the
+largest absolute difference from torch on random inputs.
+
+The two models stand in for the two heaviest ML steps of CMS MiniAOD production, with
+their architectures and real input sizes:
+
+* ``particlenet_ak4``: a ParticleNet-style EdgeConv graph network (H. Qu, L. Gouskos,
+  "ParticleNet: Jet Tagging via Particle Clouds", arXiv:1902.08570), one AK4 jet per batch
+  row, P = 50 constituents, classes b, c, uds, g, pileup.
+* ``deepmet``: a DeepMET-style per-candidate network (CMS DeepMET, Y. Feng et al.,
+  arXiv:2105.12773 style): embeddings of categorical features, dense per-candidate layers,
+  one weight in [0, 1] per PF candidate (up to 4,500), one event per batch row; the MET is
+  the weighted vector sum (``modules/deepmet_inputs.met_from_weights``).
+
+THE WEIGHTS ARE UNTRAINED: random initialisation with a fixed seed. The outputs have the
+right shapes, ranges and cost, but carry no physics meaning. (There is no labelled sample
+big enough to train them here: pfnano.root has 10 events.)
+
+Determinism: same torch version + same seed gives identical ONNX bytes (checked by
+``--check-only``, which rebuilds in memory and compares with the files on disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from torch import nn
+
+REPO = Path(__file__).resolve().parent.parent
+SEED = 20240501
+OPSET = 17
+
+# Kept in sync with modules/particlenet_inputs.py and modules/deepmet_inputs.py; the
+# builder imports those lists so the ONNX shapes follow the input builders.
+sys.path.insert(0, str(REPO))
+from modules.deepmet_inputs import (  # noqa: E402
+    DEEPMET_CATEGORICAL,
+    DEEPMET_CATEGORY_SIZES,
+    DEEPMET_CONTINUOUS,
+    DEEPMET_MAX_CANDIDATES,
+)
+from modules.particlenet_inputs import (  # noqa: E402
+    PARTICLENET_CLASSES,
+    PARTICLENET_FEATURES,
+    PARTICLENET_N_CONSTITUENTS,
+)
+
+# --------------------------------------------------------------------------- ParticleNet
+
+K_NEIGHBOURS = 16  # ParticleNet (arXiv:1902.08570, Table 1): k = 16
+EDGECONV_CHANNELS = ((64, 64, 64), (128, 128, 128))  # first two ParticleNet blocks
+FC_UNITS = 128
+COORD_SHIFT = 1e9  # masked points are moved this far away before kNN (as in ParticleNet)
+
+
+def knn(points: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (B, P, k) of the k nearest other points; points is (B, C, P)."""
+    inner = -2 * torch.matmul(points.transpose(2, 1), points)
+    sq = torch.sum(points**2, dim=1, keepdim=True)
+    neg_dist = -sq - inner - sq.transpose(2, 1)
+    return neg_dist.topk(k=k + 1, dim=-1)[1][:, :, 1:]  # drop the point itself
+
+
+def gather_neighbours(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, C, P), idx (B, P, k) -> (B, C, P, k) with x[b, c, idx[b, p, j]]."""
+    batch, channels, n_points = x.shape
+    k = idx.shape[-1]
+    flat = idx.reshape(batch, 1, n_points * k).expand(-1, channels, -1)
+    return torch.gather(x, 2, flat).reshape(batch, channels, n_points, k)
+
+
+class EdgeConvBlock(nn.Module):
+    """EdgeConv: h(x_i, x_j - x_i) through 1x1 convs, masked mean over the k neighbours.
+
+    ParticleNet averages over all k neighbours, so padding points that land among the
+    neighbours of a real point (jets with fewer than k + 1 constituents) would change the
+    result; here the mean runs over real neighbours only, so padding never matters.
+    """
+
+    def __init__(self, k: int, in_ch: int, channels: tuple[int, ...]) -> None:
+        super().__init__()
+        self.k = k
+        layers: list[nn.Module] = []
+        prev = 2 * in_ch
+        for ch in channels:
+            layers += [nn.Conv2d(prev, ch, 1, bias=False), nn.BatchNorm2d(ch), nn.ReLU()]
+            prev = ch
+        self.mlp = nn.Sequential(*layers)
+        self.shortcut = nn.Sequential(nn.Conv1d(in_ch, channels[-1], 1, bias=False), nn.BatchNorm1d(channels[-1]))
+        self.act = nn.ReLU()
+
+    def forward(self, points: torch.Tensor, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        idx = knn(points, self.k)
+        neighbours = gather_neighbours(features, idx)  # (B, C, P, k)
+        centre = features.unsqueeze(-1).expand_as(neighbours)
+        messages = self.mlp(torch.cat([centre, neighbours - centre], dim=1))
+        real = gather_neighbours(mask, idx)  # (B, 1, P, k)
+        aggregated = (messages * real).sum(-1) / real.sum(-1).clamp(min=1.0)
+        return self.act(aggregated + self.shortcut(features)) * mask
+
+
+class ParticleNetAK4(nn.Module):
+    """Inputs pf_points (B, 2, P), pf_features (B, F, P), pf_mask (B, 1, P); output softmax (B, n_classes)."""
+
+    def __init__(self, n_features: int, n_classes: int) -> None:
+        super().__init__()
+        blocks = []
+        in_ch = n_features
+        for channels in EDGECONV_CHANNELS:
+            blocks.append(EdgeConvBlock(K_NEIGHBOURS, in_ch, channels))
+            in_ch = channels[-1]
+        self.blocks = nn.ModuleList(blocks)
+        self.fc = nn.Sequential(nn.Linear(in_ch, FC_UNITS), nn.ReLU(), nn.Linear(FC_UNITS, n_classes))
+
+    def forward(self, pf_points: torch.Tensor, pf_features: torch.Tensor, pf_mask: torch.Tensor) -> torch.Tensor:
+        mask = (pf_mask != 0).float()
+        shift = (1.0 - mask) * COORD_SHIFT
+        features = pf_features * mask
+        for i, block in enumerate(self.blocks):
+            # kNN in (deta, dphi) for the first block, in feature space afterwards.
+            points = pf_points * mask + shift if i == 0 else features + shift
+            features = block(points, features, mask)
+        pooled = features.sum(-1) / mask.sum(-1).clamp(min=1.0)  # masked global average
+        return torch.softmax(self.fc(pooled), dim=-1)
+
+
+# --------------------------------------------------------------------------- DeepMET
+
+DEEPMET_EMBEDDING_DIM = 8
+DEEPMET_HIDDEN = (64, 64)
+
+
+class DeepMET(nn.Module):
+    """Inputs pf_cont (B, N, C) float32, pf_cat (B, N, 3) int32; output weights (B, N) in [0, 1].
+
+    Category 0 marks padding rows (see modules/deepmet_inputs.py); their weight is forced to 0.
+    """
+
+    def __init__(self, n_cont: int, category_sizes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.Embedding(n, DEEPMET_EMBEDDING_DIM) for n in category_sizes)
+        layers: list[nn.Module] = []
+        prev = n_cont + DEEPMET_EMBEDDING_DIM * len(category_sizes)
+        for units in DEEPMET_HIDDEN:
+            layers += [nn.Linear(prev, units), nn.ReLU()]
+            prev = units
+        layers.append(nn.Linear(prev, 1))
+        self.mlp = nn.Sequential(*layers)
+
+    def forward(self, pf_cont: torch.Tensor, pf_cat: torch.Tensor) -> torch.Tensor:
+        cat = pf_cat.long()
+        embedded = [emb(cat[..., i]) for i, emb in enumerate(self.embeddings)]
+        x = torch.cat([pf_cont, *embedded], dim=-1)
+        real = (cat[..., 1] != 0).float()  # the particle-type class is never 0 for a real candidate
+        return torch.sigmoid(self.mlp(x).squeeze(-1)) * real
+
+
+# --------------------------------------------------------------------------- export
+
+
+def model_specs() -> dict[str, dict]:
+    """name -> model, example inputs, I/O description and Triton settings."""
+    n_pf = PARTICLENET_N_CONSTITUENTS
+    n_feat = len(PARTICLENET_FEATURES)
+    n_cand = DEEPMET_MAX_CANDIDATES
+    return {
+        "particlenet_ak4": dict(
+            build=lambda: ParticleNetAK4(n_feat, len(PARTICLENET_CLASSES)),
+            inputs=[("pf_points", "FP32", (2, n_pf)), ("pf_features", "FP32", (n_feat, n_pf)), ("pf_mask", "FP32", (1, n_pf))],
+            outputs=[("softmax", "FP32", (len(PARTICLENET_CLASSES),))],
+            max_batch_size=256,
+            comment=(
+                "ParticleNet-style AK4 jet tagger stand-in (EdgeConv, arXiv:1902.08570), UNTRAINED random weights.\n"
+                f"# One jet per batch row. classes (softmax order): {', '.join(PARTICLENET_CLASSES)}\n"
+                f"# pf_features rows: {', '.join(PARTICLENET_FEATURES)}"
+            ),
+        ),
+        "deepmet": dict(
+            build=lambda: DeepMET(len(DEEPMET_CONTINUOUS), DEEPMET_CATEGORY_SIZES),
+            inputs=[("pf_cont", "FP32", (n_cand, len(DEEPMET_CONTINUOUS))), ("pf_cat", "INT32", (n_cand, len(DEEPMET_CATEGORICAL)))],
+            outputs=[("weights", "FP32", (n_cand,))],
+            max_batch_size=16,
+            comment=(
+                "DeepMET-style per-PF-candidate weight network stand-in, UNTRAINED random weights.\n"
+                "# One event per batch row; MET = -sum_i w_i pT_i (cos phi_i, sin phi_i).\n"
+                f"# pf_cont columns: {', '.join(DEEPMET_CONTINUOUS)}\n"
+                f"# pf_cat columns: {', '.join(DEEPMET_CATEGORICAL)} (0 = padding row)"
+            ),
+        ),
+    }
+
+
+def random_inputs(spec: dict, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs with a batch dimension; categorical inputs drawn inside their ranges."""
+    out = {}
+    for name, dtype, dims in spec["inputs"]:
+        if dtype == "INT32":
+            sizes = np.array(DEEPMET_CATEGORY_SIZES)
+            out[name] = (rng.integers(0, 1 << 30, size=(batch, *dims)) % sizes).astype(np.int32)
+        elif name == "pf_mask":
+            n_real = rng.integers(0, dims[-1] + 1, size=batch)
+            out[name] = (np.arange(dims[-1]) < n_real[:, None]).astype(np.float32)[:, None, :]
+        else:
+            out[name] = rng.normal(size=(batch, *dims)).astype(np.float32)
+    return out
+
+
+def export_onnx(model: nn.Module, spec: dict) -> bytes:
+    """Export with the legacy (TorchScript) exporter: deterministic, no extra packages."""
+    rng = np.random.default_rng(0)
+    example = tuple(torch.from_numpy(a) for a in random_inputs(spec, 2, rng).values())
+    names_in = [n for n, _, _ in spec["inputs"]]
+    names_out = [n for n, _, _ in spec["outputs"]]
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        model,
+        example,
+        buffer,
+        input_names=names_in,
+        output_names=names_out,
+        dynamic_axes={n: {0: "batch"} for n in names_in + names_out},
+        opset_version=OPSET,
+        do_constant_folding=True,
+        dynamo=False,
+    )
+    return buffer.getvalue()
+
+
+def check_onnx(model: nn.Module, onnx_bytes: bytes, spec: dict) -> float:
+    """Largest |onnxruntime - torch| over random inputs with batch sizes 1 and 7."""
+    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    worst = 0.0
+    for batch in (1, 7):
+        inputs = random_inputs(spec, batch, rng)
+        with torch.no_grad():
+            ref = model(*(torch.from_numpy(a) for a in inputs.values()))
+        got = session.run(None, inputs)[0]
+        if got.shape != tuple(ref.shape) or not np.all(np.isfinite(got)):
+            raise RuntimeError(f"onnxruntime output shape {got.shape} / finiteness differs from torch {tuple(ref.shape)}")
+        worst = max(worst, float(np.max(np.abs(got - ref.numpy()))))
+    return worst
+
+
+def config_pbtxt(name: str, spec: dict) -> str:
+    """Triton model configuration; dims exclude the batch dimension."""
+
+    def tensor(entry: tuple) -> str:
+        tname, dtype, dims = entry
+        return f'  {{\n    name: "{tname}"\n    data_type: TYPE_{dtype}\n    dims: [ {", ".join(map(str, dims))} ]\n  }}'
+
+    return (
+        f"# {spec['comment']}\n"
+        "# Generated by scripts/build_models.py; do not edit by hand.\n"
+        f'name: "{name}"\n'
+        'backend: "python"\n'
+        f"max_batch_size: {spec['max_batch_size']}\n"
+        "input [\n" + ",\n".join(tensor(e) for e in spec["inputs"]) + "\n]\n"
+        "output [\n" + ",\n".join(tensor(e) for e in spec["outputs"]) + "\n]\n"
+        "dynamic_batching {\n  max_queue_delay_microseconds: 100\n}\n"
+        "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n"
+        'parameters {\n  key: "onnx_file"\n  value: { string_value: "model.onnx" }\n}\n'
+        'parameters {\n  key: "intra_op_threads"\n  value: { string_value: "1" }\n}\n'
+    )
+
+
+MODEL_PY = "# Triton Python-backend entry point: the generic ONNX runner of the framework.\nfrom framework.sonic.onnx_backend import TritonPythonModel  # noqa: F401\n"
+
+
+def build(name: str, spec: dict) -> tuple[nn.Module, bytes]:
+    torch.manual_seed(SEED)
+    model = spec["build"]().eval()
+    return model, export_onnx(model, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=REPO / "data" / "models", help="model repository folder")
+    parser.add_argument("--check-only", action="store_true", help="rebuild in memory and compare with the files on disk")
+    args = parser.parse_args(argv)
+    status = 0
+    for name, spec in model_specs().items():
+        model, onnx_bytes = build(name, spec)
+        diff = check_onnx(model, onnx_bytes, spec)
+        digest = hashlib.sha256(onnx_bytes).hexdigest()[:16]
+        files = {
+            Path(name) / "config.pbtxt": config_pbtxt(name, spec).encode(),
+            Path(name) / "1" / "model.onnx": onnx_bytes,
+            Path(name) / "1" / "model.py": MODEL_PY.encode(),
+        }
+        for rel, content in files.items():
+            path = args.output / rel
+            if args.check_only:
+                same = path.exists() and path.read_bytes() == content
+                status |= not same
+                print(f"{path}: {'identical' if same else 'DIFFERS'}")
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+        print(f"{name}: {len(onnx_bytes) / 1024:.0f} KiB, sha256 {digest}..., max |onnxruntime - torch| = {diff:.2e}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Scheduler semantics on a virtual clock (no ROOT files, no server).
+
+Test policy: anything about time uses trio's MockClock through pytest-trio's
+``autojump_clock`` fixture, so latencies are exact; ``wait_all_tasks_blocked`` proves
+what is parked where. Module types are registered at run time with
+``framework.register_type`` and driven through real configs and the real scheduler.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+import framework
+import framework.config as cms
+from framework import EDAnalyzer, EDFilter, EDProducer, ExternalWork
+from framework._builder import build_job
+from framework._scheduler import run_job
+
+LATENCY = 1.0  # seconds of virtual time per external call
+
+
+class Counter:
+    """Calls recorded by the test modules below, reset per test."""
+
+    calls: dict[str, list] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset_counter():
+    Counter.calls = {}
+    yield
+
+
+def record(label: str, item) -> None:
+    Counter.calls.setdefault(label, []).append(item)
+
+
+class Sleeper(ExternalWork, EDProducer):
+    """ExternalWork with a fixed virtual latency, the result is the event number."""
+
+    def __init__(self, params):
+        self.produces()
+
+    def acquire(self, event, holder):
+        record(self.label + ".acquire", event.id.event)
+        holder.start_soon(self._work, event.id.event)
+
+    async def _work(self, n):
+        await trio.sleep(LATENCY)
+        return n
+
+    def produce(self, event, result):
+        record(self.label + ".produce", (event.id.event, trio.current_time()))
+        event.put(result)
+
+
+class Gate:
+    """A trio.Event per test for GatedWork to wait on."""
+
+    event: trio.Event | None = None
+
+
+class GatedWork(ExternalWork, EDProducer):
+    def __init__(self, params):
+        self.produces()
+
+    def acquire(self, event, holder):
+        record("acquire", event.id.event)
+        holder.start_soon(Gate.event.wait)
+
+    def produce(self, event, result):
+        record("produce", event.id.event)
+        event.put(1)
+
+
+class ThreadedWork(ExternalWork, EDProducer):
+    """External work completed from a foreign thread via holder.done_waiting."""
+
+    def __init__(self, params):
+        self.produces()
+
+    def acquire(self, event, holder):
+        n = event.id.event
+        threading.Thread(target=lambda: holder.done_waiting(n * 10)).start()
+
+    def produce(self, event, result):
+        event.put(result)
+
+
+class OddFilter(EDFilter):
+    """Passes events with an odd event number."""
+
+    def filter(self, event):
+        return event.id.event % 2 == 1
+
+
+class Counted(EDProducer):
+    @classmethod
+    def fill_descriptions(cls, desc):
+        desc.add("src", cms.string(""), "product to consume ('' = none)")
+
+    def __init__(self, params):
+        self.src = self.consumes(params.src) if params.src else None
+        self.produces()
+
+    def produce(self, event):
+        value = event.get(self.src) if self.src else 0
+        record(self.label, event.id.event)
+        event.put(value + 1)
+
+
+class Reader(EDAnalyzer):
+    @classmethod
+    def fill_descriptions(cls, desc):
+        desc.add("src", cms.string, "product to read")
+
+    def __init__(self, params):
+        self.src = self.consumes(params.src)
+
+    def analyze(self, event):
+        record(self.label, (event.id.event, event.get(self.src)))
+
+
+class Boom(EDProducer):
+    def __init__(self, params):
+        self.produces()
+        self.ended = []
+
+    def produce(self, event):
+        if event.id.event == 3:
+            raise ValueError("bad value in event 3")
+        event.put(1)
+
+    def end_job(self):
+        record("boom.end_job", True)
+
+    def abort_job(self):
+        record("boom.abort_job", True)
+
+
+class ThreadSafeWork(EDProducer):
+    thread_safe = True
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def __init__(self, params):
+        self.produces()
+
+    def produce(self, event):
+        cls = type(self)
+        with cls.lock:
+            cls.active += 1
+            cls.peak = max(cls.peak, cls.active)
+        record("thread", threading.get_ident())
+        import time
+
+        time.sleep(0.02)  # real time: lets threads overlap
+        with cls.lock:
+            cls.active -= 1
+        event.put(1)
+
+
+for _cls in (Sleeper, GatedWork, ThreadedWork, OddFilter, Counted, Reader, Boom, ThreadSafeWork):
+    framework.register_type("test" + _cls.__name__, _cls)
+
+
+def make_process(n_events: int, streams: int = 1, threads: int = 1) -> cms.Process:
+    process = cms.Process("TEST")
+    process.source = cms.Source("EmptySource")
+    process.maxEvents.input = n_events
+    process.options.numberOfStreams = streams
+    process.options.numberOfThreads = threads
+    return process
+
+
+async def run(process: cms.Process):
+    process.validate_()
+    job = build_job(process)
+    report = await run_job(job)
+    return job, report
+
+
+async def test_external_work_latency_is_hidden_by_streams(autojump_clock):
+    """4 streams, latency L: 8 events end at exactly 2L (two waves of four)."""
+    process = make_process(8, streams=4)
+    process.ext = cms.EDProducer("testSleeper")
+    process.p = cms.Path(process.ext)
+    _, report = await run(process)
+    assert report.events == 8
+    assert sorted(report.completion_times) == [LATENCY] * 4 + [2 * LATENCY] * 4
+    assert report.latencies == [LATENCY] * 8
+
+
+async def test_one_stream_serialises_external_work(autojump_clock):
+    process = make_process(3, streams=1)
+    process.ext = cms.EDProducer("testSleeper")
+    process.p = cms.Path(process.ext)
+    _, report = await run(process)
+    assert report.completion_times == [LATENCY, 2 * LATENCY, 3 * LATENCY]
+
+
+async def test_produce_never_runs_before_external_work_is_done():
+    process = make_process(4, streams=4)
+    process.ext = cms.EDProducer("testGatedWork")
+    process.p = cms.Path(process.ext)
+    process.validate_()
+    job = build_job(process)
+    Gate.event = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_job, job)
+        await trio.testing.wait_all_tasks_blocked()
+        # Every stream is parked in its external wait; no produce has run.
+        assert sorted(Counter.calls["acquire"]) == [1, 2, 3, 4]
+        assert "produce" not in Counter.calls
+        Gate.event.set()
+    assert sorted(Counter.calls["produce"]) == [1, 2, 3, 4]
+
+
+async def test_done_waiting_from_a_foreign_thread():
+    process = make_process(6, streams=3)
+    process.ext = cms.EDProducer("testThreadedWork")
+    process.read = cms.EDAnalyzer("testReader", src=cms.string("ext"))
+    process.p = cms.Path(process.ext)
+    process.e = cms.EndPath(process.read)
+    await run(process)
+    assert sorted(Counter.calls["read"]) == [(n, 10 * n) for n in range(1, 7)]
+
+
+async def test_filter_ends_its_path_and_trigreport_counts(autojump_clock):
+    process = make_process(6)
+    process.odd = cms.EDFilter("testOddFilter")
+    process.after = cms.EDProducer("testCounted")
+    process.even = cms.EDProducer("testCounted")
+    process.pOdd = cms.Path(process.odd + process.after)
+    process.pEven = cms.Path(~process.odd + process.even)
+    job, report = await run(process)
+    assert sorted(Counter.calls["after"]) == [1, 3, 5]
+    assert sorted(Counter.calls["even"]) == [2, 4, 6]
+    p_odd, p_even = job.paths
+    assert (p_odd.visited, p_odd.passed) == (6, 3)
+    assert p_odd.entry_visited == [6, 3] and p_odd.entry_passed == [3, 3]
+    assert (p_even.visited, p_even.passed) == (6, 3)
+    # The filter module ran once per event although it stands on two Paths.
+    assert job.workers["odd"].times.calls == 6
+    assert report.passed == 6
+
+
+async def test_task_producer_runs_on_demand_once_per_event(autojump_clock):
+    process = make_process(5, streams=2)
+    process.base = cms.EDProducer("testCounted")
+    process.derived = cms.EDProducer("testCounted", src=cms.string("base"))
+    process.readA = cms.EDAnalyzer("testReader", src=cms.string("derived"))
+    process.readB = cms.EDAnalyzer("testReader", src=cms.string("base"))
+    process.unused = cms.EDProducer("testCounted")
+    process.t = cms.Task(process.base, process.derived, process.unused)
+    process.e1 = cms.EndPath(process.readA, process.t)
+    process.e2 = cms.EndPath(process.readB)
+    await run(process)
+    assert sorted(Counter.calls["base"]) == [1, 2, 3, 4, 5]
+    assert sorted(Counter.calls["derived"]) == [1, 2, 3, 4, 5]
+    assert "unused" not in Counter.calls  # nobody consumes it: it never runs
+    assert sorted(Counter.calls["readA"]) == [(n, 2) for n in range(1, 6)]
+    assert sorted(Counter.calls["readB"]) == [(n, 1) for n in range(1, 6)]
+
+
+async def test_module_exception_names_module_path_and_event(autojump_clock):
+    process = make_process(5)
+    process.boom = cms.EDProducer("testBoom")
+    process.p = cms.Path(process.boom)
+    with pytest.raises(framework.EventProcessingError) as info:
+        await run(process)
+    message = str(info.value)
+    assert "EDProducer 'boom' (type testBoom)" in message
+    assert "path 'p'" in message
+    assert "event 1:1:3" in message
+    assert "ValueError: bad value in event 3" in message
+    assert isinstance(info.value.__cause__, ValueError)
+    assert Counter.calls["boom.abort_job"] == [True]
+    assert "boom.end_job" not in Counter.calls
+
+
+async def test_thread_safe_modules_use_at_most_number_of_threads():
+    ThreadSafeWork.active = ThreadSafeWork.peak = 0
+    process = make_process(12, streams=6, threads=2)
+    process.a = cms.EDProducer("testThreadSafeWork")
+    process.p = cms.Path(process.a)
+    await run(process)
+    assert ThreadSafeWork.peak == 2  # two threads overlapped, never more
+    assert threading.get_ident() not in set(Counter.calls["thread"])
+
+
+async def test_circular_dependency_is_a_configuration_error():
+    process = make_process(1)
+    process.a = cms.EDProducer("testCounted", src=cms.string("b"))
+    process.b = cms.EDProducer("testCounted", src=cms.string("a"))
+    process.p = cms.Path(process.a)
+    with pytest.raises(framework.ConfigurationError, match="circular product dependency"):
+        build_job(process)
+
+
+async def test_consuming_an_analyzer_is_a_configuration_error():
+    process = make_process(1)
+    process.a = cms.EDAnalyzer("testReader", src=cms.string("b"))
+    process.b = cms.EDAnalyzer("testReader", src=cms.string("a"))
+    process.e = cms.EndPath(process.a)
+    with pytest.raises(framework.ConfigurationError, match="produces nothing"):
+        build_job(process)

@@ -1,0 +1,368 @@
+"""Tests of the local Triton server manager and of ``cmstriton``, with a real tritonserver.
+
+Policy: localhost only; a tiny Python-backend model ("doubler", y = 2 * x) written into
+a temporary folder, so the tests do not depend on data/models; one server shared by
+the module where the test allows it; servers on an empty repository (ready in ~0.1 s)
+where no model is needed. Every server pid is recorded and, after the module, no
+process of theirs (server or Python backend stub) may remain.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from framework._errors import ConfigurationError, ExternalFailure
+from framework.sonic import _server
+from framework.sonic._cmstriton import main as cmstriton
+from framework.sonic._server import (
+    LocalTritonServer,
+    TritonServerError,
+    model_repository_models,
+    pid_is_tritonserver,
+    prepare_backend_directory,
+    server_environment,
+)
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+DOUBLER_CONFIG = """\
+name: "doubler"
+backend: "python"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+DOUBLER_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            y = pb_utils.Tensor("y", 2 * x)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[y]))
+        return responses
+"""
+
+# ---------------------------------------------------------------------------- fixtures
+
+_started_pids: list[int] = []
+
+
+def _track(server: LocalTritonServer) -> LocalTritonServer:
+    _started_pids.append(server.pid)
+    return server
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leftover_servers():
+    """After the module: no server we started, nor any of its stubs, is still alive."""
+    yield
+    deadline = time.monotonic() + 10.0
+    while True:
+        leftovers = {pid: _group_members(pid) for pid in _started_pids}
+        leftovers = {pid: members for pid, members in leftovers.items() if members}
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert leftovers == {}
+
+
+def _write_doubler(repository: pathlib.Path) -> pathlib.Path:
+    (repository / "doubler" / "1").mkdir(parents=True)
+    (repository / "doubler" / "config.pbtxt").write_text(DOUBLER_CONFIG)
+    (repository / "doubler" / "1" / "model.py").write_text(DOUBLER_MODEL)
+    return repository
+
+
+@pytest.fixture(scope="module")
+def doubler_repository(tmp_path_factory) -> pathlib.Path:
+    """A model repository with the "doubler" model (FP32 [-1, 4] -> 2 * x, max batch 8)."""
+    return _write_doubler(tmp_path_factory.mktemp("doubler_repository"))
+
+
+@pytest.fixture(scope="module")
+def empty_repository(tmp_path_factory) -> pathlib.Path:
+    """A model repository without models: a server on it is ready in ~0.1 s."""
+    return tmp_path_factory.mktemp("empty_repository")
+
+
+@pytest.fixture(scope="module")
+def doubler_server(doubler_repository):
+    """One server for the module, with 2 instances of the doubler."""
+    with LocalTritonServer(doubler_repository, instances=2) as server:
+        yield _track(server)
+
+
+def _double(address: str, x: np.ndarray) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        return client.infer("doubler", [tensor]).as_numpy("y")
+    finally:
+        client.close()
+
+
+def _listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of the TCP sockets in LISTEN state owned by ``pid``, from /proc."""
+    inodes = set()
+    for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    listening = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        lines = pathlib.Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A = TCP_LISTEN
+                continue
+            address_hex, port_hex = local.split(":")
+            # /proc prints the address as host-order 32-bit words
+            words = range(0, len(address_hex), 8)
+            raw = b"".join(int(address_hex[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in words)
+            address = ipaddress.ip_address(socket.inet_ntop(family, raw))
+            # gRPC listens on an IPv6 socket bound to the IPv4-mapped ::ffff:127.0.0.1
+            address = getattr(address, "ipv4_mapped", None) or address
+            listening.add((str(address), int(port_hex, 16)))
+    return listening
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+def test_infer_returns_doubled_values(doubler_server):
+    x = np.random.default_rng(7).normal(size=(3, 4)).astype(np.float32)
+    y = _double(doubler_server.grpc_address, x)
+    # an empty output is what a misconfigured Python backend stub returns
+    assert y.shape == x.shape
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def test_server_reports_models_ready(doubler_server):
+    assert doubler_server.is_running()
+    assert doubler_server.ready_models() == ["doubler"]
+
+
+def test_server_listens_on_localhost_only(doubler_server):
+    expected = {("127.0.0.1", port) for port in doubler_server.ports.values()}
+    assert _listening_sockets(doubler_server.pid) == expected
+    assert doubler_server.metrics_url == f"http://127.0.0.1:{doubler_server.ports['metrics']}/metrics"
+
+
+def test_instances_override_reaches_served_config(doubler_server, doubler_repository):
+    client = grpcclient.InferenceServerClient(doubler_server.grpc_address)
+    try:
+        groups = client.get_model_config("doubler").config.instance_group
+    finally:
+        client.close()
+    assert [group.count for group in groups] == [2]
+    # the user's repository is untouched: the override lives in a temporary copy
+    assert (doubler_repository / "doubler" / "config.pbtxt").read_text() == DOUBLER_CONFIG
+    assert doubler_server.served_repository != doubler_repository
+
+
+def test_log_goes_to_file(doubler_server):
+    assert doubler_server.log_path.is_file()
+    assert f"Started GRPCInferenceService at {doubler_server.grpc_address}" in doubler_server.log_tail(200)
+
+
+def test_stop_leaves_nothing_behind(doubler_repository):
+    server = LocalTritonServer(doubler_repository, models=["doubler"], instances=1)
+    with server:
+        _track(server)
+        pid, served, log = server.pid, server.served_repository, server.log_path
+        assert _group_members(pid)  # the server and its stub
+        np.testing.assert_array_equal(_double(server.grpc_address, np.ones((1, 4), np.float32)), 2.0)
+    assert not server.is_running() and server.pid is None
+    assert _group_members(pid) == []
+    assert not served.exists() and not log.exists()
+    server.stop()  # idempotent
+
+
+def test_broken_repository_error_has_log_tail(tmp_path):
+    _write_doubler(tmp_path)
+    (tmp_path / "doubler" / "config.pbtxt").write_text('name: "doubler" backend: "python" input [ {')
+    server = LocalTritonServer(tmp_path)
+    with pytest.raises(TritonServerError, match="exited with code") as info:
+        server.start(timeout=30)
+    assert isinstance(info.value, ExternalFailure)
+    message = str(info.value)
+    # the server's own error line, naming the broken file, is in the quoted log tail
+    assert f"failed to read text proto from {tmp_path / 'doubler' / 'config.pbtxt'}" in message
+    assert not server.is_running()
+    # the temporary log is kept after a failed start, and named in the message
+    assert str(server.log_path) in message and server.log_path.is_file()
+    server.log_path.unlink()
+
+
+def test_explicit_busy_port_is_an_error_naming_it(empty_repository):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = LocalTritonServer(empty_repository, grpc_port=port)
+        with pytest.raises(TritonServerError, match=f"grpc_port={port} is already in use"):
+            server.start()
+    assert server.pid is None
+
+
+def test_automatic_ports_taken_meanwhile_are_chosen_again(empty_repository, monkeypatch):
+    real_free_ports, calls = _server._free_ports, []
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+
+        def first_one_taken(count):
+            calls.append(count)
+            ports = real_free_ports(count)
+            return [port, *ports[1:]] if len(calls) == 1 else ports
+
+        monkeypatch.setattr(_server, "_free_ports", first_one_taken)
+        with LocalTritonServer(empty_repository) as server:
+            _track(server)
+            assert len(calls) == 2
+            assert server.ports["grpc"] != port
+            assert server.ready_models() == []
+
+
+def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
+    """PR_SET_PDEATHSIG is per forking thread: trio's worker threads exit, the server must not."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal, threading, time
+        from framework.sonic._server import LocalTritonServer
+        server = LocalTritonServer({str(empty_repository)!r})
+        worker = threading.Thread(target=server.start)
+        worker.start()
+        worker.join()
+        time.sleep(0.5)
+        print(server.pid, server.is_running(), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only PDEATHSIG remains
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    pid, running = result.stdout.split()
+    _started_pids.append(int(pid))
+    assert running == "True"
+    deadline = time.monotonic() + 30
+    while pid_is_tritonserver(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_is_tritonserver(int(pid))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "culprit"),
+    [({"device": "gpu"}, "device='gpu'"), ({"instances": -1}, "instances=-1"), ({"models": ["nope"]}, "'nope'")],
+)
+def test_invalid_arguments(doubler_repository, kwargs, culprit):
+    with pytest.raises(ConfigurationError, match=culprit):
+        LocalTritonServer(doubler_repository, **kwargs)
+
+
+def test_missing_repository(tmp_path):
+    with pytest.raises(ConfigurationError, match="not a folder"):
+        LocalTritonServer(tmp_path / "missing")
+
+
+def test_model_repository_models(doubler_repository, tmp_path):
+    (tmp_path / "not_a_model").mkdir()
+    _write_doubler(tmp_path)
+    assert model_repository_models(tmp_path) == ["doubler"]
+    assert model_repository_models(tmp_path / "missing") == []
+
+
+def test_backend_directory_is_idempotent(tmp_path):
+    first = prepare_backend_directory(tmp_path)
+    assert prepare_backend_directory(tmp_path) == first
+    links = sorted(p.name for p in (first / "python").iterdir())
+    assert links == ["libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py"]
+    assert all((first / "python" / name).resolve().is_file() for name in links)
+
+
+def test_server_environment():
+    env = server_environment()
+    assert env["PATH"].split(os.pathsep)[0] == str(pathlib.Path(sys.prefix) / "bin")
+    assert any(part.endswith("nvidia_pytriton.libs") for part in env["LD_LIBRARY_PATH"].split(os.pathsep))
+
+
+# ---------------------------------------------------------------------------- cmstriton
+
+
+def test_cmstriton_round_trip(doubler_repository, tmp_path, capsys):
+    state_dir = tmp_path / "state"
+    args = ["--dir", str(state_dir)]
+    assert cmstriton(["stop", *args]) == 0
+    assert "no server running" in capsys.readouterr().out
+
+    assert cmstriton(["start", "--repository", str(doubler_repository), "--instances", "1", *args]) == 0
+    state = json.loads((state_dir / "state.json").read_text())
+    pid = state["pid"]
+    _started_pids.append(pid)
+    out = capsys.readouterr().out
+    assert f"gRPC address: {state['grpc_address']}" in out and "ready models: doubler" in out
+    assert pid_is_tritonserver(pid)
+    np.testing.assert_array_equal(_double(state["grpc_address"], np.full((2, 4), 3, np.float32)), 6.0)
+
+    assert cmstriton(["start", "--repository", str(doubler_repository), *args]) == 1
+    assert f"already running from {state_dir} (pid {pid}" in capsys.readouterr().err
+
+    assert cmstriton(["check", *args]) == 0
+    assert "ready models: doubler" in capsys.readouterr().out
+
+    assert cmstriton(["stop", *args]) == 0
+    assert f"stopped tritonserver pid {pid}" in capsys.readouterr().out
+    assert not pid_is_tritonserver(pid)
+    assert not (state_dir / "tritonserver.pid").exists() and not (state_dir / "work").exists()
+
+    assert cmstriton(["check", *args]) == 1
+    assert "no server was started" in capsys.readouterr().err
+
+
+def test_cmstriton_start_failure_prints_log_tail(tmp_path, capsys):
+    (tmp_path / "repo" / "bad").mkdir(parents=True)
+    (tmp_path / "repo" / "bad" / "config.pbtxt").write_text("this is not a model config")
+    args = ["--repository", str(tmp_path / "repo"), "--dir", str(tmp_path / "state"), "--wait", "30"]
+    assert cmstriton(["start", *args]) == 1
+    err = capsys.readouterr().err
+    assert "exited with code" in err and "failed to read text proto" in err
+    assert not (tmp_path / "state" / "tritonserver.pid").exists()
