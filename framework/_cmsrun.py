@@ -68,6 +68,8 @@ def _describe(type_name: str, console: Console) -> None:
 
 
 def _run(ns: argparse.Namespace, console: Console) -> int:
+    # As for a script: module types given as "file:Class" next to the config are importable.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(ns.config)))
     process = cms.load_config(ns.config, ns.args)
     job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
     show_progress = not ns.no_progress and console.is_terminal

@@ -41,7 +41,7 @@ from ._errors import FileOpenError, FileReadError
 from ._event import EventID
 from ._source_base import Source, SourceEvent
 
-__all__ = ["PoolSource", "SourceStatistics"]
+__all__ = ["PoolSource", "SourceStatistics", "JaggedChunk", "SingletonChunk"]
 
 log = logging.getLogger("pysonic.source")
 
@@ -239,8 +239,48 @@ def resolve_request(
     return resolved
 
 
+class JaggedChunk:
+    """A jagged collection over a chunk: ``chunk[i]`` is entry i's objects (a view).
+
+    Built without copying: one record array over the fields' contents (``records``) and
+    the offsets from the counter branch (``offsets``, int64, shape (n_entries + 1,)).
+    Slicing the layout directly is ~3x faster than indexing a jagged ``ak.Array``.
+    """
+
+    __slots__ = ("records", "offsets")
+
+    def __init__(self, records: ak.contents.RecordArray, offsets: np.ndarray) -> None:
+        self.records = records
+        self.offsets = offsets
+
+    def __getitem__(self, i: int) -> ak.Array:
+        return ak.Array(self.records[self.offsets[i]:self.offsets[i + 1]])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def to_array(self) -> ak.Array:
+        """The whole chunk as one jagged ``ak.Array`` (no copy)."""
+        return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(self.offsets), self.records))
+
+
+class SingletonChunk:
+    """A collection with one object per entry: ``chunk[i]`` is an ``ak.Record`` (a view)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: ak.contents.RecordArray) -> None:
+        self.records = records
+
+    def __getitem__(self, i: int) -> ak.Record:
+        return ak.Record(ak.record.Record(self.records, i))
+
+    def __len__(self) -> int:
+        return self.records.length
+
+
 def _build_jagged(coll: _Collection, fields: tuple[str, ...], arrays: dict[str, Any],
-                  file_name: str, where: str) -> ak.Array:
+                  file_name: str, where: str) -> JaggedChunk:
     counts = np.asarray(arrays[coll.counter]).astype(np.int64, copy=False)
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -249,20 +289,24 @@ def _build_jagged(coll: _Collection, fields: tuple[str, ...], arrays: dict[str, 
         layout = arrays[f"{coll.name}_{f}"].layout.to_ListOffsetArray64(True)
         if not np.array_equal(np.asarray(layout.offsets), offsets):
             raise FileReadError(
-                f"branch '{coll.name}_{f}' of input file '{file_name}' {where} has per-event "
+                f"branch '{coll.name}_{f}' of input file '{file_name}' {where} has per-entry "
                 f"lengths different from its counter '{coll.counter}'"
             )
         contents.append(layout.content)
     # Zero-copy: the record array shares the fields' contents; one offsets array for all.
     records = ak.contents.RecordArray(contents, list(fields), length=int(offsets[-1]))
-    return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(offsets), records))
+    return JaggedChunk(records, offsets)
 
 
 def build_collections(
     layout: dict[str, _Collection], request: dict[str, tuple[str, ...] | None],
     arrays: dict[str, Any], n: int, file_name: str, where: str,
 ) -> dict[str, Any]:
-    """Chunk-wide collections, indexable by entry offset, from ``tree.arrays(how=dict)``."""
+    """Chunk-wide collections from ``tree.arrays(how=dict)``; ``result[name][i]`` is entry i's view.
+
+    Plain flat branches become 1-D NumPy arrays (``[i]`` is a NumPy scalar), plain jagged
+    ones stay ``ak.Array``; collections become :class:`JaggedChunk` / :class:`SingletonChunk`.
+    """
     result: dict[str, Any] = {}
     for name, fields in request.items():
         coll = layout[name]
@@ -275,7 +319,7 @@ def build_collections(
             result[name] = _build_jagged(coll, chosen, arrays, file_name, where)
         else:
             contents = [arrays[f"{name}_{f}"].layout for f in chosen]
-            result[name] = ak.Array(ak.contents.RecordArray(contents, list(chosen), length=n))
+            result[name] = SingletonChunk(ak.contents.RecordArray(contents, list(chosen), length=n))
     return result
 
 

@@ -269,7 +269,10 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
                     pass
             if error is exc:
                 raise
-            raise error from None
+            # Raise the leaf itself, keeping its __cause__ (the module's own exception);
+            # the group around it is noise for the user.
+            error.__suppress_context__ = True
+            raise error
     finally:
         with trio.CancelScope(shield=True):
             for svc in reversed(list(job.services.services.values())):

@@ -34,6 +34,7 @@ import argparse
 import hashlib
 import io
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -227,6 +228,15 @@ def export_onnx(model: nn.Module, spec: dict) -> bytes:
     names_in = [n for n, _, _ in spec["inputs"]]
     names_out = [n for n, _, _ in spec["outputs"]]
     buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        # torch >= 2.9 warns that the legacy exporter is deprecated; it is still the one
+        # that needs no extra packages and gives byte-identical files run after run.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _export(model, example, buffer, names_in, names_out)
+    return buffer.getvalue()
+
+
+def _export(model: nn.Module, example: tuple, buffer: io.BytesIO, names_in: list[str], names_out: list[str]) -> None:
     torch.onnx.export(
         model,
         example,
@@ -238,7 +248,6 @@ def export_onnx(model: nn.Module, spec: dict) -> bytes:
         do_constant_folding=True,
         dynamo=False,
     )
-    return buffer.getvalue()
 
 
 def check_onnx(model: nn.Module, onnx_bytes: bytes, spec: dict) -> float:

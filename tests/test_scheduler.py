@@ -213,6 +213,10 @@ async def test_produce_never_runs_before_external_work_is_done():
     Gate.event = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_job, job)
+        # Job set-up uses a worker thread (source.collections), during which trio counts
+        # tasks as blocked; so wait for the acquires first, then for quiescence.
+        while len(Counter.calls.get("acquire", [])) < 4:
+            await trio.sleep(0.001)
         await trio.testing.wait_all_tasks_blocked()
         # Every stream is parked in its external wait; no produce has run.
         assert sorted(Counter.calls["acquire"]) == [1, 2, 3, 4]

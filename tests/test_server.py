@@ -9,6 +9,7 @@ process of theirs (server or Python backend stub) may remain.
 
 from __future__ import annotations
 
+import importlib.machinery
 import ipaddress
 import json
 import os
@@ -30,6 +31,8 @@ from framework.sonic._cmstriton import main as cmstriton
 from framework.sonic._server import (
     LocalTritonServer,
     TritonServerError,
+    default_model_repository,
+    find_tritonserver,
     model_repository_models,
     pid_is_tritonserver,
     prepare_backend_directory,
@@ -268,22 +271,24 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
     script = textwrap.dedent(
         f"""
         import os, signal, threading, time
-        from framework.sonic._server import LocalTritonServer
+        from framework.sonic._server import LocalTritonServer, query_ready_models
         server = LocalTritonServer({str(empty_repository)!r})
         worker = threading.Thread(target=server.start)
         worker.start()
         worker.join()
+        # a server forked by the dead thread would have its SIGTERM now: no longer ready
         time.sleep(0.5)
-        print(server.pid, server.is_running(), flush=True)
+        print(server.pid, query_ready_models(server.grpc_address) is not None, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only PDEATHSIG remains
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    command = [sys.executable, "-c", script]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGKILL, result.stderr
-    pid, running = result.stdout.split()
+    pid, ready = result.stdout.split()
     _started_pids.append(int(pid))
-    assert running == "True"
+    assert ready == "True"
     deadline = time.monotonic() + 30
     while pid_is_tritonserver(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -292,7 +297,11 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
 
 @pytest.mark.parametrize(
     ("kwargs", "culprit"),
-    [({"device": "gpu"}, "device='gpu'"), ({"instances": -1}, "instances=-1"), ({"models": ["nope"]}, "'nope'")],
+    [
+        ({"device": "gpu"}, "device='gpu'"),
+        ({"instances": -1}, "instances=-1"),
+        ({"models": ["nope"]}, "model 'nope' is not in"),
+    ],
 )
 def test_invalid_arguments(doubler_repository, kwargs, culprit):
     with pytest.raises(ConfigurationError, match=culprit):
@@ -366,3 +375,39 @@ def test_cmstriton_start_failure_prints_log_tail(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "exited with code" in err and "failed to read text proto" in err
     assert not (tmp_path / "state" / "tritonserver.pid").exists()
+
+
+# ---------------------------------------------------------------------------- installation
+
+
+def _fake_pytriton(monkeypatch, root: pathlib.Path, stub_versions: list[str]) -> None:
+    """Make ``find_spec("pytriton")`` find a fake package with stubs for ``stub_versions``."""
+    package = root / "pytriton"
+    (package / "tritonserver" / "bin").mkdir(parents=True)
+    (package / "tritonserver" / "bin" / "tritonserver").touch()
+    for version in stub_versions:
+        (package / "tritonserver" / "python_backend_stubs" / version).mkdir(parents=True)
+    spec = importlib.machinery.ModuleSpec("pytriton", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.setattr(_server, "find_spec", lambda name: spec)
+
+
+def test_no_stub_for_this_python(tmp_path, monkeypatch):
+    _fake_pytriton(monkeypatch, tmp_path, ["3.8", "3.9"])
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    expected = rf"no Python backend stub for Python {version} \(it has: 3.8, 3.9\)"
+    with pytest.raises(TritonServerError, match=expected):
+        find_tritonserver()
+
+
+def test_no_pytriton(monkeypatch):
+    monkeypatch.setattr(_server, "find_spec", lambda name: None)
+    with pytest.raises(TritonServerError, match="nvidia-pytriton is not installed"):
+        find_tritonserver()
+
+
+def test_default_model_repository(monkeypatch, tmp_path):
+    monkeypatch.delenv("PYSONIC_MODEL_REPOSITORY", raising=False)
+    assert default_model_repository() == REPO_ROOT / "data" / "models"
+    monkeypatch.setenv("PYSONIC_MODEL_REPOSITORY", str(tmp_path))
+    assert default_model_repository() == tmp_path

@@ -352,7 +352,7 @@ class Process:
         return "\n".join(lines) + "\n"
 
     def __repr__(self) -> str:
-        return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self.paths_())} paths>"
+        return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self._by_type(Path))} paths>"
 
 
 def _dependencies(obj: Any) -> list[Any]:

@@ -56,6 +56,9 @@ class Labelable:
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        return self.dumpPython_()
+
 
 class Sequenceable:
     """Mixin for things that can be chained in a Path: ED modules, Sequences, ``~filter``."""

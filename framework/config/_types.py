@@ -276,6 +276,8 @@ class InputTag(_ParameterTypeBase):
             return value.label, value.instance, value.process
         if isinstance(value, str):
             value = (value, "", "")
+        if not (isinstance(value, tuple) and len(value) == 3):
+            raise _Invalid(f"expected a str or an InputTag, got {describe_value(value)}")
         label, instance, process = value
         if isinstance(label, InputTag) and not instance and not process:
             return label.label, label.instance, label.process

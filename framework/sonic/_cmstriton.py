@@ -129,7 +129,8 @@ def _check(args: argparse.Namespace) -> int:
     if state is None:
         return _fail(f"no server was started from {args.dir}")
     if not pid_is_tritonserver(state["pid"]):
-        return _fail(f"server pid {state['pid']} from {args.dir} is not running (see {state.get('log_path')})")
+        log = state.get("log_path")
+        return _fail(f"server pid {state['pid']} from {args.dir} is not running (see its log {log})")
     models = query_ready_models(state["grpc_address"])
     if models is None:
         return _fail(f"server pid {state['pid']} at {state['grpc_address']} is running but not ready")

@@ -200,7 +200,9 @@ def model_repository_models(repository: str | os.PathLike[str]) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "config.pbtxt").is_file())
 
 
-def _override_instances(source: pathlib.Path, target: pathlib.Path, models: Iterable[str], count: int) -> None:
+def _override_instances(
+    source: pathlib.Path, target: pathlib.Path, models: Iterable[str], count: int
+) -> None:
     """Write in ``target`` a copy of ``source`` whose models run ``count`` instances each.
 
     As cmsTriton does: version folders and other files are symlinks, only
@@ -405,7 +407,9 @@ def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs) -> sub
         if _spawner is None:
             _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
         spawner = _spawner
-    future = spawner.submit(subprocess.Popen, args, start_new_session=True, preexec_fn=preexec, **popen_kwargs)
+    future = spawner.submit(
+        subprocess.Popen, args, start_new_session=True, preexec_fn=preexec, **popen_kwargs
+    )
     return future.result()
 
 
@@ -729,7 +733,7 @@ class LocalTritonServer:
             if self.die_with_parent:
                 raise TritonServerError("LocalTritonServer.detach() needs die_with_parent=False")
             if not self.is_running():
-                raise TritonServerError(f"LocalTritonServer({self.repository}): not running, nothing to detach")
+                raise TritonServerError(f"LocalTritonServer({self.repository}): not running, cannot detach")
             pid = self._process.pid
             self._process = None
             self._created.clear()

@@ -1,0 +1,50 @@
+"""The config language, used as ``import framework.config as cms`` (CMSSW's ``FWCore.ParameterSet``).
+
+- typed parameters (``_types``): ``cms.int32(4)``, ``cms.untracked.vstring("a")``,
+  ``cms.InputTag("jets:pt")``, ``cms.PSet(...)``, ``cms.VPSet(...)``;
+- module declarations (``_modules``): ``cms.EDProducer("TypeName", **params)``, ...;
+- scheduling (``_sequences``): ``cms.Sequence``, ``cms.Task``, ``cms.Path``,
+  ``cms.EndPath``, ``cms.Schedule``;
+- ``cms.Process`` (``_process``), whose docstring lists the API the framework reads;
+- ``cms.ParameterSetDescription`` and the validated ``cms.ParameterSet`` (``_description``);
+- ``cms.load_config`` and ``cms.VarParsing`` (``_loader``).
+
+Pure Python: nothing here knows about trio, uproot or Triton.
+"""
+
+from .._errors import ConfigurationError as ConfigurationError
+from ._description import DescriptionRow as DescriptionRow
+from ._description import ParameterSet as ParameterSet
+from ._description import ParameterSetDescription as ParameterSetDescription
+from ._loader import VarParsing as VarParsing
+from ._loader import load_config as load_config
+from ._modules import EDAnalyzer as EDAnalyzer
+from ._modules import EDFilter as EDFilter
+from ._modules import EDProducer as EDProducer
+from ._modules import OutputModule as OutputModule
+from ._modules import Service as Service
+from ._modules import Source as Source
+from ._process import Process as Process
+from ._sequences import EndPath as EndPath
+from ._sequences import Path as Path
+from ._sequences import Schedule as Schedule
+from ._sequences import Sequence as Sequence
+from ._sequences import Task as Task
+from ._types import InputTag as InputTag
+from ._types import PSet as PSet
+from ._types import VInputTag as VInputTag
+from ._types import VPSet as VPSet
+from ._types import _bool as bool  # noqa: A001 - CMSSW's name; _types keeps the builtin
+from ._types import double as double
+from ._types import int32 as int32
+from ._types import int64 as int64
+from ._types import string as string
+from ._types import uint32 as uint32
+from ._types import uint64 as uint64
+from ._types import untracked as untracked
+from ._types import vdouble as vdouble
+from ._types import vint32 as vint32
+from ._types import vint64 as vint64
+from ._types import vstring as vstring
+from ._types import vuint32 as vuint32
+from ._types import vuint64 as vuint64

@@ -1,0 +1,113 @@
+"""SONIC module bases: the module author fills inputs and reads outputs, never the client.
+
+CMSSW counterparts: ``SonicEDProducer`` / ``SonicEDFilter`` (HeterogeneousCore/SonicCore)
+with ``TritonEDProducer`` / ``TritonEDFilter``. A subclass writes::
+
+    class MyTagger(SonicEDProducer):
+        @classmethod
+        def fill_descriptions(cls, desc):
+            super().fill_descriptions(desc)            # the Client PSet
+            desc.add("src", cms.InputTag("inputs"), "input builder")
+
+        def __init__(self, params):
+            super().__init__(params)                   # client + TritonService registration
+            self.src = self.consumes(params.src)
+            self.produces()
+
+        def acquire(self, event, input):              # sync: fill the request
+            input["x"].to_server(event.get(self.src))  # float32 (batch, ...)
+
+        def produce(self, event, output):             # sync: read the response
+            event.put(output["y"].from_server())
+
+and the base owns the wait in between (ExternalWork): in ``Async`` mode other events run
+while the request is in flight.
+
+Threads: SONIC modules are NOT ``thread_safe``: ``acquire`` runs on the trio thread,
+because starting the async call (``holder.start_soon``) must happen there. Keep
+``acquire``/``produce`` light (build heavy inputs in a separate, thread-safe producer,
+as ``modules/`` does); the request itself never blocks the trio thread except in
+``Sync`` mode, which blocks it on purpose (CMSSW's SonicClientSync).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import framework.config as cms
+from framework._bridge import WaitingTaskHolder
+from framework._event import Event
+from framework._module import EDFilter, EDProducer, ExternalWork
+from framework._services import get_service
+
+from ._client import TritonClient, TritonRequest, _TensorMap, client_description
+
+__all__ = ["SonicEDFilter", "SonicEDProducer"]
+
+
+class _Sonic(ExternalWork):
+    """What SonicEDProducer and SonicEDFilter share: the client and the three modes."""
+
+    thread_safe = False  # acquire must run on the trio thread (see the module docstring)
+    client: TritonClient
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        """Adds the ``Client`` PSet; subclasses call ``super().fill_descriptions(desc)`` first."""
+        desc.add("Client", client_description(), "Triton client settings (CMSSW TritonClient)")
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        label = getattr(self, "label", type(self).__name__)
+        self.client = TritonClient(params.Client, debug_name=label)
+        self._triton = get_service("TritonService", create=True)
+        self._triton.add_model(self.client.model_name, label, self.client.preferred_server,
+                               self.client.model_config_path)
+
+    def begin_job(self) -> None:
+        """Connect the client to the server TritonService chose (fetches the model metadata)."""
+        self._triton.connect(self.client)
+
+    def _fw_acquire(self, event: Event, holder: WaitingTaskHolder) -> None:
+        request = self.client.new_request()
+        self.acquire(event, request.input)
+        mode = self.client.mode
+        if mode == "Async":
+            holder.start_soon(request.infer_async)
+        elif mode == "PseudoAsync":
+            holder.start_soon(request.infer_pseudo_async)
+        else:  # Sync: block right here, as CMSSW's SonicClientSync does
+            holder.done_waiting(request.infer_sync())
+
+    def acquire(self, event: Event, input: _TensorMap) -> None:  # type: ignore[override]
+        """Fill ``input["<name>"].to_server(array)`` for every model input. Synchronous."""
+        raise NotImplementedError(f"{type(self).__name__} must implement acquire(event, input)")
+
+
+class SonicEDProducer(_Sonic, EDProducer):
+    """An EDProducer whose work is a Triton inference: implement ``acquire`` and ``produce``.
+
+    ``acquire(event, input)``: fill every input with ``input[name].to_server(array)``.
+    ``produce(event, output)``: read ``output[name].from_server()`` and ``event.put``.
+    """
+
+    def _fw_complete(self, event: Event, request: TritonRequest) -> None:
+        self.produce(event, request.output)
+
+    def produce(self, event: Event, output: _TensorMap) -> None:  # type: ignore[override]
+        """Read ``output["<name>"].from_server()`` and put products. Synchronous."""
+        raise NotImplementedError(f"{type(self).__name__} must implement produce(event, output)")
+
+
+class SonicEDFilter(_Sonic, EDFilter):
+    """An EDFilter deciding on a Triton inference: implement ``acquire`` and ``filter``.
+
+    ``filter(event, output) -> bool`` reads ``output[name].from_server()``.
+    """
+
+    def _fw_complete(self, event: Event, request: TritonRequest) -> bool:
+        return self.filter(event, request.output)
+
+    def filter(self, event: Event, output: _TensorMap) -> bool:  # type: ignore[override]
+        """Decide from ``output["<name>"].from_server()``. Synchronous."""
+        raise NotImplementedError(f"{type(self).__name__} must implement filter(event, output)")

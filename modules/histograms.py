@@ -1,0 +1,141 @@
+"""``HistogramAnalyzer``: fill 1-D histograms (``hist``) and write them as ROOT ``TH1D``.
+
+One histogram per item of the ``histograms`` VPSet. Every element of the value is filled:
+a number fills once, an array (all jets' pt) fills each entry. Out-of-range values go to
+the under/overflow bins, which are written too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import awkward as ak
+import hist
+import numpy as np
+import uproot
+
+import framework.config as cms
+from framework import ConfigurationError, EDAnalyzer, Event, FileOpenError
+
+__all__ = ["HistogramAnalyzer"]
+
+log = logging.getLogger("pysonic.histograms")
+
+
+def _values(value: Any, field: str, what: str) -> np.ndarray:
+    """The numbers to fill, flattened to 1-D float64 (awkward: all nesting levels)."""
+    if field:
+        if not isinstance(value, (Mapping, ak.Array, ak.Record)):
+            raise TypeError(f"{what}: field '{field}' asked, but the value is a {type(value).__name__}")
+        try:
+            value = value[field]
+        except (KeyError, ak.errors.FieldNotFoundError):
+            fields = list(value.keys() if isinstance(value, Mapping) else value.fields)
+            raise TypeError(f"{what} has no field '{field}' (fields: {', '.join(fields)})") from None
+    if isinstance(value, (ak.Array, ak.Record)):
+        if value.fields:
+            raise TypeError(f"{what} is a collection: set 'field' to one of {', '.join(value.fields)}")
+        value = ak.flatten(value, axis=None)
+    return np.asarray(value, dtype=np.float64).reshape(-1)
+
+
+class _Histogram:
+    def __init__(self, p: Any, module: EDAnalyzer) -> None:
+        context = f"EDAnalyzer '{module.label}': histogram '{p.name}'"
+        if p.nbins < 1 or not p.min < p.max:
+            raise ConfigurationError(f"{context}: needs nbins >= 1 and min < max, got nbins={p.nbins}, "
+                                     f"min={p.min}, max={p.max}")
+        self.name, self.field = p.name, p.field
+        self.token = module.consumes(p.src, branches=[p.field] if p.field else None)
+        self.what = f"{context}: source '{p.src}'" + (f" field '{p.field}'" if p.field else "")
+        self.hist = hist.Hist(hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name)
+        # uproot takes the TH1 title from a ``title`` attribute (hist has none of its own).
+        self.hist.title = p.title or p.name
+
+    def fill(self, event: Event) -> None:
+        self.hist.fill(_values(event.get(self.token), self.field, f"{self.what} in event {event.id}"))
+
+
+class HistogramAnalyzer(EDAnalyzer):
+    """Fills the configured 1-D histograms and writes them to ``fileName`` in ``end_job``.
+
+    Parameters: ``fileName`` (untracked string, required), ``histograms`` (VPSet; each:
+    ``name``, ``src`` InputTag, ``field`` ("" for a number or array product; for a
+    collection, which field), ``nbins``, ``min``, ``max``, ``title``, ``xlabel``).
+
+    Histograms are ``hist.Hist`` with one ``Regular`` axis and double storage (unweighted
+    counts), written as ``TH1D`` named ``name`` with under/overflow. The file is written as
+    ``<fileName>.tmp-<pid>`` and renamed; ``abort_job`` writes nothing.
+
+    Not thread-safe (``thread_safe = False``): ``hist.fill`` is not safe to call on one
+    histogram from several threads, so ``analyze`` runs on the scheduler's thread, one
+    event at a time.
+
+    Raises:
+        ConfigurationError: nbins < 1, min >= max, or two histograms with one name.
+        FileOpenError: the output folder is missing (``begin_job``) or the file cannot be
+            written (``end_job``).
+        TypeError (wrapped by the framework): the value has no such field, or is a
+            collection and no field was given.
+    """
+
+    thread_safe = False
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        item = cms.ParameterSetDescription()
+        item.add("name", cms.string, "histogram name (the key in the output file)")
+        item.add("src", cms.InputTag, "product or source collection to histogram")
+        item.add("field", cms.string(""), "field of a collection (e.g. 'pt'); '' for numbers and arrays")
+        item.add("nbins", cms.uint32, "number of bins")
+        item.add("min", cms.double, "lower edge of the first bin (inclusive)")
+        item.add("max", cms.double, "upper edge of the last bin (exclusive)")
+        item.add("title", cms.string(""), "histogram title ('' = name)")
+        item.add("xlabel", cms.string(""), "x-axis label, with units ('' = name)")
+        desc.add("fileName", cms.untracked.string, "output ROOT file for the histograms")
+        desc.add_vpset("histograms", item, "one PSet per histogram", default=[])
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        self.file_name = Path(params.fileName)
+        self.histograms = [_Histogram(p, self) for p in params.histograms]
+        names = [h.name for h in self.histograms]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigurationError(f"EDAnalyzer '{self.label}': histogram name '{duplicates[0]}' is used twice")
+
+    def begin_job(self) -> None:
+        """Fail before the first event if ``fileName``'s folder is missing or not writable."""
+        folder = self.file_name.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise FileOpenError(
+                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' "
+                f"(folder '{folder}' {'is not writable' if folder.is_dir() else 'does not exist'})"
+            )
+
+    def analyze(self, event: Event) -> None:
+        for h in self.histograms:
+            h.fill(event)
+
+    def end_job(self) -> None:
+        """Write every histogram to ``fileName`` (temporary file, then rename)."""
+        temp = self.file_name.with_name(f"{self.file_name.name}.tmp-{os.getpid()}")
+        try:
+            with uproot.recreate(temp) as f:
+                for h in self.histograms:
+                    f[h.name] = h.hist
+            os.replace(temp, self.file_name)
+        except OSError as exc:
+            temp.unlink(missing_ok=True)
+            raise FileOpenError(
+                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' ({exc})"
+            ) from exc
+        log.info("EDAnalyzer '%s' wrote %d histograms to %s", self.label, len(self.histograms), self.file_name)
+
+    @property
+    def hists(self) -> dict[str, hist.Hist]:
+        """The histograms by name (filled so far)."""
+        return {h.name: h.hist for h in self.histograms}
