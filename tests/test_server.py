@@ -278,7 +278,7 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
         worker.join()
         # a server forked by the dead thread would have its SIGTERM now: no longer ready
         time.sleep(0.5)
-        print(server.pid, query_ready_models(server.grpc_address) is not None, flush=True)
+        print(server.pid, query_ready_models(server.grpc_address) is not None, server.log_path, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only PDEATHSIG remains
         """
     )
@@ -286,8 +286,9 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
     command = [sys.executable, "-c", script]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGKILL, result.stderr
-    pid, ready = result.stdout.split()
+    pid, ready, log = result.stdout.split()
     _started_pids.append(int(pid))
+    pathlib.Path(log).unlink()  # nobody stopped that server to delete it
     assert ready == "True"
     deadline = time.monotonic() + 30
     while pid_is_tritonserver(int(pid)) and time.monotonic() < deadline:

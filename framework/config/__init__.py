@@ -1,7 +1,8 @@
 """The config language, used as ``import framework.config as cms`` (CMSSW's ``FWCore.ParameterSet``).
 
-- typed parameters (``_types``): ``cms.int32(4)``, ``cms.untracked.vstring("a")``,
-  ``cms.InputTag("jets:pt")``, ``cms.PSet(...)``, ``cms.VPSet(...)``;
+- typed parameters (``_types``): ``cms.int32(4)``, ``cms.vstring("a")``,
+  ``cms.InputTag("jets:pt")``; ``cms.PSet(...)``, ``cms.VPSet(...)``,
+  ``cms.untracked.X`` (``_pset``);
 - module declarations (``_modules``): ``cms.EDProducer("TypeName", **params)``, ...;
 - scheduling (``_sequences``): ``cms.Sequence``, ``cms.Task``, ``cms.Path``,
   ``cms.EndPath``, ``cms.Schedule``;
@@ -30,10 +31,11 @@ from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
 from ._sequences import Task as Task
+from ._pset import PSet as PSet
+from ._pset import VPSet as VPSet
+from ._pset import untracked as untracked
 from ._types import InputTag as InputTag
-from ._types import PSet as PSet
 from ._types import VInputTag as VInputTag
-from ._types import VPSet as VPSet
 from ._types import _bool as bool  # noqa: A001 - CMSSW's name; _types keeps the builtin
 from ._types import double as double
 from ._types import int32 as int32
@@ -41,7 +43,6 @@ from ._types import int64 as int64
 from ._types import string as string
 from ._types import uint32 as uint32
 from ._types import uint64 as uint64
-from ._types import untracked as untracked
 from ._types import vdouble as vdouble
 from ._types import vint32 as vint32
 from ._types import vint64 as vint64

@@ -31,12 +31,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .._errors import ConfigurationError
+from ._pset import ParameterHolder, PSet, UntrackedType, VPSet
 from ._types import (
     InputTag,
-    ParameterHolder,
-    PSet,
-    UntrackedType,
-    VPSet,
     _Invalid,
     _ParameterTypeBase,
     _Vector,
@@ -110,7 +107,7 @@ class ParameterSetDescription:
                 ParameterSetDescription: a nested PSet whose defaults are filled; the
                 class ``cms.PSet``: a required free-form PSet.
             doc: one-line documentation (units, meaning).
-            tracked: for a nested description or ``cms.PSet`` only.
+            tracked: for a type or a nested description (a typed default carries its own).
 
         Raises:
             TypeError: ``value`` is none of the above; ValueError: ``name`` is declared twice.
@@ -161,7 +158,7 @@ class ParameterSetDescription:
         self._put(entry)
 
     @staticmethod
-    def _type_entry(name: str, cls: type, tracked: bool, doc: str, missing: str) -> _Entry:
+    def _type_entry(name: str, cls: type, tracked: bool, doc: str, missing: _Missing) -> _Entry:
         if cls is PSet:  # a bare cms.PSet: free-form content
             free = ParameterSetDescription()
             free.allow_unknown_()

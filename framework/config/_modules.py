@@ -13,7 +13,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from ._sequences import Inverted, Labelable, Sequenceable
-from ._types import ParameterHolder, PSet
+from ._pset import ParameterHolder, PSet
 
 __all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "Source"]
 

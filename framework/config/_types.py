@@ -14,7 +14,8 @@ uint32 [0, 2**32 - 1], int64 [-2**63, 2**63 - 1], uint64 [0, 2**64 - 1]. ``bool`
 accepted as a number (Python's ``True`` is an ``int``, but ``cms.int32(True)`` is a bug).
 
 The class for booleans is named ``_bool`` here and exported as ``cms.bool`` by the package,
-so that this module keeps the builtin ``bool``.
+so that this module (and ``_pset``) keep the builtin ``bool``. PSet, VPSet and the
+``untracked`` namespace are in ``_pset``.
 """
 
 from __future__ import annotations
@@ -22,16 +23,14 @@ from __future__ import annotations
 import copy
 import difflib
 import numbers
-from collections.abc import Iterable, Iterator, Mapping, MutableSequence
+from collections.abc import Iterable, Mapping, MutableSequence
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
 
 __all__ = [
     "InputTag",
-    "PSet",
     "VInputTag",
-    "VPSet",
     "double",
     "int32",
     "int64",
@@ -40,7 +39,6 @@ __all__ = [
     "string",
     "uint32",
     "uint64",
-    "untracked",
     "vdouble",
     "vint32",
     "vint64",
@@ -74,9 +72,8 @@ def describe_value(value: Any) -> str:
     return f"{kind} {text}"
 
 
-_PLAIN_TYPE_NAMES = {str: "string", int: "int", float: "float", list: "list", tuple: "tuple", dict: "dict"}
-_PLAIN_TYPE_NAMES[type(True)] = "bool"
-_PLAIN_TYPE_NAMES[type(None)] = "None"
+_PLAIN_TYPE_NAMES = {str: "string", int: "int", float: "float", bool: "bool", list: "list", tuple: "tuple",
+                     dict: "dict", type(None): "None"}
 
 
 def closest(name: str, candidates: Iterable[str]) -> str:
@@ -152,15 +149,12 @@ class _Scalar(_ParameterTypeBase):
     def _dump_args(self, indent: int) -> str:
         return repr(self._value)
 
-    def __eq__(self, other: object) -> builtins_bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, _Scalar):
             return self._value == other._value
         return self._value == other
 
     __hash__ = None  # type: ignore[assignment]  # mutable through setValue
-
-
-builtins_bool = type(True)
 
 
 def _unwrap(value: Any) -> Any:
@@ -176,7 +170,7 @@ class _Integer(_Scalar):
     @classmethod
     def _convert(cls, value: Any) -> int:
         value = _unwrap(value)
-        if isinstance(value, builtins_bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise _Invalid(f"expected an integer, got {describe_value(value)}")
         value = int(value)
         if not cls._min <= value <= cls._max:
@@ -216,7 +210,7 @@ class double(_Scalar):
     @classmethod
     def _convert(cls, value: Any) -> float:
         value = _unwrap(value)
-        if isinstance(value, builtins_bool) or not isinstance(value, numbers.Real):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise _Invalid(f"expected a number, got {describe_value(value)}")
         return float(value)
 
@@ -227,9 +221,9 @@ class _bool(_Scalar):  # noqa: N801 - exported as cms.bool
     _type_name, _family = "bool", "bool"
 
     @classmethod
-    def _convert(cls, value: Any) -> builtins_bool:
+    def _convert(cls, value: Any) -> bool:
         value = _unwrap(value)
-        if not isinstance(value, builtins_bool):
+        if not isinstance(value, bool):
             raise _Invalid(f"expected True or False, got {describe_value(value)}")
         return value
 
@@ -326,7 +320,7 @@ class InputTag(_ParameterTypeBase):
             parts.pop()
         return ", ".join(repr(p) for p in parts)
 
-    def __eq__(self, other: object) -> builtins_bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, InputTag):
             return (self.label, self.instance, self.process) == (other.label, other.instance, other.process)
         if isinstance(other, str):
@@ -412,7 +406,7 @@ class _Vector(_ParameterTypeBase, MutableSequence):
         new.extend(other)
         return new
 
-    def __eq__(self, other: object) -> builtins_bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, (_Vector, list, tuple)):
             return list(self._values) == list(other)
         return NotImplemented
@@ -420,7 +414,7 @@ class _Vector(_ParameterTypeBase, MutableSequence):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _is_list_like(value: Any) -> builtins_bool:
+def _is_list_like(value: Any) -> bool:
     # A typed vector counts as a list; a str, a dict or another typed parameter does not.
     if isinstance(value, _Vector):
         return True
@@ -467,10 +461,7 @@ class VInputTag(_Vector):
         return [t.encode() for t in self._values]
 
 
-# ---------------------------------------------------------------- PSet
-
-
-def is_config_structure(value: Any) -> builtins_bool:
+def is_config_structure(value: Any) -> bool:
     """True for modules, Sequences, Paths, Tasks, Processes: things that are not parameters."""
     return getattr(value, "_is_config_structure", False)
 
@@ -485,209 +476,7 @@ def plain_value(value: Any) -> Any:
     return value
 
 
-class ParameterHolder:
-    """Named parameters stored in definition order, read and set as attributes.
-
-    Base of :class:`PSet` and of the module declarations. Setting a plain value on an
-    existing typed scalar, vector or InputTag keeps its type and tracked-ness and checks
-    the value (``process.options.numberOfStreams = 4``); a typed value replaces it.
-    Method names of the class are reserved and cannot be parameter names.
-    """
-
-    def __init__(self, *psets: PSet, **params: Any) -> None:
-        object.__setattr__(self, "_parameters", {})
-        for pset in psets:
-            if not isinstance(pset, PSet):
-                raise ConfigurationError(
-                    f"{self._what_()}: positional arguments must be PSets to copy parameters from, "
-                    f"got {describe_value(pset)}"
-                )
-            for name, value in pset.parameters_().items():
-                self._set_parameter(name, copy.deepcopy(value))
-        for name, value in params.items():
-            self._set_parameter(name, value)
-
-    def _what_(self) -> str:
-        return type(self).__name__
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called when normal lookup fails; private names never are parameters
-        # (and copy/pickle probe them before __init__ ran).
-        if name.startswith("_"):
-            raise AttributeError(name)
-        try:
-            return self.__dict__["_parameters"][name]
-        except KeyError:
-            hint = closest(name, self._parameters)
-            raise AttributeError(f"{self._what_()} has no parameter '{name}' ({hint})") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            self._set_parameter(name, value)
-
-    def __delattr__(self, name: str) -> None:
-        if name.startswith("_"):
-            object.__delattr__(self, name)
-        elif name in self._parameters:
-            del self._parameters[name]
-        else:
-            raise AttributeError(f"{self._what_()} has no parameter '{name}'")
-
-    def __contains__(self, name: object) -> builtins_bool:
-        return name in self._parameters
-
-    def _set_parameter(self, name: str, value: Any) -> None:
-        if not name.isidentifier() or name.startswith("_") or name.endswith("_"):
-            raise ConfigurationError(
-                f"{self._what_()}: invalid parameter name '{name}' "
-                "(a Python identifier, not starting or ending with '_')"
-            )
-        if hasattr(type(self), name):
-            raise ConfigurationError(f"{self._what_()}: parameter name '{name}' is reserved (a method of {type(self).__name__})")
-        if is_config_structure(value):
-            raise ConfigurationError(f"{self._what_()}: parameter '{name}' cannot hold a {type(value).__name__}")
-        existing = self._parameters.get(name)
-        if isinstance(existing, (_Scalar, _Vector, InputTag)) and not isinstance(value, _ParameterTypeBase):
-            try:
-                existing.setValue(value)
-            except ConfigurationError as e:
-                raise ConfigurationError(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
-            return
-        self._parameters[name] = value
-
-    def parameterNames_(self) -> list[str]:  # noqa: N802 - CMSSW spelling
-        """Parameter names in definition order."""
-        return list(self._parameters)
-
-    def parameters_(self) -> dict[str, Any]:
-        """A new dict name -> typed parameter (or the plain value given), in definition order."""
-        return dict(self._parameters)
-
-    def _apply_overrides(self, overrides: Mapping[str, Any]) -> None:
-        # CMSSW clone() semantics: None removes a parameter, a dict edits a nested PSet.
-        for name, value in overrides.items():
-            if value is None:
-                if name not in self._parameters:
-                    raise ConfigurationError(f"{self._what_()}: clone(): no parameter '{name}' to remove")
-                del self._parameters[name]
-            elif isinstance(value, Mapping) and isinstance(self._parameters.get(name), PSet):
-                self._parameters[name]._apply_overrides(value)
-            else:
-                self._set_parameter(name, value)
-
-    def _dump_parameters(self, indent: int) -> str:
-        pad = " " * (indent + 4)
-        return ",\n".join(f"{pad}{n} = {_dump_any(v, indent + 4)}" for n, v in self._parameters.items())
-
-
 def _dump_any(value: Any, indent: int) -> str:
     if isinstance(value, _ParameterTypeBase):
         return value.dumpPython_(indent)
     return repr(value)
-
-
-class PSet(ParameterHolder, _ParameterTypeBase):
-    """A set of named parameters: ``cms.PSet(a=cms.int32(1), b=cms.PSet(...))``.
-
-    Positional PSets are copied in first (CMSSW's "include" idiom). ``value()`` returns
-    a nested plain dict; ``clone(**overrides)`` a deep copy with overrides applied
-    (``None`` removes a parameter, a dict edits a nested PSet).
-    """
-
-    _type_name, _family = "PSet", "PSet"
-
-    def __init__(self, *psets: PSet, **params: Any) -> None:
-        _ParameterTypeBase.__init__(self)
-        ParameterHolder.__init__(self, *psets, **params)
-
-    def value(self) -> dict[str, Any]:
-        return {n: plain_value(v) for n, v in self._parameters.items()}
-
-    def setValue(self, values: Mapping[str, Any]) -> None:  # noqa: N802 - CMSSW spelling
-        self._parameters.clear()
-        self._apply_overrides(dict(values))
-
-    def clone(self, **overrides: Any) -> PSet:
-        new = copy.deepcopy(self)
-        new._apply_overrides(overrides)
-        return new
-
-    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        prefix = "cms." if self._tracked else "cms.untracked."
-        if not self._parameters:
-            return f"{prefix}PSet()"
-        return f"{prefix}PSet(\n{self._dump_parameters(indent)}\n{' ' * indent})"
-
-
-class VPSet(_Vector):
-    """A list of :class:`PSet`: ``cms.VPSet(cms.PSet(...), cms.PSet(...))``."""
-
-    _type_name, _family = "VPSet", "VPSet"
-
-    @classmethod
-    def _convert_item(cls, value: Any) -> PSet:
-        if not isinstance(value, PSet):
-            raise _Invalid(f"expected a PSet, got {describe_value(value)}")
-        return value
-
-    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        prefix = "cms." if self._tracked else "cms.untracked."
-        if not self._values:
-            return f"{prefix}VPSet()"
-        pad = " " * (indent + 4)
-        items = ",\n".join(pad + p.dumpPython_(indent + 4) for p in self._values)
-        return f"{prefix}VPSet(\n{items}\n{' ' * indent})"
-
-
-# ---------------------------------------------------------------- untracked
-
-
-class UntrackedType:
-    """``cms.untracked.X``: builds an untracked X; as a bare class it means "required untracked X"."""
-
-    def __init__(self, param_type: type[_ParameterTypeBase]) -> None:
-        self.param_type = param_type
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        param = self.param_type(*args, **kwargs)
-        param.setIsTracked(False)
-        return param
-
-    def __repr__(self) -> str:
-        return f"cms.untracked.{self.param_type._type_name}"
-
-
-class _Untracked:
-    """``cms.untracked.int32(4)``, or ``cms.untracked(cms.int32(4))``."""
-
-    int32 = UntrackedType(int32)
-    uint32 = UntrackedType(uint32)
-    int64 = UntrackedType(int64)
-    uint64 = UntrackedType(uint64)
-    double = UntrackedType(double)
-    bool = UntrackedType(_bool)
-    string = UntrackedType(string)
-    InputTag = UntrackedType(InputTag)
-    vint32 = UntrackedType(vint32)
-    vuint32 = UntrackedType(vuint32)
-    vint64 = UntrackedType(vint64)
-    vuint64 = UntrackedType(vuint64)
-    vdouble = UntrackedType(vdouble)
-    vstring = UntrackedType(vstring)
-    VInputTag = UntrackedType(VInputTag)
-    PSet = UntrackedType(PSet)
-    VPSet = UntrackedType(VPSet)
-
-    def __call__(self, param: _ParameterTypeBase) -> _ParameterTypeBase:
-        if not isinstance(param, _ParameterTypeBase):
-            raise ConfigurationError(f"cms.untracked() takes a typed parameter, got {describe_value(param)}")
-        param.setIsTracked(False)
-        return param
-
-    def __repr__(self) -> str:
-        return "cms.untracked"
-
-
-untracked = _Untracked()

@@ -602,10 +602,6 @@ class LocalTritonServer:
             shutil.rmtree(repository, ignore_errors=True)
             self._created.append(repository)
             _override_instances(self.repository, repository, expected, self.instances)
-        if self._log_path is None:
-            fd, name = tempfile.mkstemp(prefix="pysonic-tritonserver-", suffix=".log")
-            os.close(fd)
-            self._log_path = pathlib.Path(name)
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self._choose_ports()
             self._launch(installation, backend_dir)
@@ -643,6 +639,10 @@ class LocalTritonServer:
             args += [f"--load-model={name}" for name in self.models]
         if self.verbose:
             args.append("--log-verbose=1")
+        if self._log_path is None:
+            fd, name = tempfile.mkstemp(prefix="pysonic-tritonserver-", suffix=".log")
+            os.close(fd)
+            self._log_path = pathlib.Path(name)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "wb") as log:
             self._process = _spawn(
