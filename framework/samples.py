@@ -9,8 +9,9 @@ looks in, in order:
 3. the cache folder ``$PYSONIC_CACHE`` (default ``~/.cache/pysonic/samples``);
 
 and else fetches the file into the cache: the coffea files from the source
-distribution of ``coffea==2026.9.0`` (``pip download``, about 30 MB, one to two
-minutes because pip prepares the package's metadata), the others through the
+distribution of ``coffea==2026.9.0`` (``pip download``, about 30 MB: ~1 min the first
+time, as pip also fetches build tools to prepare the package's metadata; ~12 s once pip's
+cache holds them), the others through the
 ``skhep_testdata`` package when it is installed. Every file is checked against its
 SHA-256 before use; a file with another digest is never used.
 

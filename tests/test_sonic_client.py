@@ -378,9 +378,10 @@ async def test_service_discovery_fallback_and_stop(server, repository, caplog):
         await svc.end_job()
     assert not fallback.is_running()
     stats = svc.statistics()
-    assert stats["spare"]["requests"] == 1 and stats["spare"]["inferences"] == 2
-    assert stats["double"]["client"]["calls"] == 1
-    assert len(svc.report()) == 1
+    assert stats["models"]["spare"]["requests"] == 1 and stats["models"]["spare"]["inferences"] == 2
+    assert stats["clients"]["doubleUser"]["calls"] == 1
+    assert stats["clients"]["spareUser"]["server"] == "fallback"
+    assert len(svc.report()) == 2
 
 
 async def test_service_with_fallback_disabled_names_the_model(server):
@@ -484,10 +485,11 @@ async def test_sonic_modules_in_a_job(server, mode):
     assert sorted(collected) == [1, 2, 3, 5, 6, 7]  # events 4 and 8 send 0 rows: filtered
     for n, y in collected.items():
         np.testing.assert_array_equal(y, np.full((n % 4, 2), 2.0 * n))
-    stats = job.services.services["TritonService"].statistics()["double"]
-    assert stats["server"] == "local"
+    stats = job.services.services["TritonService"].statistics()
+    assert stats["models"]["double"]["server"] == "local"
     # nonEmpty: 6 non-empty events; doubler: the same 6 (the filter stops the other two)
-    assert stats["requests"] == 12 and stats["client"]["calls"] == 12
+    assert stats["models"]["double"]["requests"] == 12
+    assert stats["clients"]["nonEmpty"]["calls"] == 6 and stats["clients"]["doubler"]["calls"] == 6
 
 
 async def test_job_without_triton_service_gets_a_fallback_server(repository):

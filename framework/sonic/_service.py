@@ -17,6 +17,7 @@ as differences between the begin_job and end_job snapshots, next to the clients'
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 from collections.abc import Iterable
@@ -128,6 +129,8 @@ class TritonService(Service):
 
     async def begin_job(self) -> None:
         """Find which server serves each model; start the fallback server if needed."""
+        if not self.models:
+            return  # no SONIC module in this job: nothing to find or start
         for server in self.servers.values():
             served = await trio.to_thread.run_sync(_ready_models, server)
             if isinstance(served, str):
@@ -263,20 +266,22 @@ class TritonService(Service):
         return snapshot
 
     def statistics(self) -> dict[str, Any]:
-        """Per model: server, modules, and Triton's counters during the job (end - begin).
+        """What the job asked of Triton, JSON-ready.
 
-        Keys per model: ``server``, ``modules``, ``requests`` (successful requests),
-        ``inferences`` (batch rows), ``executions`` (model executions: < requests when the
-        dynamic batcher merged them), ``queue_ms`` and ``compute_ms`` (mean per request,
-        milliseconds; compute = input + infer + output), and ``client``: the sum of the
-        modules' client counters (:class:`ClientStatistics` fields). Other users of a
-        shared server during the job are counted too (the difference is approximate).
+        Returns:
+            ``{"models": {model: {...}}, "clients": {module label: {...}}}``. Per model:
+            ``server``, ``modules``, and Triton's counters during the job (end - begin
+            snapshot; other users of a shared server are counted too): ``requests``
+            (successful), ``inferences`` (batch rows), ``executions`` (model runs: fewer
+            than requests when the dynamic batcher merged them), ``queue_ms`` and
+            ``compute_ms`` (mean per request, milliseconds; compute = input + infer +
+            output). Per client: ``model``, ``server``, ``mode`` and the
+            :class:`~framework.sonic.ClientStatistics` fields.
         """
-        out: dict[str, Any] = {}
+        models: dict[str, Any] = {}
         for model, server_name in self.assignment.items():
+            entry: dict[str, Any] = {"server": server_name, "modules": [label for label, _ in self.models[model]]}
             begin, end = self._stats_begin.get(model), self._stats_end.get(model)
-            entry: dict[str, Any] = {"server": server_name,
-                                     "modules": [label for label, _ in self.models[model]]}
             if begin is not None and end is not None:
                 diff = {key: end[key] - begin.get(key, 0) for key in end}
                 requests = diff["requests"]
@@ -285,36 +290,37 @@ class TritonService(Service):
                     queue_ms=diff["queue_ns"] / requests / 1e6 if requests else 0.0,
                     compute_ms=diff["compute_ns"] / requests / 1e6 if requests else 0.0,
                 )
-            client_totals: dict[str, int] = {}
-            for client in self._clients:
-                if client.model_name == model:
-                    for key, value in vars(client.statistics()).items():
-                        client_totals[key] = client_totals.get(key, 0) + value
-            entry["client"] = client_totals
-            out[model] = entry
-        return out
+            models[model] = entry
+        clients = {
+            client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
+                                "mode": client.mode, **dataclasses.asdict(client.statistics())}
+            for client in self._clients
+        }
+        return {"models": models, "clients": clients}
 
     def report(self) -> list[Any]:
-        """A rich Table of :meth:`statistics` for the end-of-job summary ([] if no model)."""
+        """Rich tables of :meth:`statistics` for the end-of-job summary ([] if no model)."""
         from rich.table import Table
 
         stats = self.statistics()
-        if not stats:
+        if not stats["models"]:
             return []
-        table = Table(title="TritonService ---------- Model Summary ---[server side: during this job]----",
-                      title_justify="left")
-        columns = ("Model", "Server", "Requests", "Inferences", "Executions", "queue [ms/req]",
-                   "compute [ms/req]", "client calls", "sent [MB]", "recv [MB]", "errors", "Modules")
-        for col in columns:
-            table.add_column(col, justify="left" if col in ("Model", "Server", "Modules") else "right")
-        for model, s in stats.items():
-            c = s["client"]
-            server_side = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
-                            f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
-            table.add_row(model, s["server"], *server_side, str(c.get("calls", 0)),
-                          f"{c.get('bytes_sent', 0) / 1e6:.3f}", f"{c.get('bytes_received', 0) / 1e6:.3f}",
-                          str(c.get("errors", 0)), ", ".join(s["modules"]))
-        return [table]
+        models = Table(title="TritonService ---------- Model Summary (server side) ---[ms per request]----",
+                       title_justify="left")
+        for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue", "compute"):
+            models.add_column(col, justify="left" if col in ("Model", "Server") else "right")
+        for model, s in stats["models"].items():
+            numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
+                        f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
+            models.add_row(model, s["server"], *numbers)
+        clients = Table(title="TritonService ---------- Client Summary ---[MB of tensor data]----",
+                        title_justify="left")
+        for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent", "received", "Errors"):
+            clients.add_column(col, justify="left" if col in ("Module", "Model", "Mode") else "right")
+        for label, c in stats["clients"].items():
+            clients.add_row(label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
+                            f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}", str(c["errors"]))
+        return [models, clients]
 
     # -- messages ----------------------------------------------------------------------
 
