@@ -33,6 +33,11 @@ from ._summary import print_summary
 log = logging.getLogger("pysonic")
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cmsrun",
@@ -87,8 +92,8 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         done += 1
         progress.update(task, advance=1, rate=f"{principal.id}")
         if not show_progress and (done & (done - 1)) == 0:  # 1, 2, 4, 8, ... events: a log line
-            log.info("Begin processing the %dth record: event %s, stream %d", done, principal.id,
-                     principal.stream)
+            log.info("Processed the %s record: event %s on stream %d (%.1f ms)", _ordinal(done),
+                     principal.id, principal.stream, latency * 1e3)
 
     with progress:
         report = trio.run(lambda: run_job(job, on_event=on_event))
@@ -108,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cmsrun`` console script; returns the exit code."""
     ns = _parser().parse_args(argv)
     console = Console(stderr=True)
+    if not console.is_terminal:
+        # Logs of batch jobs: wide enough that the summary tables do not wrap.
+        console = Console(stderr=True, width=140)
     level = logging.DEBUG if ns.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
                         handlers=[RichHandler(console=console, show_path=False)], force=True)

@@ -425,14 +425,14 @@ class PoolSource(Source):
         ranges that events still in flight refer to. If the scheduler closes its end
         early, reading stops quietly.
         """
-        async with send_channel:
+        with send_channel:  # sync close: no checkpoint that could mask an error with Cancelled
             if max_events == 0:
                 return
             chunk_send, chunk_recv = trio.open_memory_channel[_Chunk](0)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_chunks, chunk_send, max_events)
-                    async with chunk_recv:
+                    with chunk_recv:
                         async for chunk in chunk_recv:
                             if not await self._send_chunk(chunk, send_channel):
                                 nursery.cancel_scope.cancel()
@@ -495,7 +495,7 @@ class PoolSource(Source):
         return True
 
     async def _read_chunks(self, chunk_send: trio.MemorySendChannel, max_events: int) -> None:
-        async with chunk_send:
+        with chunk_send:
             to_skip = self.skip_events
             planned = 0  # events that chunks read so far will deliver
             for index, name in enumerate(self.file_names):

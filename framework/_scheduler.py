@@ -143,12 +143,14 @@ class _Scheduler:
         send, receive = trio.open_memory_channel[SourceEvent](0)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.job.source.run, send, self.job.max_events)
-            async with receive:
+            # Sync close (no checkpoint): an async close could turn a module's error into
+            # Cancelled when another task has already failed.
+            with receive:
                 for stream in range(self.job.streams):
                     nursery.start_soon(self._stream, stream, receive.clone())
 
     async def _stream(self, stream: int, receive: trio.MemoryReceiveChannel[SourceEvent]) -> None:
-        async with receive:
+        with receive:
             async for src in receive:
                 index = self._next_index
                 self._next_index += 1

@@ -39,6 +39,10 @@ class Service:
         """Renderables (rich tables or strings) for the end-of-job summary."""
         return []
 
+    def statistics(self) -> dict[str, Any]:
+        """The service's end-of-job numbers as plain data (for ``--summary-json``)."""
+        return {}
+
 
 class ServiceRegistry:
     """The services of one job, by type name."""

@@ -100,8 +100,11 @@ class EmptySource(Source):
             raise ConfigurationError("EmptySource needs process.maxEvents.input >= 0 (it has no end)")
         p = self.params
         per_lumi = max(1, p.numberEventsInLuminosityBlock)
-        async with send_channel:
+        with send_channel:
             for i in range(max_events):
                 lumi = p.firstLuminosityBlock + i // per_lumi
                 event_id = EventID(p.firstRun, lumi, p.firstEvent + i)
-                await send_channel.send(SourceEvent(event_id, {}))
+                try:
+                    await send_channel.send(SourceEvent(event_id, {}))
+                except trio.BrokenResourceError:
+                    return  # every stream has stopped (the job is failing): nothing to do

@@ -58,7 +58,8 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     Keys: ``events``, ``passed``, ``wall_time``, ``throughput`` (events/s),
     ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``, ``endpaths``
     (TrigReport counters), ``modules`` (label -> calls, mean_cpu, mean_acquire,
-    mean_wait, mean_run, errors), ``streams``, ``threads``.
+    mean_wait, mean_run, errors), ``streams``, ``threads``, ``services`` (type name ->
+    the service's ``statistics()``, e.g. Triton's per-model server-side numbers).
     """
     modules = {}
     for w in job.workers.values():
@@ -87,6 +88,8 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
         "paths": [_path_dict(p) for p in job.paths],
         "endpaths": [_path_dict(p) for p in job.endpaths],
         "modules": modules,
+        "services": {name: stats for name, svc in job.services.services.items()
+                     if (stats := svc.statistics())},
     }
 
 

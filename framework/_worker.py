@@ -42,6 +42,12 @@ class WorkerTimes:
         return (self.acquire + self.run) / self.calls if self.calls else 0.0
 
 
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - t0
+
+
 class Worker:
     """Runs one module for events; see the module docstring."""
 
@@ -61,10 +67,15 @@ class Worker:
     def describe(self) -> str:
         return f"{self.kind} '{self.label}' (type {self.type_name})"
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+        """Run ``fn(*args)`` on the right thread; return (its result, seconds it took).
+
+        The time is measured where ``fn`` runs, so waiting for a free worker thread is
+        not counted as the module's time.
+        """
         if self._limiter is None:
-            return fn(*args)
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+            return _timed(fn, *args)
+        return await trio.to_thread.run_sync(_timed, fn, *args, limiter=self._limiter)
 
     async def run(self, principal: EventPrincipal, path: str) -> bool:
         """Run the module for one event; returns the filter decision (True for non-filters).
@@ -79,27 +90,22 @@ class Worker:
         times = self.times
         try:
             if self.external:
-                t0 = time.perf_counter()
                 holder = WaitingTaskHolder()
-                await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
-                t1 = time.perf_counter()
+                _, t_acquire = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
                 if not holder.used:
                     raise RuntimeError("acquire() returned without starting external work "
                                        "(call holder.done_waiting or holder.start_soon)")
-                result = await holder.wait()
-                t2 = time.perf_counter()
-                decision = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
-                t3 = time.perf_counter()
-                times.acquire += t1 - t0
-                times.wait += t2 - t1
-                times.run += t3 - t2
-                times.per_event.append((t1 - t0) + (t3 - t2))
-            else:
                 t0 = time.perf_counter()
-                decision = await self._call(self._entry_point(), event)
-                dt = time.perf_counter() - t0
-                times.run += dt
-                times.per_event.append(dt)
+                result = await holder.wait()
+                times.wait += time.perf_counter() - t0
+                decision, t_run = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
+                times.acquire += t_acquire
+                times.run += t_run
+                times.per_event.append(t_acquire + t_run)
+            else:
+                decision, t_run = await self._call(self._entry_point(), event)
+                times.run += t_run
+                times.per_event.append(t_run)
             times.calls += 1
         except trio.Cancelled:
             raise
