@@ -87,6 +87,13 @@ class Job:
     threads: int
     want_summary: bool
     limiter: trio.CapacityLimiter | None = None
+    exception_actions: dict[str, str] = field(default_factory=dict)
+    tracer: Any = None
+
+    def action_for(self, category: str) -> str:
+        """The exception policy's action for a category: Rethrow, TryToContinue or IgnoreCompletely."""
+        actions = self.exception_actions
+        return actions.get(category) or actions.get("*") or "Rethrow"
 
     @property
     def modules(self) -> list[EDModule]:
@@ -180,8 +187,28 @@ def build_job(process: Any, *, max_events: int | None = None, streams: int | Non
     endpaths = [_path_spec(name, p, workers, end=True) for name, p in process.endpaths_().items()]
     _check_dependencies(workers)
     mx = max_events if max_events is not None else process.maxEvents_()
-    return Job(process.name_(), source, registry, workers, paths, endpaths, mx, streams, threads,
-               bool(options["wantSummary"]), limiter)
+    job = Job(process.name_(), source, registry, workers, paths, endpaths, mx, streams, threads,
+              bool(options["wantSummary"]), limiter, _exception_actions(options))
+    timer = registry.services.get("FastTimerService")
+    if timer is not None and timer.tracer is not None:
+        job.tracer = timer.tracer
+        for worker in workers.values():
+            worker.tracer = timer.tracer
+    return job
+
+
+def _exception_actions(options: dict[str, Any]) -> dict[str, str]:
+    """``process.options`` Rethrow / TryToContinue / IgnoreCompletely -> {category: action}."""
+    actions: dict[str, str] = {}
+    for action in ("Rethrow", "TryToContinue", "IgnoreCompletely"):
+        for category in options.get(action, []):
+            if category in actions and actions[category] != action:
+                raise ConfigurationError(
+                    f"process.options: exception category '{category}' is listed under both "
+                    f"{actions[category]} and {action}"
+                )
+            actions[category] = action
+    return actions
 
 
 def _path_spec(name: str, path: Any, workers: dict[str, Worker], *, end: bool) -> PathSpec:

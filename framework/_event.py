@@ -52,10 +52,12 @@ class EventPrincipal:
             -> per-event view, e.g. ``"Jet"`` -> awkward record array of that event's jets).
         products: ``(label, instance) -> value`` put by modules.
         path_results: Path name -> passed (bool), filled as Paths finish; EndPaths and
-            ``SelectEvents`` read it (CMSSW's ``TriggerResults``).
+            ``SelectEvents`` read it (CMSSW's ``TriggerResults``). A Path that met a
+            module failure under TryToContinue counts as not passed.
+        errors: the module failures this event survived (TryToContinue, IgnoreCompletely).
     """
 
-    __slots__ = ("id", "stream", "index", "source", "products", "path_results")
+    __slots__ = ("id", "stream", "index", "source", "products", "path_results", "errors")
 
     def __init__(self, id: EventID, stream: int, index: int, source: Mapping[str, Any]) -> None:
         self.id = id
@@ -64,6 +66,7 @@ class EventPrincipal:
         self.source = source
         self.products: dict[tuple[str, str], Any] = {}
         self.path_results: dict[str, bool] = {}
+        self.errors: list[Exception] = []
 
 
 class Event:

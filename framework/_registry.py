@@ -4,7 +4,8 @@ A config says ``cms.EDProducer("ParticleNetSonicProducer", ...)``; the type name
 looked up, in order:
 
 0. types registered at run time with :func:`register_type` (tests, notebooks);
-1. the types built into the framework (``PoolSource``, ``EmptySource``, ``TritonService``);
+1. the types built into the framework (``PoolSource``, ``EmptySource``,
+   ``FastTimerService``, ``TritonService``);
 2. the Python entry points of group ``pysonic.modules`` of every installed package, so a
    user's own package provides types by declaring, in its ``pyproject.toml``::
 
@@ -29,6 +30,7 @@ ENTRY_POINT_GROUP = "pysonic.modules"
 # name -> "module:attribute", resolved lazily so that importing the registry stays cheap
 _BUILTIN = {
     "EmptySource": "framework._source_base:EmptySource",
+    "FastTimerService": "framework._timing:FastTimerService",
     "PoolSource": "framework._pool_source:PoolSource",
     "TritonService": "framework.sonic._service:TritonService",
 }

@@ -20,6 +20,7 @@ can assert exact times); module timers use ``time.perf_counter()`` (see ``_worke
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,12 +29,14 @@ from typing import Any
 import trio
 
 from ._builder import Job, PathSpec
-from ._errors import FrameworkError
+from ._errors import EventProcessingError, FrameworkError
 from ._event import EventPrincipal
 from ._source_base import SourceEvent
 from ._worker import Worker
 
 __all__ = ["JobReport", "run_job", "first_error"]
+
+log = logging.getLogger("pysonic")
 
 
 @dataclass
@@ -43,6 +46,8 @@ class JobReport:
     Attributes:
         events: events that completed all Paths and EndPaths.
         passed: events accepted by at least one Path (all events if there is no Path).
+        events_with_errors: events in which a module failed under TryToContinue or
+            IgnoreCompletely (``process.options``).
         wall_time: seconds from the first event request to the end (``time.perf_counter``).
         latencies: per-event latency in seconds, source to end of EndPaths, in completion
             order (``trio.current_time`` clock).
@@ -52,38 +57,78 @@ class JobReport:
 
     events: int = 0
     passed: int = 0
+    events_with_errors: int = 0
     wall_time: float = 0.0
     latencies: list[float] = field(default_factory=list)
     completion_times: list[float] = field(default_factory=list)
     error: BaseException | None = None
 
 
+class _Skipped(Exception):
+    """Internal: a module did not run (or failed) under TryToContinue for this event.
+
+    Raised to the Path that needed the module, and to every module depending on it,
+    which are then skipped too. Never leaves the scheduler.
+    """
+
+    def __init__(self, origin: str) -> None:
+        super().__init__(origin)
+        self.origin = origin  # label of the module whose failure caused the skip
+
+
 class _EventRun:
     """The state of one event on one stream: which modules ran, with what decision."""
 
-    __slots__ = ("sched", "principal", "done", "decisions")
+    __slots__ = ("sched", "principal", "done", "decisions", "failed")
 
     def __init__(self, sched: _Scheduler, principal: EventPrincipal) -> None:
         self.sched = sched
         self.principal = principal
         self.done: dict[str, trio.Event] = {}
         self.decisions: dict[str, bool] = {}
+        self.failed: dict[str, str] = {}  # label -> label of the failed module behind it
 
     async def run_module(self, worker: Worker, path: str) -> bool:
+        """Run ``worker`` once for this event (or wait for the run already under way).
+
+        Raises:
+            _Skipped: it failed, or something it consumes failed, under TryToContinue.
+            EventProcessingError: it failed and the policy is Rethrow (the job ends).
+        """
         label = worker.label
         started = self.done.get(label)
         if started is not None:
-            # Already running for this event (another Path, or a prefetch): wait for it. If
-            # it fails, the job is cancelled and this wait ends with Cancelled.
+            # Already running for this event (another Path, or a prefetch): wait for it.
+            # If it fails with Rethrow the job is cancelled and this wait ends with Cancelled.
             await started.wait()
+            if label in self.failed:
+                raise _Skipped(self.failed[label])
             return self.decisions[label]
         finished = self.done[label] = trio.Event()
-        deps = self.sched.deps[label]
-        if deps:
-            await self._prefetch(deps, path)
-        decision = await worker.run(self.principal, path)
+        try:
+            deps = self.sched.deps[label]
+            if deps:
+                await self._prefetch(deps, path)
+            decision = await worker.run(self.principal, path)
+        except _Skipped as skipped:
+            worker.skipped += 1
+            self.failed[label] = skipped.origin
+            finished.set()
+            raise
+        except EventProcessingError as error:
+            action = self.sched.job.action_for(error.category)
+            if action == "Rethrow":
+                raise  # `finished` stays unset: the whole job is being cancelled
+            self.principal.errors.append(error)
+            log.warning("%s; %s: the event goes on", error.args[0], action)
+            if action == "IgnoreCompletely":
+                decision = True
+            else:
+                self.failed[label] = label
+                finished.set()
+                raise _Skipped(label) from None
         self.decisions[label] = decision
-        finished.set()  # only on success: see the wait above
+        finished.set()
         return decision
 
     async def _prefetch(self, deps: list[Worker], path: str) -> None:
@@ -91,9 +136,20 @@ class _EventRun:
         if len(pending) == 1:
             await self.run_module(pending[0], path)
         elif pending:
+            # A skipped dependency must not cancel its siblings: other Paths may wait for them.
+            skipped: list[_Skipped] = []
+
+            async def one(dep: Worker) -> None:
+                try:
+                    await self.run_module(dep, path)
+                except _Skipped as exc:
+                    skipped.append(exc)
+
             async with trio.open_nursery() as nursery:
                 for dep in pending:
-                    nursery.start_soon(self.run_module, dep, path)
+                    nursery.start_soon(one, dep)
+            if skipped:
+                raise skipped[0]
 
     async def run_path(self, spec: PathSpec) -> None:
         spec.visited += 1
@@ -102,10 +158,14 @@ class _EventRun:
             spec.entry_visited[i] += 1
             try:
                 decision = await self.run_module(worker, spec.name)
-            except FrameworkError:
+            except (FrameworkError, _Skipped) as exc:
                 spec.entry_errors[i] += 1
                 spec.errors += 1
-                raise
+                if isinstance(exc, FrameworkError):
+                    raise
+                # TryToContinue: this Path is errored for this event, the others go on.
+                self.principal.path_results[spec.name] = False
+                return
             if decision == inverted:  # a filter said no (or an inverted one said yes)
                 passed = False
                 break
@@ -158,13 +218,18 @@ class _Scheduler:
 
     async def _process(self, src: SourceEvent, stream: int, index: int) -> None:
         t0 = trio.current_time()
+        p0 = time.perf_counter()
         principal = EventPrincipal(src.id, stream, index, src.collections)
         run = _EventRun(self, principal)
         await run.run_paths(self.job.paths)
         await run.run_paths(self.job.endpaths)
         t1 = trio.current_time()
+        if self.job.tracer is not None:
+            self.job.tracer.event(principal, p0, time.perf_counter())
         report = self.report
         report.events += 1
+        if principal.errors:
+            report.events_with_errors += 1
         results = principal.path_results
         if not self.job.paths or any(results[p.name] for p in self.job.paths):
             report.passed += 1
@@ -261,6 +326,8 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
                 report.wall_time = time.perf_counter() - t0
             for module in modules:
                 module.end_job()
+            for svc in job.services.services.values():
+                svc.job_finished(job, report)
         except BaseException as exc:
             error = first_error(exc)
             report.error = error

@@ -35,6 +35,9 @@ class Service:
     async def end_job(self) -> None:
         """Called once at the end of the job, also after a failure. Must not raise."""
 
+    def job_finished(self, job: Any, report: Any) -> None:
+        """Called after a successful job, before ``end_job``, with the Job and its JobReport."""
+
     def report(self) -> list[Any]:
         """Renderables (rich tables or strings) for the end-of-job summary."""
         return []

@@ -55,26 +55,32 @@ def _path_dict(spec: PathSpec) -> dict[str, Any]:
 def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     """The summary as plain data (JSON-ready). Times in seconds.
 
-    Keys: ``events``, ``passed``, ``wall_time``, ``throughput`` (events/s),
-    ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``, ``endpaths``
-    (TrigReport counters), ``modules`` (label -> calls, mean_cpu, mean_acquire,
-    mean_wait, mean_run, errors), ``streams``, ``threads``, ``services`` (type name ->
+    Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time``, ``throughput``
+    (events/s), ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``,
+    ``endpaths`` (TrigReport counters), ``modules`` (label -> calls, errors, skipped,
+    mean_cpu, mean_acquire, mean_wait, mean_run, and percentiles of ``own`` (acquire +
+    produce), ``acquire``, ``wait`` (ExternalWork) and ``run`` (produce/filter/...)),
+    ``streams``, ``threads``, ``services`` (type name ->
     the service's ``statistics()``, e.g. Triton's per-model server-side numbers).
     """
     modules = {}
     for w in job.workers.values():
         t = w.times
-        n = max(t.calls, 1)
         modules[w.label] = {
             "type": w.type_name,
             "kind": w.kind,
             "external_work": w.external,
             "calls": t.calls,
             "errors": w.errors,
+            "skipped": w.skipped,
             "mean_cpu": t.cpu_mean,
-            "mean_acquire": t.acquire / n,
-            "mean_wait": t.wait / n,
-            "mean_run": t.run / n,
+            "mean_acquire": float(np.mean(t.acquire)) if t.acquire else 0.0,
+            "mean_wait": float(np.mean(t.wait)) if t.wait else 0.0,
+            "mean_run": float(np.mean(t.run)) if t.run else 0.0,
+            "own": _percentiles(t.own),
+            "acquire": _percentiles(t.acquire),
+            "wait": _percentiles(t.wait),
+            "run": _percentiles(t.run),
         }
     return {
         "process": job.process_name,
@@ -82,6 +88,7 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
         "threads": job.threads,
         "events": report.events,
         "passed": report.passed,
+        "events_with_errors": report.events_with_errors,
         "wall_time": report.wall_time,
         "throughput": report.events / report.wall_time if report.wall_time > 0 else 0.0,
         "latency": _percentiles(report.latencies),
@@ -118,7 +125,8 @@ def _trig_tables(summary: dict[str, Any]) -> list[Table]:
 def _time_tables(summary: dict[str, Any]) -> list[Table]:
     ms = 1e3
     mods = Table(title="TimeReport ---------- Module Summary ---[ms per call]----", title_justify="left")
-    for col in ("Calls", "acquire", "ext. wait", "produce/run", "own code", "Name"):
+    for col in ("Calls", "acquire", "ext. wait", "produce", "own mean", "own p50", "own p99",
+                "Errors", "Skipped", "Name"):
         mods.add_column(col, justify="right" if col != "Name" else "left")
     for label, m in summary["modules"].items():
         ext = m["external_work"]
@@ -127,7 +135,11 @@ def _time_tables(summary: dict[str, Any]) -> list[Table]:
             f"{m['mean_acquire'] * ms:.3f}" if ext else "-",
             f"{m['mean_wait'] * ms:.3f}" if ext else "-",
             f"{m['mean_run'] * ms:.3f}",
-            f"{m['mean_cpu'] * ms:.3f}",
+            f"{m['own']['mean'] * ms:.3f}",
+            f"{m['own']['p50'] * ms:.3f}",
+            f"{m['own']['p99'] * ms:.3f}",
+            str(m["errors"]),
+            str(m["skipped"]),
             f"{label} ({m['type']})",
         )
     lat = summary["latency"]
@@ -135,6 +147,7 @@ def _time_tables(summary: dict[str, Any]) -> list[Table]:
     ev.add_column("Quantity")
     ev.add_column("Value", justify="right")
     ev.add_row("events", str(summary["events"]))
+    ev.add_row("events with errors", str(summary["events_with_errors"]))
     ev.add_row("streams / threads", f"{summary['streams']} / {summary['threads']}")
     ev.add_row("wall time [s]", f"{summary['wall_time']:.3f}")
     ev.add_row("throughput [events/s]", f"{summary['throughput']:.2f}")

@@ -3,6 +3,12 @@
 A worker knows how to call its module for one event (plain, or ExternalWork in three
 steps: acquire, the external wait, produce), on which thread, and keeps the counters and
 timers that the end-of-job TrigReport and TimeReport print.
+
+Timing is always on: every call appends its acquire / external-wait / run times
+(``time.perf_counter`` seconds, measured on the thread that runs the code, so waiting for
+a free worker thread is not counted) to :class:`WorkerTimes`. When a
+:class:`~framework._timing.Tracer` is attached, each phase is also recorded as a span
+on the event's stream, for a Perfetto / chrome://tracing timeline.
 """
 
 from __future__ import annotations
@@ -24,32 +30,46 @@ __all__ = ["Worker", "WorkerTimes"]
 
 @dataclass
 class WorkerTimes:
-    """Accumulated wall-clock time of one module, in seconds (``time.perf_counter``).
+    """Per-call wall-clock times of one module, seconds (``time.perf_counter``).
 
-    ``acquire``/``wait`` are zero for modules without ExternalWork; ``run`` is the time in
+    One entry per completed call, in completion order. ``acquire`` and ``wait`` stay
+    empty for modules without ExternalWork; ``run`` is the time in
     ``produce``/``filter``/``analyze``/``write``.
     """
 
-    calls: int = 0
-    acquire: float = 0.0
-    wait: float = 0.0
-    run: float = 0.0
-    per_event: list[float] = field(default_factory=list)  # acquire + produce, no wait
+    acquire: list[float] = field(default_factory=list)
+    wait: list[float] = field(default_factory=list)
+    run: list[float] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return len(self.run)
+
+    @property
+    def own(self) -> list[float]:
+        """Per call: time in the module's own code (acquire + run), without the wait."""
+        if not self.acquire:
+            return self.run
+        return [a + r for a, r in zip(self.acquire, self.run)]
 
     @property
     def cpu_mean(self) -> float:
         """Mean time per call in the module's own code (acquire + run), seconds."""
-        return (self.acquire + self.run) / self.calls if self.calls else 0.0
+        return (sum(self.acquire) + sum(self.run)) / self.calls if self.calls else 0.0
 
 
-def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
     t0 = time.perf_counter()
     result = fn(*args)
-    return result, time.perf_counter() - t0
+    return result, t0, time.perf_counter()
 
 
 class Worker:
-    """Runs one module for events; see the module docstring."""
+    """Runs one module for events; see the module docstring.
+
+    Counters: ``errors`` (calls that raised), ``skipped`` (events where the module did
+    not run because a module it depends on failed under ``TryToContinue``).
+    """
 
     def __init__(self, module: EDModule, limiter: trio.CapacityLimiter | None) -> None:
         self.module = module
@@ -63,16 +83,16 @@ class Worker:
         self._limiter = limiter if module.thread_safe else None
         self.times = WorkerTimes()
         self.errors = 0
+        self.skipped = 0
+        self.tracer: Any = None  # a framework._timing.Tracer, when tracing is on
+        self._phase = {"EDFilter": "filter", "EDProducer": "produce", "EDAnalyzer": "analyze",
+                       "OutputModule": "write"}.get(self.kind, "run")
 
     def describe(self) -> str:
         return f"{self.kind} '{self.label}' (type {self.type_name})"
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
-        """Run ``fn(*args)`` on the right thread; return (its result, seconds it took).
-
-        The time is measured where ``fn`` runs, so waiting for a free worker thread is
-        not counted as the module's time.
-        """
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
+        """Run ``fn(*args)`` on the right thread; return (result, start, end) in perf_counter s."""
         if self._limiter is None:
             return _timed(fn, *args)
         return await trio.to_thread.run_sync(_timed, fn, *args, limiter=self._limiter)
@@ -81,39 +101,39 @@ class Worker:
         """Run the module for one event; returns the filter decision (True for non-filters).
 
         Raises:
-            EventProcessingError: the module raised; names module, path and event id. The
-                category of a FrameworkError raised by the module is kept.
+            EventProcessingError: the module raised; names module, path and event id. Its
+                category is that of a FrameworkError raised by the module, else the
+                exception's type name (``"ValueError"``).
             trio.Cancelled: the job is being cancelled (never wrapped).
         """
         event = Event(principal, self.label, self.produces)
         module = self.module
         times = self.times
+        tracer = self.tracer
         try:
             if self.external:
                 holder = WaitingTaskHolder()
-                _, t_acquire = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
+                _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
                 if not holder.used:
                     raise RuntimeError("acquire() returned without starting external work "
                                        "(call holder.done_waiting or holder.start_soon)")
-                t0 = time.perf_counter()
+                w0 = time.perf_counter()
                 result = await holder.wait()
-                times.wait += time.perf_counter() - t0
-                decision, t_run = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
-                times.acquire += t_acquire
-                times.run += t_run
-                times.per_event.append(t_acquire + t_run)
+                w1 = time.perf_counter()
+                decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
+                times.acquire.append(a1 - a0)
+                times.wait.append(w1 - w0)
+                if tracer is not None:
+                    tracer.span(principal, self.label, "acquire", a0, a1)
+                    tracer.span(principal, self.label, "external wait", w0, w1)
             else:
-                decision, t_run = await self._call(self._entry_point(), event)
-                times.run += t_run
-                times.per_event.append(t_run)
-            times.calls += 1
+                decision, r0, r1 = await self._call(self._entry_point(), event)
+            times.run.append(r1 - r0)
+            if tracer is not None:
+                tracer.span(principal, self.label, self._phase, r0, r1)
         except trio.Cancelled:
             raise
-        except BaseException as exc:
-            if isinstance(exc, BaseExceptionGroup) and not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt and friends inside a group: not ours to wrap
-            if not isinstance(exc, Exception):
-                raise
+        except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
             self.errors += 1
             raise self._wrap(exc, principal, path) from exc
         if isinstance(module, EDFilter):
@@ -144,8 +164,10 @@ class Worker:
         return True
 
     def _wrap(self, exc: Exception, principal: EventPrincipal, path: str) -> EventProcessingError:
-        category = exc.category if isinstance(exc, FrameworkError) else None
-        detail = exc.args[0] if isinstance(exc, FrameworkError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, FrameworkError):
+            category, detail = exc.category, exc.args[0]
+        else:
+            category, detail = type(exc).__name__, f"{type(exc).__name__}: {exc}"
         where = f" on path '{path}'" if path else ""
         return EventProcessingError(
             f"{self.describe()}{where} failed for event {principal.id}: {detail}",

@@ -314,3 +314,88 @@ async def test_consuming_an_analyzer_is_a_configuration_error():
     process.e = cms.EndPath(process.a)
     with pytest.raises(framework.ConfigurationError, match="produces nothing"):
         build_job(process)
+
+
+def policy_process(option: str, categories: list[str], *, ignore: bool = False) -> cms.Process:
+    """boom fails in event 3; `dependent` consumes it; `independent` does not."""
+    process = make_process(5, streams=2)
+    setattr(process.options, option, cms.untracked.vstring(*categories))
+    process.boom = cms.EDProducer("testBoom")
+    process.dependent = cms.EDProducer("testCounted", src=cms.string("boom"))
+    process.independent = cms.EDProducer("testCounted")
+    process.readBoom = cms.EDAnalyzer("testReader", src=cms.string("boom"))
+    process.readIndependent = cms.EDAnalyzer("testReader", src=cms.string("independent"))
+    if ignore:  # the Path goes on past boom
+        process.pBoom = cms.Path(process.boom + process.independent)
+        process.e = cms.EndPath(process.readIndependent)
+        return process
+    process.pBoom = cms.Path(process.boom + process.dependent)
+    process.pOther = cms.Path(process.independent)
+    process.eBoom = cms.EndPath(process.readBoom)
+    process.eOther = cms.EndPath(process.readIndependent)
+    return process
+
+
+async def test_try_to_continue_skips_dependents_and_reaches_endpaths(autojump_clock):
+    job, report = await run(policy_process("TryToContinue", ["ValueError"]))
+    assert report.events == 5 and report.events_with_errors == 1
+    assert sorted(Counter.calls["dependent"]) == [1, 2, 4, 5]      # skipped in event 3
+    assert sorted(Counter.calls["independent"]) == [1, 2, 3, 4, 5]  # independent: still ran
+    assert sorted(e for e, _ in Counter.calls["readIndependent"]) == [1, 2, 3, 4, 5]
+    assert sorted(e for e, _ in Counter.calls["readBoom"]) == [1, 2, 4, 5]
+    w = job.workers
+    assert (w["boom"].errors, w["dependent"].skipped, w["readBoom"].skipped) == (1, 0, 1)
+    p_boom, p_other = job.paths
+    assert (p_boom.visited, p_boom.passed, p_boom.errors) == (5, 4, 1)
+    assert p_boom.entry_errors == [1, 0] and p_other.errors == 0
+    e_boom, e_other = job.endpaths
+    assert (e_boom.errors, e_boom.entry_errors, e_other.errors) == (1, [1], 0)
+
+
+async def test_ignore_completely_counts_the_module_as_passed(autojump_clock):
+    job, report = await run(policy_process("IgnoreCompletely", ["*"], ignore=True))
+    assert report.events == 5 and report.events_with_errors == 1
+    assert job.paths[0].passed == 5 and job.paths[0].errors == 0
+
+
+async def test_rethrow_is_the_default_and_other_categories_still_rethrow(autojump_clock):
+    with pytest.raises(framework.EventProcessingError, match="bad value in event 3"):
+        await run(policy_process("TryToContinue", ["ExternalFailure"]))
+
+
+async def test_a_category_under_two_actions_is_a_configuration_error():
+    process = policy_process("TryToContinue", ["ValueError"])
+    process.options.Rethrow = cms.untracked.vstring("ValueError")
+    with pytest.raises(framework.ConfigurationError, match="'ValueError' is listed under both"):
+        build_job(process)
+
+
+async def test_fast_timer_service_writes_summary_and_trace(tmp_path):
+    import json
+
+    process = make_process(4, streams=2)
+    process.ext = cms.EDProducer("testThreadedWork")
+    process.read = cms.EDAnalyzer("testReader", src=cms.string("ext"))
+    process.p = cms.Path(process.ext)
+    process.e = cms.EndPath(process.read)
+    process.FastTimerService = cms.Service(
+        "FastTimerService", writeJSONSummary=cms.untracked.bool(True),
+        jsonFileName=cms.untracked.string(str(tmp_path / "resources.json")),
+        traceFile=cms.untracked.string(str(tmp_path / "trace.json")))
+    await run(process)
+    summary = json.loads((tmp_path / "resources.json").read_text())
+    ext = summary["modules"]["ext"]
+    assert ext["calls"] == 4 and ext["external_work"] is True
+    assert set(ext["wait"]) == {"mean", "p50", "p90", "p99", "max"}
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in trace if e["ph"] == "X"]
+    names = {(e["args"]["module"], e["args"]["phase"]) for e in spans}
+    assert names == {("event", "event"), ("ext", "acquire"), ("ext", "external wait"),
+                     ("ext", "produce"), ("read", "analyze")}
+    assert len([e for e in spans if e["cat"] == "event"]) == 4
+    assert {e["tid"] for e in spans} == {0, 1}  # one track per stream
+    # Every module span lies inside its event's span on the same stream.
+    events = {(e["tid"], e["args"]["event"]): e for e in spans if e["cat"] == "event"}
+    for e in spans:
+        outer = events[(e["tid"], e["args"]["event"])]
+        assert outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + 1e-3

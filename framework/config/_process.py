@@ -31,7 +31,7 @@ from .._errors import ConfigurationError
 from ._modules import EDAnalyzer, EDFilter, EDProducer, OutputModule, Service, Source
 from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
 from ._pset import PSet, untracked
-from ._types import _bool, closest, describe_value, int32, plain_value, uint32
+from ._types import _bool, closest, describe_value, int32, plain_value, uint32, vstring
 
 __all__ = ["MAX_EVENTS", "OPTIONS", "Process"]
 
@@ -41,6 +41,12 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "numberOfStreams": (uint32, 1, "events processed concurrently (>= 1)"),
     "numberOfThreads": (uint32, 1, "threads for thread-safe module calls (>= 1)"),
     "wantSummary": (_bool, False, "print the per-module time and event summary at the end"),
+    # Exception policy: exception categories (e.g. "ExternalFailure", "ProductNotFound",
+    # "ValueError"; "*" = all) mapped to actions, as CMSSW's options of the same names.
+    "Rethrow": (vstring, [], "categories that end the job (the default for every category)"),
+    "TryToContinue": (vstring, [], "categories after which dependent modules are skipped, their "
+                      "Paths marked as errored, and the event goes on to the EndPaths"),
+    "IgnoreCompletely": (vstring, [], "categories ignored: the module counts as passed"),
 }
 MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
     "input": (int32, -1, "number of events to read; -1 = all"),
