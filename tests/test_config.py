@@ -263,7 +263,8 @@ def test_services():
 def test_options_and_max_events_defaults():
     process = cms.Process("P")
     assert process.maxEvents_() == -1
-    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": False}
+    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": False,
+                                  "Rethrow": [], "TryToContinue": [], "IgnoreCompletely": []}
     process.options.numberOfStreams = 4
     process.maxEvents.input = 10
     assert process.options_()["numberOfStreams"] == 4 and process.maxEvents_() == 10
@@ -272,7 +273,8 @@ def test_options_and_max_events_defaults():
 def test_options_replaced_keep_defaults_for_missing_keys():
     process = cms.Process("P")
     process.options = cms.untracked.PSet(wantSummary=cms.untracked.bool(True))
-    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": True}
+    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": True,
+                                  "Rethrow": [], "TryToContinue": [], "IgnoreCompletely": []}
     process.options = cms.PSet(numberOfThreads=cms.int32(2))  # tracked or other int type: by value
     assert process.options_()["numberOfThreads"] == 2
     process.options.numberOfStreams = 3  # the merged PSet is the live one

@@ -9,9 +9,11 @@ from the same file.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import awkward as ak
@@ -29,30 +31,37 @@ CONFIG = ROOT / "configs" / "sonic_pfnano_cfg.py"
 MODELS = ROOT / "data" / "models"
 
 
-def cmsrun(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "framework._cmsrun", *args], cwd=cwd,
+def cmsrun(*args: str, cwd: Path, timeout: float = 300, marker: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
+    return subprocess.run([sys.executable, "-m", "framework._cmsrun", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def tritonserver_pids() -> set[int]:
-    pids = set()
+def processes_with_marker(marker: str) -> list[int]:
+    """Live processes whose environment carries ``PYSONIC_TEST_MARKER=marker``.
+
+    The fallback tritonserver inherits cmsrun's environment, so this finds it (even once
+    reparented) without counting servers that other jobs on the machine run.
+    """
+    needle = f"PYSONIC_TEST_MARKER={marker}".encode()
+    found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if (proc / "comm").read_text().strip() == "tritonserver":
-                    pids.add(int(proc.name))
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
             except OSError:
                 pass
-    return pids
+    return found
 
 
 @pytest.fixture(scope="module")
 def main_job(tmp_path_factory):
     out = tmp_path_factory.mktemp("main_job")
-    before = tritonserver_pids()
+    marker = uuid.uuid4().hex
     result = cmsrun(str(CONFIG), f"outputFile={out / 'out.root'}", f"histFile={out / 'hist.root'}",
-                    "--summary-json", str(out / "summary.json"), cwd=out)
-    leftover = tritonserver_pids() - before
+                    "--summary-json", str(out / "summary.json"), cwd=out, marker=marker)
+    leftover = processes_with_marker(marker)
     return result, out, leftover
 
 
@@ -66,7 +75,7 @@ def test_main_job_succeeds_with_summary(main_job):
     assert summary["events"] == 10 and summary["streams"] == 4
     assert summary["modules"]["particleNetAK4"]["calls"] == 10
     assert summary["modules"]["deepMET"]["external_work"] is True
-    assert not leftover, f"tritonserver processes left behind: {leftover}"
+    assert not leftover, f"processes of the job left behind (its tritonserver?): {leftover}"
 
 
 def test_output_holds_every_input_event(main_job):

@@ -2,6 +2,11 @@
 
 Layering: this subpackage is the only part of the framework that knows about Triton
 (tritonclient, the tritonserver binary). It builds on the core's ExternalWork and bridge.
+
+Files: ``_client`` (TritonClient, per-event TritonRequest), ``_retry`` (retry policy and
+failover, ``Client.retries``), ``_service`` (TritonService: discovery, routing, server
+health, fallback server), ``_service_stats`` (end-of-job numbers), ``_server``
+(LocalTritonServer), ``_producer`` (SonicEDProducer/SonicEDFilter).
 """
 
 from ._client import ClientStatistics as ClientStatistics
@@ -15,4 +20,8 @@ from ._client import TritonRequest as TritonRequest
 from ._client import client_description as client_description
 from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer
+from ._retry import DEFAULT_RETRIES as DEFAULT_RETRIES
+from ._retry import RetryAction as RetryAction
+from ._retry import is_recoverable as is_recoverable
+from ._service import ServerHealth as ServerHealth
 from ._service import TritonService as TritonService

@@ -15,8 +15,14 @@ takes exactly ``dims``. ``-1`` in ``dims`` is a variable dimension (any size).
 
 Threads: ``infer_async`` runs on the trio thread and completes through
 :class:`~framework.ThreadSafeFuture` (gRPC calls back on its own thread);
-``infer_sync`` blocks the calling thread (``Sync`` mode: the trio thread; ``PseudoAsync``:
-a worker thread). The counters are guarded by a lock for that reason.
+``infer_sync`` blocks the calling thread (``Sync`` mode: the trio thread); ``PseudoAsync``
+runs each try on a worker thread. The counters are guarded by a lock for that reason.
+
+Faults: every ``infer_*`` runs under the client's retry policy (``Client.retries``, see
+:mod:`framework.sonic._retry`): recoverable failures (server gone, timeout, server-side
+error) are retried on the same server, another server or the fallback server, each retry
+logged with the module label, the event id, the server and the reason. The retry loop runs
+in the event's own task, never in a gRPC callback.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import pathlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,6 +43,9 @@ import framework.config as cms
 from framework._bridge import ThreadSafeFuture
 from framework._errors import ConfigurationError, ExternalFailure
 
+from ._retry import default_retries_pset, parse_retries, retry_description
+from ._retry import run_async as _run_async
+from ._retry import run_blocking as _run_blocking
 from ._server import default_model_repository
 
 if TYPE_CHECKING:
@@ -58,6 +68,24 @@ logger = logging.getLogger("pysonic.sonic")
 MODES = ("Async", "Sync", "PseudoAsync")
 TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # -> seconds
 DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
+# Async mode: seconds past Client.timeout after which the client cancels a call itself, in
+# case gRPC's own deadline never calls back.
+TIMEOUT_GRACE = 1.0
+
+# tritonclient's default channel options (unlimited messages, its keepalive defaults) plus
+# a short reconnect backoff: gRPC's default grows to 120 s, so a server back after a
+# restart would stay unused for up to two minutes.
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", 2**31 - 1),
+    ("grpc.max_receive_message_length", 2**31 - 1),
+    ("grpc.keepalive_time_ms", 2**31 - 1),
+    ("grpc.keepalive_timeout_ms", 20000),
+    ("grpc.keepalive_permit_without_calls", False),
+    ("grpc.http2.max_pings_without_data", 2),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 def client_description() -> cms.ParameterSetDescription:
@@ -71,13 +99,17 @@ def client_description() -> cms.ParameterSetDescription:
     desc.add("modelVersion", cms.string(""), "model version; \"\" = the server's latest")
     desc.add("modelConfigPath", cms.untracked.string(""),
              "config.pbtxt of the model, for the fallback server; \"\" = <default repository>/<modelName>/config.pbtxt")
-    desc.add("timeout", cms.untracked.uint32(10), "per-request deadline, in timeoutUnit; 0 = none")
+    desc.add("timeout", cms.untracked.uint32(10), "deadline of each try, in timeoutUnit; 0 = none")
     desc.add("timeoutUnit", cms.untracked.string("seconds"), "seconds | milliseconds | microseconds")
     desc.add("mode", cms.untracked.string("Async"), "Async | Sync | PseudoAsync")
     desc.add("preferredServer", cms.untracked.string(""), "TritonService server name to use if it serves the model")
     desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
     desc.add("verbose", cms.untracked.bool(False), "log model metadata and each request")
-    desc.add("allowedTries", cms.untracked.uint32(1), "attempts per request (retries: not implemented yet)")
+    desc.add_vpset("retries", retry_description(),
+                   "retry actions tried in order after a recoverable failure (sameServer | otherServer | "
+                   "fallback); [] = no retry", default=default_retries_pset(), tracked=False)
+    desc.add("allowedTries", cms.untracked.uint32(0),
+             "DEPRECATED (use retries): N > 0 = N tries in all, on the same server only; 0 = use retries")
     return desc
 
 
@@ -87,7 +119,11 @@ def client_description() -> cms.ParameterSetDescription:
 
 @dataclasses.dataclass(frozen=True)
 class SslOptions:
-    """PEM files for a TLS gRPC channel (None: gRPC's defaults / no client certificate)."""
+    """PEM files for a TLS gRPC channel (None: gRPC's defaults / no client certificate).
+
+    Only the paths are kept; tritonclient reads the files when a channel is opened, so no
+    key material is held here or shown in messages.
+    """
 
     root_certificates: str | None = None
     private_key: str | None = None
@@ -116,7 +152,7 @@ class ServerInfo:
         return grpcclient.InferenceServerClient(
             self.address, verbose=verbose, ssl=self.ssl is not None,
             root_certificates=ssl.root_certificates, private_key=ssl.private_key,
-            certificate_chain=ssl.certificate_chain,
+            certificate_chain=ssl.certificate_chain, channel_args=CHANNEL_ARGS,
         )
 
 
@@ -275,10 +311,14 @@ class ClientStatistics:
     """Client-side counters of one TritonClient (all streams together).
 
     Attributes:
-        calls: gRPC inference requests sent (a batch split in k parts counts k).
+        calls: gRPC inference calls answered successfully (a batch split in k parts
+            counts k; failed tries count in ``retries`` or ``errors``).
         inferences: batch rows sent (events x rows).
         bytes_sent, bytes_received: tensor payload bytes (not gRPC framing).
-        errors: failed requests (server errors, timeouts, malformed outputs).
+        errors: requests that failed for good (after their retries), i.e. events that
+            failed in this module.
+        retries: tries re-sent after a recoverable failure (see ``Client.retries``).
+        failovers: those of the retries that went to a different server.
     """
 
     calls: int = 0
@@ -286,6 +326,8 @@ class ClientStatistics:
     bytes_sent: int = 0
     bytes_received: int = 0
     errors: int = 0
+    retries: int = 0
+    failovers: int = 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -301,11 +343,17 @@ class TritonRequest:
         input: name -> :class:`TritonInputData` (every model input).
         output: name -> :class:`TritonOutputData` (every model output; only the requested
             ones get data).
+        event_id: the event this request belongs to (for logs and errors), or None.
+        server: the :class:`ServerInfo` that answered (after a successful inference).
+        tries: tries it took (1 = no retry).
     """
 
-    def __init__(self, client: TritonClient) -> None:
+    def __init__(self, client: TritonClient, event_id: Any = None) -> None:
         self.client = client
-        self.what = client.what
+        self.event_id = event_id
+        self.what = client.what + (f", event {event_id}" if event_id is not None else "")
+        self.server: ServerInfo | None = None
+        self.tries = 0
         self._batch: int | None = None
         self._batch_from = ""
         self.input = _TensorMap(self.what, "input", {n: TritonInputData(self, s) for n, s in client.inputs.items()})
@@ -361,7 +409,7 @@ class TritonRequest:
                 tensor.data = np.zeros(shape, tensor.spec.dtype)
         return self
 
-    def _finish(self, results: list[Any], chunks: list[slice]) -> TritonRequest:
+    def _finish(self, results: list[Any], chunks: list[slice], server: ServerInfo) -> TritonRequest:
         client = self.client
         received = 0
         for name in client.requested_outputs:
@@ -370,12 +418,11 @@ class TritonRequest:
             try:
                 tensor.data = parts[0] if len(parts) == 1 else np.concatenate(parts)
             except ValueError as err:
-                client._count_error()
                 raise ExternalFailure(
                     f"{self.what}: output '{name}' of the {len(parts)} split requests cannot be joined: {err}"
                 ) from None
             received += tensor.data.nbytes
-        client._count(calls=len(chunks), inferences=self.batch_size,
+        client._count(server, calls=len(chunks), inferences=self.batch_size,
                       sent=sum(t.data.nbytes for t in self.input.values()), received=received)
         return self
 
@@ -400,7 +447,6 @@ class TritonRequest:
                 # make unlikely; a Python-backend stub without its libraries does this.
                 problem = f"EMPTY tensor of shape {tuple(shape)} for non-empty inputs (server misconfigured?)"
         if problem:
-            self.client._count_error()
             rows = f" for {expected_rows} rows" if spec.batched else ""
             raise ExternalFailure(
                 f"{self.what}: output '{spec.name}' is {problem}, expected {spec.describe()}{rows}"
@@ -424,21 +470,28 @@ class TritonRequest:
     async def infer_async(self) -> TritonRequest:
         """Non-blocking inference (``Async``): ``async_infer`` calls, one per chunk, all in flight.
 
-        The gRPC callback re-enters trio through :class:`~framework.ThreadSafeFuture`. If
-        this task is cancelled while waiting, every pending call is cancelled
-        (``CallContext.cancel``) and ``trio.Cancelled`` propagates.
+        The gRPC callback re-enters trio through :class:`~framework.ThreadSafeFuture`. A try
+        that outlives ``Client.timeout`` (+ ``TIMEOUT_GRACE``) or whose task is cancelled
+        cancels its pending calls (``CallContext.cancel``); failed tries are retried by
+        ``Client.retries`` with ``trio.sleep`` between them.
 
         Returns:
             self, with the outputs filled.
 
         Raises:
-            ExternalFailure: server error, deadline exceeded, or malformed outputs.
+            ExternalFailure: non-recoverable server error, malformed outputs, or tries
+                exhausted (names model, module, event, servers and the last error).
+            trio.Cancelled: propagated unchanged.
         """
         chunks = self._chunks()
         if self.batch_size == 0:
             return self._finish_empty()
+        return await _run_async(self, lambda server, grpc_client: self._try_async(server, grpc_client, chunks))
+
+    async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
+        from tritonclient.utils import InferenceServerException
+
         client = self.client
-        grpc_client = client._grpc()
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
 
@@ -446,53 +499,64 @@ class TritonRequest:
             for context in contexts:
                 context.cancel()
 
+        limit = client.timeout + TIMEOUT_GRACE if client.timeout else math.inf
         try:
-            for chunk in chunks:
-                future = ThreadSafeFuture()
-                contexts.append(grpc_client.async_infer(
-                    client.model_name, self._grpc_inputs(chunk),
-                    callback=functools.partial(_deliver, future), **client._call_options(),
-                ))
-                futures.append(future)
-            results = [await future.wait(on_cancel=cancel_all) for future in futures]
-        except trio.Cancelled:
-            cancel_all()
+            with trio.move_on_after(limit) as scope:
+                for chunk in chunks:
+                    future = ThreadSafeFuture()
+                    contexts.append(grpc_client.async_infer(
+                        client.model_name, self._grpc_inputs(chunk),
+                        callback=functools.partial(_deliver, future), **client._call_options(),
+                    ))
+                    futures.append(future)
+                results = [await future.wait(on_cancel=cancel_all) for future in futures]
+        except BaseException:
+            cancel_all()  # cancelled, or one chunk failed: the other chunks are of no use
             raise
-        except Exception as exc:
-            cancel_all()  # the other chunks are of no use any more
-            raise client._failure(exc) from None
-        return self._finish(results, chunks)
+        if scope.cancelled_caught:  # wait() has cancelled the calls already
+            raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
+                                           "the call was cancelled by the client", status=DEADLINE_STATUS)
+        return self._finish(results, chunks, server)
 
     def infer_sync(self) -> TritonRequest:
         """Blocking inference (``Sync``): one ``infer`` call per chunk, in turn.
+
+        Retries (``Client.retries``) block too, backoff included (``time.sleep``), as
+        CMSSW's SonicClientSync blocks its thread.
 
         Returns:
             self, with the outputs filled.
 
         Raises:
-            ExternalFailure: server error, deadline exceeded, or malformed outputs.
+            ExternalFailure: as :meth:`infer_async`.
         """
         chunks = self._chunks()
         if self.batch_size == 0:
             return self._finish_empty()
+        return _run_blocking(self, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
+
+    def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
         client = self.client
-        grpc_client = client._grpc()
-        results = []
-        try:
-            for chunk in chunks:
-                results.append(grpc_client.infer(client.model_name, self._grpc_inputs(chunk),
-                                                 **client._call_options()))
-        except Exception as exc:
-            raise client._failure(exc) from None
-        return self._finish(results, chunks)
+        results = [grpc_client.infer(client.model_name, self._grpc_inputs(chunk), **client._call_options())
+                   for chunk in chunks]
+        return self._finish(results, chunks, server)
 
     async def infer_pseudo_async(self) -> TritonRequest:
-        """``PseudoAsync``: the blocking call on a worker thread (CMSSW's SonicClientPseudoAsync).
+        """``PseudoAsync``: each blocking try on a worker thread (CMSSW's SonicClientPseudoAsync).
 
-        Not abandoned on cancellation: the thread finishes its call (bounded by the
-        timeout) before ``trio.Cancelled`` propagates.
+        The retry loop itself runs in trio (backoff with ``trio.sleep``). A try is not
+        abandoned on cancellation: its thread finishes the call (bounded by the timeout)
+        before ``trio.Cancelled`` propagates.
         """
-        return await trio.to_thread.run_sync(self.infer_sync, abandon_on_cancel=False)
+        chunks = self._chunks()
+        if self.batch_size == 0:
+            return self._finish_empty()
+
+        async def attempt(server: ServerInfo, grpc_client: Any) -> TritonRequest:
+            return await trio.to_thread.run_sync(self._try_sync, server, grpc_client, chunks,
+                                                 abandon_on_cancel=False)
+
+        return await _run_async(self, attempt)
 
 
 def _deliver(future: ThreadSafeFuture, result: Any = None, error: Any = None) -> None:
@@ -515,14 +579,18 @@ class TritonClient:
         debug_name: the module label, for messages.
 
     Attributes (after :meth:`connect`):
-        server: the :class:`ServerInfo` in use.
+        server: the :class:`ServerInfo` the model was assigned to (requests may go elsewhere
+            while it is out of service; see ``request.server``).
+        router: the TritonService that routes requests and starts the fallback server
+            (None for a client connected by hand: it retries on its one server only).
+        retries: the retry policy, ``Client.retries`` as :class:`~framework.sonic.RetryAction`.
         max_batch_size: the model's ``max_batch_size`` (0 = no batching).
         inputs, outputs: name -> :class:`TensorSpec`, in model order.
         requested_outputs: the outputs requested from the server (``Client.outputs``).
         timeout: per-request deadline in seconds (None = none).
 
     Raises:
-        ConfigurationError: unknown ``mode`` or ``timeoutUnit``.
+        ConfigurationError: unknown ``mode``, ``timeoutUnit`` or retry action.
     """
 
     def __init__(self, params: Any, debug_name: str = "") -> None:
@@ -541,7 +609,7 @@ class TritonClient:
         self.timeout: float | None = params.timeout * TIMEOUT_UNITS[params.timeoutUnit] or None
         self.preferred_server: str = params.preferredServer
         self.verbose: bool = params.verbose
-        self.allowed_tries: int = params.allowedTries
+        self.retries = parse_retries(params.retries, params.allowedTries, self.what)
         self._wanted_outputs: list[str] = list(params.outputs)
         config_path = params.modelConfigPath
         self.model_config_path = (
@@ -555,13 +623,15 @@ class TritonClient:
         self.requested_outputs: tuple[str, ...] = ()
         self._client: grpcclient.InferenceServerClient | None = None
         self._owns_client = False
+        self.router: Any = None
         self._lock = threading.Lock()
         self._stats = ClientStatistics()
+        self._server_calls: dict[str, int] = {}
 
     # -- setup -------------------------------------------------------------------------
 
     def connect(self, server: ServerInfo | str,
-                grpc_client: grpcclient.InferenceServerClient | None = None) -> None:
+                grpc_client: grpcclient.InferenceServerClient | None = None, router: Any = None) -> None:
         """Fetch the model's metadata and config from ``server``; blocking (begin_job).
 
         Args:
@@ -569,6 +639,8 @@ class TritonClient:
             grpc_client: a shared ``InferenceServerClient`` of that server (TritonService
                 passes one per server); None: the client opens its own and closes it in
                 :meth:`close`.
+            router: the TritonService (a :class:`~framework.sonic._retry.Router`): picks the
+                server of each request by health, provides other servers and the fallback.
 
         Raises:
             ExternalFailure: the server does not answer or does not serve the model
@@ -581,6 +653,7 @@ class TritonClient:
             server = ServerInfo(server, server)
         self.close()
         self.server = server
+        self.router = router
         if grpc_client is None:
             grpc_client, self._owns_client = server.open_client(), True
         self._client = grpc_client
@@ -625,16 +698,21 @@ class TritonClient:
 
     # -- per event ---------------------------------------------------------------------
 
-    def new_request(self) -> TritonRequest:
-        """A fresh request for one event (inputs unset)."""
+    def new_request(self, event_id: Any = None) -> TritonRequest:
+        """A fresh request for one event (inputs unset); ``event_id`` names it in logs and errors."""
         if self._client is None:
             raise ExternalFailure(f"{self.what}: the client is not connected (TritonService begin_job has not run)")
-        return TritonRequest(self)
+        return TritonRequest(self, event_id)
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client-side counters."""
         with self._lock:
             return self._stats
+
+    def calls_by_server(self) -> dict[str, int]:
+        """gRPC calls that succeeded, per server name (failover shows up here)."""
+        with self._lock:
+            return dict(self._server_calls)
 
     # -- internals used by TritonRequest -----------------------------------------------
 
@@ -651,8 +729,9 @@ class TritonClient:
             outputs = [grpcclient.InferRequestedOutput(name) for name in self.requested_outputs]
         return {"model_version": self.model_version, "outputs": outputs, "client_timeout": self.timeout}
 
-    def _count(self, *, calls: int, inferences: int, sent: int, received: int) -> None:
+    def _count(self, server: ServerInfo, *, calls: int, inferences: int, sent: int, received: int) -> None:
         with self._lock:
+            self._server_calls[server.name] = self._server_calls.get(server.name, 0) + calls
             s = self._stats
             self._stats = dataclasses.replace(
                 s, calls=s.calls + calls, inferences=s.inferences + inferences,
@@ -663,27 +742,33 @@ class TritonClient:
         with self._lock:
             self._stats = dataclasses.replace(self._stats, errors=self._stats.errors + 1)
 
-    def _where(self) -> str:
-        server = self.server
+    def _count_retry(self, failover: bool) -> None:
+        with self._lock:
+            s = self._stats
+            self._stats = dataclasses.replace(s, retries=s.retries + 1, failovers=s.failovers + failover)
+
+    def _where(self, server: ServerInfo | None = None) -> str:
+        server = server or self.server
         if server is None:
             return "no server"
         return f"server '{server.name}' ({server.address})" if server.name != server.address else server.address
 
-    def _failure(self, exc: Exception, during: str = "inference") -> Exception:
-        """An ExternalFailure naming model, server, status and message for ``exc``."""
+    def _failure(self, exc: Exception, during: str = "inference", where: ServerInfo | None = None,
+                 what: str = "") -> Exception:
+        """An ExternalFailure naming model (module, event), server, status and message for ``exc``."""
         from tritonclient.utils import InferenceServerException
 
         if isinstance(exc, ExternalFailure):
             return exc
-        self._count_error()
+        what = what or self.what
         if isinstance(exc, InferenceServerException):
             if exc.status() == DEADLINE_STATUS:
-                return ExternalFailure(f"{self.what} on {self._where()}: deadline exceeded after "
+                return ExternalFailure(f"{what} on {self._where(where)}: deadline exceeded after "
                                        f"{self.timeout_text} (Client.timeout) during {during}")
             detail = f"{exc.status() or 'error'}: {exc.message()}"
         else:
             detail = f"{type(exc).__name__}: {exc}"
-        return ExternalFailure(f"{self.what} on {self._where()}: {during} failed: {detail}")
+        return ExternalFailure(f"{what} on {self._where(where)}: {during} failed: {detail}")
 
     def __repr__(self) -> str:
         return f"<TritonClient {self.what}, {self.mode}, {self._where()}>"

@@ -21,7 +21,8 @@ with ``TritonEDProducer`` / ``TritonEDFilter``. A subclass writes::
             event.put(output["y"].from_server())
 
 and the base owns the wait in between (ExternalWork): in ``Async`` mode other events run
-while the request is in flight.
+while the request is in flight. Retries and failover (``Client.retries``) happen inside
+that wait, in the event's own task: ``produce`` sees only the final answer, once.
 
 Threads: SONIC modules are NOT ``thread_safe``: ``acquire`` runs on the trio thread,
 because starting the async call (``holder.start_soon``) must happen there. Keep
@@ -69,7 +70,8 @@ class _Sonic(ExternalWork):
         self._triton.connect(self.client)
 
     def _fw_acquire(self, event: Event, holder: WaitingTaskHolder) -> None:
-        request = self.client.new_request()
+        # The event id goes with the request: every retry is logged with it.
+        request = self.client.new_request(event.id)
         self.acquire(event, request.input)
         mode = self.client.mode
         if mode == "Async":

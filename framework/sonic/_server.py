@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -37,12 +38,15 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.util import find_spec
 
 from framework._errors import ConfigurationError, ExternalFailure
 
 __all__ = [
+    "GrpcSsl",
     "LocalTritonServer",
     "TritonInstallation",
     "TritonServerError",
@@ -67,6 +71,31 @@ _ADDRESS_IN_USE = "already in use"  # tritonserver: "Socket '127.0.0.1:P' alread
 
 class TritonServerError(ExternalFailure):
     """The local tritonserver cannot be found, started, or did not become ready."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcSsl:
+    """TLS for the server's gRPC endpoint (tritonserver ``--grpc-use-ssl`` and friends).
+
+    Attributes:
+        server_cert: PEM file of the server certificate (its SAN must name the address
+            clients use, e.g. ``IP:127.0.0.1``).
+        server_key: PEM file of its private key (read by tritonserver only).
+        root_cert: PEM file of the CA that signs client certificates (mutual TLS).
+        mutual: require a client certificate (``--grpc-use-ssl-mutual``).
+    """
+
+    server_cert: str | os.PathLike[str]
+    server_key: str | os.PathLike[str]
+    root_cert: str | os.PathLike[str] | None = None
+    mutual: bool = False
+
+    def args(self) -> list[str]:
+        flag = "--grpc-use-ssl-mutual=true" if self.mutual else "--grpc-use-ssl=true"
+        args = [flag, f"--grpc-server-cert={self.server_cert}", f"--grpc-server-key={self.server_key}"]
+        if self.root_cert is not None:
+            args.append(f"--grpc-root-cert={self.root_cert}")
+        return args
 
 
 # ----------------------------------------------------------------------------------------
@@ -454,6 +483,9 @@ class LocalTritonServer:
             folder). ``stop()`` removes what it created there.
         die_with_parent: SIGTERM the server when this Python process dies
             (``PR_SET_PDEATHSIG``). False for a server meant to outlive it (``detach()``).
+        grpc_ssl: serve gRPC over TLS (:class:`GrpcSsl`). Readiness is then checked over
+            the plain HTTP endpoint (127.0.0.1 only), which needs no client certificate;
+            ``ready_models()`` (plain gRPC) sees no model.
 
     Raises:
         ConfigurationError: unsupported ``device``, negative ``instances``, missing
@@ -474,6 +506,7 @@ class LocalTritonServer:
         models: Sequence[str] | None = None,
         work_dir: str | os.PathLike[str] | None = None,
         die_with_parent: bool = True,
+        grpc_ssl: GrpcSsl | None = None,
     ) -> None:
         self.repository = pathlib.Path(model_repository).absolute()
         if device != "cpu":
@@ -493,6 +526,7 @@ class LocalTritonServer:
         self.instances = instances
         self.verbose = verbose
         self.die_with_parent = die_with_parent
+        self.grpc_ssl = grpc_ssl
         self._requested_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
         self._ports: dict[str, int] | None = None
         self._user_log = pathlib.Path(log_path).absolute() if log_path is not None else None
@@ -639,6 +673,8 @@ class LocalTritonServer:
             args += [f"--load-model={name}" for name in self.models]
         if self.verbose:
             args.append("--log-verbose=1")
+        if self.grpc_ssl is not None:
+            args += self.grpc_ssl.args()
         if self._log_path is None:
             fd, name = tempfile.mkstemp(prefix="pysonic-tritonserver-", suffix=".log")
             os.close(fd)
@@ -655,33 +691,65 @@ class LocalTritonServer:
             )
 
     def _wait_ready(self, expected: list[str], deadline: float, timeout: float) -> None:
-        import tritonclient.grpc as grpcclient
-        from tritonclient.utils import InferenceServerException
-
-        client = grpcclient.InferenceServerClient(self.grpc_address, channel_args=_FAST_RECONNECT)
-        try:
+        ready = self._grpc_ready if self.grpc_ssl is None else self._http_ready
+        with ready(expected) as check:
             while True:
                 code = self._process.poll()
                 if code is not None:
                     if _ADDRESS_IN_USE in self.log_tail():
                         raise _PortInUse()
                     raise self._error(f"tritonserver exited with code {code} before being ready")
-                try:
-                    if client.is_server_ready(client_timeout=2.0) and all(
-                        client.is_model_ready(name, client_timeout=2.0) for name in expected
-                    ):
-                        return
-                except InferenceServerException:
-                    pass  # not listening yet
+                if check() is True:
+                    return
                 if time.monotonic() >= deadline:
-                    missing = set(expected) - set(query_ready_models(self.grpc_address, 2.0) or [])
+                    missing = [name for name in expected if check(name) is not True]
                     raise self._error(
                         f"tritonserver not ready after {timeout:g} s "
                         f"(models not ready: {', '.join(sorted(missing)) or 'none'})"
                     )
                 time.sleep(POLL_INTERVAL)
+
+    @contextlib.contextmanager
+    def _grpc_ready(self, expected: list[str]) -> Iterator[Callable[..., bool]]:
+        """``check()``: server and all ``expected`` models ready; ``check(name)``: that model."""
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        client = grpcclient.InferenceServerClient(self.grpc_address, channel_args=_FAST_RECONNECT)
+
+        def check(name: str | None = None) -> bool:
+            try:
+                if name is not None:
+                    return client.is_model_ready(name, client_timeout=2.0)
+                return client.is_server_ready(client_timeout=2.0) and all(
+                    client.is_model_ready(n, client_timeout=2.0) for n in expected)
+            except InferenceServerException:
+                return False  # not listening yet
+
+        try:
+            yield check
         finally:
             client.close()
+
+    @contextlib.contextmanager
+    def _http_ready(self, expected: list[str]) -> Iterator[Callable[..., bool]]:
+        """As :meth:`_grpc_ready`, over Triton's HTTP health endpoints (KServe v2 protocol)."""
+        base = f"http://{self.http_address}/v2"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+        def ok(path: str) -> bool:
+            try:
+                with opener.open(f"{base}/{path}", timeout=2.0) as response:
+                    return response.status == 200
+            except (OSError, urllib.error.URLError):
+                return False  # not listening yet, or 400 = not ready
+
+        def check(name: str | None = None) -> bool:
+            if name is not None:
+                return ok(f"models/{name}/ready")
+            return ok("health/ready") and all(ok(f"models/{n}/ready") for n in expected)
+
+        yield check
 
     def _error(self, what: str) -> TritonServerError:
         return TritonServerError(

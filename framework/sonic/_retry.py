@@ -1,0 +1,350 @@
+"""Retries and failover of SONIC requests: which failures are retried, where, how often.
+
+CMSSW counterparts: ``allowedTries`` of SonicClientBase (cms-sw/cmssw PR #29503) and the
+retry actions of PR #51643 (``RetrySameServerAction``, ``RetryActionDiffServer``,
+``RetryFallbackServerAction``). A module's ``Client.retries`` is an ordered list of
+actions, tried one after the other when an attempt fails with a *recoverable* error:
+
+* ``sameServer``: the server that just failed, ``maxTries`` times, while TritonService
+  still counts it healthy (or nothing else serves the model);
+* ``otherServer``: another healthy configured server that serves the model, up to
+  ``maxTries`` different ones;
+* ``fallback``: the local fallback server, started by TritonService on demand (once, for
+  all concurrent requests) if it is not running.
+
+Each action waits ``backoff * backoffFactor**k`` seconds before its k-th try (k from 0),
+with ``trio.sleep`` in Async/PseudoAsync mode, so other events keep running; Sync mode
+blocks, as it does for the call itself. The loop runs inside the event's external wait
+(the framework's trio task), never in a gRPC callback thread (CMSSW issue #46703: retries
+outside the framework's context could not reach the service).
+
+Recoverable: gRPC UNAVAILABLE (connection refused, server gone, TLS handshake failed),
+DEADLINE_EXCEEDED (``Client.timeout``), server-side INTERNAL/UNKNOWN errors,
+RESOURCE_EXHAUSTED, ABORTED and CANCELLED by the server. Not retried: everything else,
+i.e. programming errors (INVALID_ARGUMENT, NOT_FOUND for an unknown model or input,
+shape/dtype mismatches found by the client, malformed outputs).
+
+tenacity (>= 8.4 detects trio) was considered; its model of one callable retried under one
+stop/wait rule does not express an ordered chain of actions each with its own target, and
+Sync mode needs the same policy without an event loop, so the policy is kept here, small.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import trio
+
+import framework.config as cms
+from framework._errors import ConfigurationError, ExternalFailure
+
+if TYPE_CHECKING:
+    import tritonclient.grpc as grpcclient
+
+    from ._client import ServerInfo, TritonRequest
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_RETRIES",
+    "FALLBACK_SERVER",
+    "RECOVERABLE_STATUSES",
+    "RetryAction",
+    "Router",
+    "is_recoverable",
+    "parse_retries",
+    "reason",
+    "retry_description",
+    "run_async",
+    "run_blocking",
+]
+
+logger = logging.getLogger("pysonic.sonic")
+
+ACTIONS = ("sameServer", "otherServer", "fallback")
+FALLBACK_SERVER = "fallback"  # server name of the local fallback server (CMSSW: "fallback")
+RECOVERABLE_STATUSES = frozenset(
+    f"StatusCode.{name}" for name in
+    ("UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryAction:
+    """One entry of ``Client.retries``.
+
+    Attributes:
+        action: ``"sameServer"``, ``"otherServer"`` or ``"fallback"``.
+        max_tries: tries this action may add to a request.
+        backoff: seconds before its first try.
+        backoff_factor: multiplies the wait before each further try of this action.
+    """
+
+    action: str
+    max_tries: int = 1
+    backoff: float = 0.0
+    backoff_factor: float = 2.0
+
+    def describe(self) -> str:
+        return f"{self.action} x{self.max_tries}"
+
+
+# sameServer twice (0.1 s, then 0.2 s later: a glitch or a restart of a few 100 ms), then
+# one other server, then the local fallback.
+DEFAULT_RETRIES = (
+    RetryAction("sameServer", 2, 0.1, 2.0),
+    RetryAction("otherServer", 1, 0.0, 2.0),
+    RetryAction("fallback", 1, 0.0, 2.0),
+)
+
+
+def retry_description() -> cms.ParameterSetDescription:
+    """One item of the ``Client.retries`` VPSet."""
+    desc = cms.ParameterSetDescription()
+    desc.add("action", cms.untracked.string, f"{' | '.join(ACTIONS)}")
+    desc.add("maxTries", cms.untracked.uint32(1), "tries this action may add to one request")
+    desc.add("backoff", cms.untracked.double(0.0), "seconds to wait before the action's first try")
+    desc.add("backoffFactor", cms.untracked.double(2.0), "multiplies the wait before each further try")
+    return desc
+
+
+def default_retries_pset() -> list[dict[str, Any]]:
+    """:data:`DEFAULT_RETRIES` as the VPSet default of ``Client.retries``."""
+    return [{"action": a.action, "maxTries": a.max_tries, "backoff": a.backoff, "backoffFactor": a.backoff_factor}
+            for a in DEFAULT_RETRIES]
+
+
+def parse_retries(items: Sequence[Any], allowed_tries: int, what: str) -> tuple[RetryAction, ...]:
+    """The validated ``Client.retries`` (and the deprecated ``Client.allowedTries``).
+
+    Args:
+        items: the VPSet items (``action``, ``maxTries``, ``backoff``, ``backoffFactor``).
+        allowed_tries: ``Client.allowedTries``; if > 0 it replaces ``retries`` by
+            ``allowedTries - 1`` immediate tries on the same server (CMSSW's old meaning).
+        what: the client, for messages.
+
+    Raises:
+        ConfigurationError: unknown action, negative backoff; names the item.
+    """
+    if allowed_tries > 0:
+        logger.warning("%s: Client.allowedTries is deprecated; use Client.retries "
+                       "(allowedTries = %d means sameServer x%d, no failover)", what, allowed_tries, allowed_tries - 1)
+        return (RetryAction("sameServer", allowed_tries - 1, 0.0, 1.0),) if allowed_tries > 1 else ()
+    actions = []
+    for index, item in enumerate(items):
+        if item.action not in ACTIONS:
+            raise ConfigurationError(f"{what}: Client.retries[{index}].action '{item.action}' "
+                                     f"is not one of {', '.join(ACTIONS)}")
+        if item.backoff < 0 or item.backoffFactor < 0:
+            raise ConfigurationError(f"{what}: Client.retries[{index}]: backoff and backoffFactor must be >= 0")
+        actions.append(RetryAction(item.action, item.maxTries, item.backoff, item.backoffFactor))
+    return tuple(actions)
+
+
+def is_recoverable(exc: BaseException) -> bool:
+    """Whether another try (here or elsewhere) may succeed after ``exc``."""
+    from tritonclient.utils import InferenceServerException
+
+    return isinstance(exc, InferenceServerException) and exc.status() in RECOVERABLE_STATUSES
+
+
+def reason(exc: BaseException) -> str:
+    """A short cause for logs: ``"StatusCode.UNAVAILABLE: failed to connect..."``."""
+    from tritonclient.utils import InferenceServerException
+
+    if isinstance(exc, InferenceServerException):
+        return f"{exc.status() or 'error'}: {exc.message()}"
+    return str(exc)
+
+
+class Router(Protocol):
+    """What the retry loop asks of TritonService (see its methods of the same names)."""
+
+    def pick_blocking(self, model: str, preferred: str) -> ServerInfo: ...
+    async def pick(self, model: str, preferred: str) -> ServerInfo: ...
+    def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient: ...
+    def may_retry(self, server_name: str, model: str) -> bool: ...
+    def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None: ...
+    def fallback_possible(self) -> bool: ...
+    def fallback_server_blocking(self, model: str) -> ServerInfo | None: ...
+    async def fallback_server(self, model: str) -> ServerInfo | None: ...
+    def record(self, server_name: str, ok: bool, why: str = "") -> None: ...
+
+
+_FALLBACK = object()  # a step whose server TritonService must provide (maybe start) first
+
+
+@dataclasses.dataclass
+class _Step:
+    action: str
+    target: Any  # ServerInfo, or _FALLBACK
+    delay: float
+
+
+class _Retrier:
+    """The retry state of one request: which action is next and how many tries it has left."""
+
+    def __init__(self, request: TritonRequest) -> None:
+        client = request.client
+        self.request = request
+        self.client = client
+        self.router: Router | None = client.router
+        self.actions = client.retries
+        self.index = 0  # the action in use
+        self.used = 0  # tries of that action so far
+        self.tries = 0  # failed tries so far
+        self.failed: list[str] = []  # servers that failed this request, in order
+        self.last: tuple[ServerInfo, BaseException] | None = None  # the last failure
+
+    def first_blocking(self) -> ServerInfo:
+        if self.router is None:
+            return self.client.server
+        return self.router.pick_blocking(self.client.model_name, self.client.preferred_server)
+
+    async def first(self) -> ServerInfo:
+        if self.router is None:
+            return self.client.server
+        return await self.router.pick(self.client.model_name, self.client.preferred_server)
+
+    def grpc(self, server: ServerInfo) -> grpcclient.InferenceServerClient:
+        if self.router is None:
+            return self.client._grpc()
+        return self.router.grpc_client(server.name)
+
+    def succeeded(self, server: ServerInfo) -> None:
+        self.request.server = server
+        self.request.tries = self.tries + 1  # the failed ones and this one
+        if self.router is not None:
+            self.router.record(server.name, True)
+
+    def failed_on(self, server: ServerInfo, exc: BaseException) -> _Step:
+        """Record the failure of a try on ``server``; log and return the next step, or
+        raise the final error."""
+        self.tries += 1
+        self.last = (server, exc)
+        recoverable = is_recoverable(exc)
+        if self.router is not None and recoverable:
+            self.router.record(server.name, False, reason(exc))
+        self.failed.append(server.name)
+        if not recoverable:
+            raise self._final(False) from None
+        return self.next_step()
+
+    def next_step(self) -> _Step:
+        """The next action's step (logged and counted), or raise the final error."""
+        server, exc = self.last  # type: ignore[misc]
+        while self.index < len(self.actions):
+            action = self.actions[self.index]
+            target = self._target(action, server) if self.used < action.max_tries else None
+            if target is None:
+                self.index, self.used = self.index + 1, 0
+                continue
+            step = _Step(action.action, target, action.backoff * action.backoff_factor ** self.used)
+            self.used += 1
+            self._announce(server, exc, step)
+            return step
+        raise self._final(True) from None
+
+    def skip(self) -> _Step:
+        """The current action turned out unusable (the fallback could not be had): the next."""
+        self.index, self.used = self.index + 1, 0
+        return self.next_step()
+
+    def _target(self, action: RetryAction, server: ServerInfo) -> Any:
+        model, router = self.client.model_name, self.router
+        if action.action == "sameServer":
+            return server if router is None or router.may_retry(server.name, model) else None
+        if router is None:
+            return None  # a client without TritonService knows no other server
+        if action.action == "otherServer":
+            return router.other_server(model, set(self.failed))
+        return _FALLBACK if router.fallback_possible() else None
+
+    def _announce(self, server: ServerInfo, exc: BaseException, step: _Step) -> None:
+        if step.target is _FALLBACK:
+            failover, where = server.name != FALLBACK_SERVER, "the fallback server"
+        else:
+            failover = step.target.name != server.name
+            where = _where(step.target) if failover else "the same server"
+        self.client._count_retry(failover)
+        logger.warning("%s: try %d on %s failed (%s); retry on %s (%s) in %.3g s", self.request.what,
+                       self.tries, _where(server), reason(exc), where, step.action, step.delay)
+
+    def _final(self, recoverable: bool) -> Exception:
+        server, exc = self.last  # type: ignore[misc]
+        self.client._count_error()
+        error = self.client._failure(exc, where=server, what=self.request.what)
+        if not recoverable or self.tries == 1 and not self.actions:
+            return error
+        servers = ", ".join(dict.fromkeys(self.failed))
+        policy = ", ".join(a.describe() for a in self.actions) or "none"
+        return ExternalFailure(f"{error.args[0]}; gave up after {self.tries} tries "
+                               f"(servers: {servers}; Client.retries: {policy})")
+
+    def fallback_failed(self, err: ExternalFailure) -> ExternalFailure:
+        """The final error when the fallback server needed for a retry cannot serve."""
+        _, exc = self.last  # type: ignore[misc]
+        self.client._count_error()
+        return ExternalFailure(f"{self.request.what}: failover to the fallback server after {self.tries} "
+                               f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}")
+
+
+def _where(server: ServerInfo) -> str:
+    return f"server '{server.name}' ({server.address})" if server.name != server.address else server.address
+
+
+async def run_async(request: TritonRequest, attempt: Callable[[ServerInfo, Any], Awaitable[T]]) -> T:
+    """Run ``await attempt(server, grpc_client)`` under the client's retry policy (trio).
+
+    Raises:
+        ExternalFailure: a non-recoverable error, the tries are exhausted, or the fallback
+            server needed for a retry cannot start.
+        trio.Cancelled: propagated unchanged (the attempt cancels its calls).
+    """
+    retrier = _Retrier(request)
+    server = await retrier.first()
+    while True:
+        try:
+            result = await attempt(server, retrier.grpc(server))
+        except trio.Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+            step = retrier.failed_on(server, exc)
+        else:
+            retrier.succeeded(server)
+            return result
+        while step.target is _FALLBACK:
+            try:
+                target = await retrier.router.fallback_server(retrier.client.model_name)  # type: ignore[union-attr]
+            except ExternalFailure as err:
+                raise retrier.fallback_failed(err) from None
+            step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
+        await trio.sleep(step.delay)
+        server = step.target
+
+
+def run_blocking(request: TritonRequest, attempt: Callable[[ServerInfo, Any], T]) -> T:
+    """:func:`run_async` for Sync mode: the same policy, blocking (``time.sleep``)."""
+    retrier = _Retrier(request)
+    server = retrier.first_blocking()
+    while True:
+        try:
+            result = attempt(server, retrier.grpc(server))
+        except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+            step = retrier.failed_on(server, exc)
+        else:
+            retrier.succeeded(server)
+            return result
+        while step.target is _FALLBACK:
+            try:
+                target = retrier.router.fallback_server_blocking(retrier.client.model_name)  # type: ignore[union-attr]
+            except ExternalFailure as err:
+                raise retrier.fallback_failed(err) from None
+            step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
+        time.sleep(step.delay)
+        server = step.target

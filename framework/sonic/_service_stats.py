@@ -1,0 +1,151 @@
+"""TritonService's end-of-job numbers: Triton's own per-model counters and the clients'.
+
+Triton's counters (``get_inference_statistics``) are cumulative per server process: the job's
+share is the difference between a snapshot at begin_job and one at end_job, per (model,
+server) pair, summed over the servers a model was served by (failover spreads a model
+over several). A server started during the job (the fallback on demand) counts from zero;
+a server that restarted during the job has counters smaller at the end than at the
+beginning and counts from its restart; a server that is gone or out of service at the end
+gives no numbers (listed as ``unavailable``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._service import TritonService
+
+__all__ = ["report_tables", "snapshot", "statistics"]
+
+logger = logging.getLogger("pysonic.sonic")
+
+STATS_TIMEOUT = 5.0  # seconds per get_inference_statistics call
+
+# Triton's per-model statistics counters (``get_inference_statistics``, JSON form).
+_DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
+_ZERO = {"requests": 0, "inferences": 0, "executions": 0, "queue_ns": 0, "compute_ns": 0}
+
+
+def snapshot(service: TritonService, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, int]]:
+    """Triton's cumulative counters per (model, server) pair (blocking; worker thread)."""
+    result = {}
+    for model, server_name in pairs:
+        try:
+            stats = service.grpc_client(server_name).get_inference_statistics(
+                model, as_json=True, client_timeout=STATS_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the server may be gone
+            logger.warning("TritonService: statistics of model '%s' on server '%s' unavailable: %s",
+                           model, server_name, exc)
+            continue
+        result[(model, server_name)] = _sum_model_stats(stats.get("model_stats", []))
+    return result
+
+
+def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
+    """Triton's JSON statistics of all versions of a model, summed (int64 come as strings)."""
+    total = dict(_ZERO)
+    for version in model_stats:
+        infer = version.get("inference_stats", {})
+        total["requests"] += int(infer.get("success", {}).get("count", 0))
+        total["inferences"] += int(version.get("inference_count", 0))
+        total["executions"] += int(version.get("execution_count", 0))
+        total["queue_ns"] += int(infer.get("queue", {}).get("ns", 0))
+        total["compute_ns"] += sum(int(infer.get(k, {}).get("ns", 0)) for k in _DURATIONS[1:])
+    return total
+
+
+def _model_entry(service: TritonService, model: str, server_name: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"server": server_name, "modules": [label for label, _ in service.models[model]]}
+    begin = {srv: c for (m, srv), c in service._stats_begin.items() if m == model}
+    end = {srv: c for (m, srv), c in service._stats_end.items() if m == model}
+    if not end:
+        return entry
+    total, servers = dict(_ZERO), {}
+    for srv, counters in end.items():
+        start = begin.get(srv, _ZERO)
+        if counters["requests"] < start["requests"]:
+            start = _ZERO  # the server restarted during the job: its counters began again
+        for key in total:
+            total[key] += counters[key] - start[key]
+        servers[srv] = counters["requests"] - start["requests"]
+    requests = total["requests"]
+    entry.update(
+        servers=servers, unavailable=sorted(set(begin) - set(end)),
+        requests=requests, inferences=total["inferences"], executions=total["executions"],
+        queue_ms=total["queue_ns"] / requests / 1e6 if requests else 0.0,
+        compute_ms=total["compute_ns"] / requests / 1e6 if requests else 0.0,
+    )
+    return entry
+
+
+def statistics(service: TritonService) -> dict[str, Any]:
+    """What the job asked of Triton, JSON-ready.
+
+    Returns:
+        ``{"models": {model: {...}}, "clients": {module label: {...}}, "servers": {name: {...}}}``.
+        Per model: ``server`` (assigned), ``modules``, and Triton's counters during the job
+        (other users of a shared server are counted too): ``requests`` (successful),
+        ``inferences`` (batch rows), ``executions`` (model runs: fewer than requests when
+        the dynamic batcher merged them), ``queue_ms`` and ``compute_ms`` (mean per
+        request, milliseconds; compute = input + infer + output), ``servers`` (requests
+        per server) and ``unavailable`` (servers that gave no end numbers). Per client:
+        ``model``, ``server``, ``mode``, the :class:`~framework.sonic.ClientStatistics`
+        fields (``retries``, ``failovers`` included) and ``servers`` (successful calls per
+        server). Per server: ``address``, ``healthy``, ``outages`` (times out of service),
+        ``failures`` (consecutive, at the end) and ``last_error``.
+    """
+    models = {model: _model_entry(service, model, server) for model, server in service.assignment.items()}
+    clients = {
+        client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
+                            "mode": client.mode, **dataclasses.asdict(client.statistics()),
+                            "servers": client.calls_by_server()}
+        for client in service._clients
+    }
+    servers = {name: {"address": service._address(name), "healthy": h.healthy, "outages": h.outages,
+                      "failures": h.failures, "last_error": h.last_error}
+               for name, h in service.health.items()}
+    return {"models": models, "clients": clients, "servers": servers}
+
+
+def report_tables(stats: dict[str, Any]) -> list[Any]:
+    """Rich tables of :func:`statistics` for the end-of-job summary ([] if no model).
+
+    Models and clients always; a server table only if a server failed during the job.
+    """
+    from rich.table import Table
+
+    if not stats["models"]:
+        return []
+    models = Table(title="TritonService ---------- Model Summary (server side) ---[ms per request]----",
+                   title_justify="left")
+    for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue", "compute"):
+        models.add_column(col, justify="left" if col in ("Model", "Server") else "right")
+    for model, s in stats["models"].items():
+        numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
+                    f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
+        used = [name for name, n in s.get("servers", {}).items() if n] or [s["server"]]
+        where = ", ".join(used) + "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
+        models.add_row(model, where, *numbers)
+    clients = Table(title="TritonService ---------- Client Summary ---[MB of tensor data]----",
+                    title_justify="left")
+    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent", "received", "Retries", "Failovers",
+                "Errors"):
+        clients.add_column(col, justify="left" if col in ("Module", "Model", "Mode") else "right")
+    for label, c in stats["clients"].items():
+        clients.add_row(label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
+                        f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
+                        str(c["retries"]), str(c["failovers"]), str(c["errors"]))
+    tables = [models, clients]
+    troubled = {name: h for name, h in stats["servers"].items() if h["outages"] or h["failures"]}
+    if troubled:
+        servers = Table(title="TritonService ---------- Server Health ----", title_justify="left")
+        for col in ("Server", "Address", "In service", "Outages", "Failures", "Last error"):
+            servers.add_column(col, justify="right" if col in ("Outages", "Failures") else "left")
+        for name, h in troubled.items():
+            servers.add_row(name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
+                            str(h["failures"]), h["last_error"][:80])
+        tables.append(servers)
+    return tables
