@@ -176,7 +176,7 @@ def test_module_exception_fails_the_job_cleanly(tmp_path):
     result = cmsrun("boom_cfg.py", cwd=tmp_path)
     assert result.returncode == 1
     message = " ".join(result.stderr.split())
-    assert f"EDProducer 'boom' (type boom_module:Boom) on path 'p' failed for event 1:" in message
+    assert "EDProducer 'boom' (type boom_module:Boom) on path 'p' failed for event 1:" in message
     assert f":{bad_event}: RuntimeError: cannot handle this event" in message
     assert not list(tmp_path.glob("boom.root*")), "a half-written output file was left behind"
 

@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from framework._errors import ConfigurationError, ExternalFailure
-from framework.sonic import _server
+from framework.sonic import _installation, _server
 from framework.sonic._cmstriton import main as cmstriton
 from framework.sonic._server import (
     LocalTritonServer,
@@ -390,7 +390,7 @@ def _fake_pytriton(monkeypatch, root: pathlib.Path, stub_versions: list[str]) ->
         (package / "tritonserver" / "python_backend_stubs" / version).mkdir(parents=True)
     spec = importlib.machinery.ModuleSpec("pytriton", None, is_package=True)
     spec.submodule_search_locations = [str(package)]
-    monkeypatch.setattr(_server, "find_spec", lambda name: spec)
+    monkeypatch.setattr(_installation, "find_spec", lambda name: spec)
 
 
 def test_no_stub_for_this_python(tmp_path, monkeypatch):
@@ -402,7 +402,7 @@ def test_no_stub_for_this_python(tmp_path, monkeypatch):
 
 
 def test_no_pytriton(monkeypatch):
-    monkeypatch.setattr(_server, "find_spec", lambda name: None)
+    monkeypatch.setattr(_installation, "find_spec", lambda name: None)
     with pytest.raises(TritonServerError, match="nvidia-pytriton is not installed"):
         find_tritonserver()
 

@@ -22,28 +22,34 @@ trio service calls it through ``trio.to_thread.run_sync``. Every server listens 
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import contextlib
-import ctypes
 import dataclasses
-import hashlib
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from importlib.util import find_spec
+from collections.abc import Callable, Iterator, Sequence
 
-from framework._errors import ConfigurationError, ExternalFailure
+from framework._errors import ConfigurationError
+
+from ._installation import (
+    TritonInstallation,
+    TritonServerError,
+    _override_instances,
+    default_cache_dir,
+    default_model_repository,
+    find_tritonserver,
+    model_repository_models,
+    prepare_backend_directory,
+    server_environment,
+)
+from ._processes import _spawn, pid_is_tritonserver, terminate_server
 
 __all__ = [
     "GrpcSsl",
@@ -67,10 +73,6 @@ PORT_ATTEMPTS = 3  # launches with fresh automatic ports when one was taken mean
 POLL_INTERVAL = 0.1  # seconds between readiness checks
 KILL_WAIT = 5.0  # seconds to wait for the process after SIGKILL
 _ADDRESS_IN_USE = "already in use"  # tritonserver: "Socket '127.0.0.1:P' already in use"
-
-
-class TritonServerError(ExternalFailure):
-    """The local tritonserver cannot be found, started, or did not become ready."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,168 +102,6 @@ class GrpcSsl:
 
 # ----------------------------------------------------------------------------------------
 # Installation: where the binary, the Python backend and its libraries are
-
-
-@dataclasses.dataclass(frozen=True)
-class TritonInstallation:
-    """Paths of the tritonserver shipped in nvidia-pytriton, for this Python version.
-
-    Attributes:
-        binary: the ``tritonserver`` executable.
-        python_backend: folder with ``libtriton_python.so`` and ``triton_python_backend_utils.py``.
-        stub: ``triton_python_backend_stub`` built for this interpreter's ``major.minor``.
-        libs: ``nvidia_pytriton.libs``, the shared libraries the binary links against.
-        libdir: this interpreter's ``sysconfig`` ``LIBDIR`` (holds ``libpython3.X.so``).
-    """
-
-    binary: pathlib.Path
-    python_backend: pathlib.Path
-    stub: pathlib.Path
-    libs: pathlib.Path
-    libdir: str
-
-
-def find_tritonserver() -> TritonInstallation:
-    """Locate the tritonserver of the installed nvidia-pytriton wheel.
-
-    Raises:
-        TritonServerError: nvidia-pytriton is not installed, or ships no Python backend
-            stub for this Python version (the message lists the versions it has).
-    """
-    spec = find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise TritonServerError(
-            f"nvidia-pytriton is not installed in {sys.prefix}: it provides the tritonserver "
-            "binary (pip install nvidia-pytriton)"
-        )
-    package = pathlib.Path(next(iter(spec.submodule_search_locations)))
-    root = package / "tritonserver"
-    binary = root / "bin" / "tritonserver"
-    if not binary.is_file():
-        raise TritonServerError(f"nvidia-pytriton at {package} has no tritonserver binary ({binary})")
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stubs = root / "python_backend_stubs"
-    stub = stubs / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        available = sorted(p.name for p in stubs.iterdir() if p.is_dir()) if stubs.is_dir() else []
-        raise TritonServerError(
-            f"nvidia-pytriton at {package} has no Python backend stub for Python {version} "
-            f"(it has: {', '.join(available) or 'none'})"
-        )
-    return TritonInstallation(
-        binary=binary,
-        python_backend=root / "backends" / "python",
-        stub=stub,
-        libs=package.parent / "nvidia_pytriton.libs",
-        libdir=sysconfig.get_config_var("LIBDIR") or "",
-    )
-
-
-def default_cache_dir() -> pathlib.Path:
-    """``$XDG_CACHE_HOME/pysonic`` (default ``~/.cache/pysonic``): backend folders, cmstriton state."""
-    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
-    return pathlib.Path(base) / "pysonic"
-
-
-def default_model_repository() -> pathlib.Path:
-    """The project's model repository, ``<repo root>/data/models``, or ``$PYSONIC_MODEL_REPOSITORY``."""
-    override = os.environ.get("PYSONIC_MODEL_REPOSITORY")
-    if override:
-        return pathlib.Path(override)
-    return pathlib.Path(__file__).resolve().parents[2] / "data" / "models"
-
-
-def prepare_backend_directory(
-    cache_dir: str | os.PathLike[str] | None = None,
-    installation: TritonInstallation | None = None,
-) -> pathlib.Path:
-    """Make (idempotently) the ``--backend-directory`` for this Python and installation.
-
-    The folder ``<cache_dir>/backends-py<X.Y>-<hash>/python/`` holds symlinks to the
-    Python backend library, its utilities and the stub for this Python version; the
-    hash of the installation path keeps two virtualenvs sharing a cache apart.
-    Links are replaced atomically, so concurrent callers (threads or processes) are safe.
-
-    Returns:
-        The backend directory (the parent of ``python/``).
-    """
-    inst = installation or find_tritonserver()
-    tag = hashlib.sha1(str(inst.binary).encode()).hexdigest()[:8]
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    backend_dir = pathlib.Path(cache_dir or default_cache_dir()) / f"backends-py{version}-{tag}"
-    python_dir = backend_dir / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    targets = (
-        inst.python_backend / "libtriton_python.so",
-        inst.python_backend / "triton_python_backend_utils.py",
-        inst.stub,
-    )
-    for target in targets:
-        link = python_dir / target.name
-        if link.is_symlink() and os.readlink(link) == str(target):
-            continue
-        scratch = python_dir / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
-        scratch.unlink(missing_ok=True)
-        os.symlink(target, scratch)
-        os.replace(scratch, link)
-    return backend_dir
-
-
-def server_environment(installation: TritonInstallation | None = None) -> dict[str, str]:
-    """``os.environ`` plus the ``PATH`` and ``LD_LIBRARY_PATH`` the server and its stubs need."""
-    inst = installation or find_tritonserver()
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(sys.prefix) / "bin"), env.get("PATH")]))
-    libraries = [inst.libdir, str(inst.libs), env.get("LD_LIBRARY_PATH")]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libraries))
-    return env
-
-
-# ----------------------------------------------------------------------------------------
-# Model repositories
-
-
-def model_repository_models(repository: str | os.PathLike[str]) -> list[str]:
-    """Sorted names of the models in a repository folder (subfolders holding ``config.pbtxt``)."""
-    root = pathlib.Path(repository)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "config.pbtxt").is_file())
-
-
-def _override_instances(
-    source: pathlib.Path, target: pathlib.Path, models: Iterable[str], count: int
-) -> None:
-    """Write in ``target`` a copy of ``source`` whose models run ``count`` instances each.
-
-    As cmsTriton does: version folders and other files are symlinks, only
-    ``config.pbtxt`` is rewritten (every ``instance_group`` gets ``count``; a model
-    without one gets a CPU group).
-    """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    for name in models:
-        source_model, target_model = source / name, target / name
-        target_model.mkdir(parents=True)
-        for entry in source_model.iterdir():
-            if entry.name != "config.pbtxt":
-                (target_model / entry.name).symlink_to(entry.absolute())
-        config_path = source_model / "config.pbtxt"
-        config = model_config_pb2.ModelConfig()
-        try:
-            text_format.Parse(config_path.read_text(), config)
-        except text_format.ParseError as err:
-            raise TritonServerError(f"{config_path}: invalid model configuration: {err}") from None
-        if not config.instance_group:
-            config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-        for group in config.instance_group:
-            group.count = count
-        (target_model / "config.pbtxt").write_text(text_format.MessageToString(config))
-
-
-# ----------------------------------------------------------------------------------------
-# Processes
 
 
 def _free_ports(count: int) -> list[int]:
@@ -314,68 +154,6 @@ def _read_tail(path: pathlib.Path, lines: int) -> str:
     return "\n".join(kept[-lines:])
 
 
-def _proc_state(pid: int) -> str | None:
-    """The state letter of ``/proc/<pid>/stat`` (``"Z"`` for a zombie), None if no such process."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
-def pid_is_tritonserver(pid: int) -> bool:
-    """True if ``pid`` is a live (not zombie) process running a ``tritonserver`` binary."""
-    if _proc_state(pid) in (None, "Z"):
-        return False
-    try:
-        argv0 = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
-    except OSError:
-        return False
-    return os.path.basename(argv0) == b"tritonserver"
-
-
-def _reap(pid: int) -> None:
-    """Collect ``pid`` if it is our child, so that it does not stay a zombie."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        _reap(pid)
-        if _proc_state(pid) in (None, "Z"):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_INTERVAL)
-
-
-def terminate_server(pid: int, timeout: float = 30.0) -> None:
-    """SIGTERM ``pid``; SIGKILL it after ``timeout`` seconds; then kill its process group.
-
-    The server is started as leader of its own session, so its process group holds the
-    Python backend stubs too: killing the group leaves nothing behind even when the
-    server had to be SIGKILLed. Works for processes that are not our children.
-    """
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    if not _wait_gone(pid, timeout):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _wait_gone(pid, KILL_WAIT)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def query_ready_models(grpc_address: str, timeout: float = 5.0) -> list[str] | None:
     """Names of the READY models of the server at ``grpc_address``; None if it is not ready.
 
@@ -402,45 +180,6 @@ _FAST_RECONNECT = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 500),
 ]
-
-# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process
-# (prctl(2)). trio's worker threads come and go, so every such child is forked from this
-# one long-lived thread instead; it ends only with the interpreter.
-_spawner: concurrent.futures.ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _reset_spawner() -> None:
-    global _spawner
-    _spawner = None
-
-
-os.register_at_fork(after_in_child=_reset_spawner)
-
-
-def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs) -> subprocess.Popen:
-    """Popen in a new session; with ``die_with_parent``, SIGTERM it when this process dies."""
-    global _spawner
-    if not (die_with_parent and sys.platform.startswith("linux")):
-        return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork, not in the child
-    parent, sigterm = os.getpid(), int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
-        spawner = _spawner
-    future = spawner.submit(
-        subprocess.Popen, args, start_new_session=True, preexec_fn=preexec, **popen_kwargs
-    )
-    return future.result()
-
 
 _owned_servers: set[LocalTritonServer] = set()
 
