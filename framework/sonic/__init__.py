@@ -12,11 +12,11 @@ health, fallback server), ``_service_stats`` (end-of-job numbers), ``_server``
 from ._client import ClientStatistics as ClientStatistics
 from ._client import ServerInfo as ServerInfo
 from ._client import SslOptions as SslOptions
-from ._client import TensorSpec as TensorSpec
+from ._data import TensorSpec as TensorSpec
 from ._client import TritonClient as TritonClient
-from ._client import TritonInputData as TritonInputData
-from ._client import TritonOutputData as TritonOutputData
-from ._client import TritonRequest as TritonRequest
+from ._data import TritonInputData as TritonInputData
+from ._data import TritonOutputData as TritonOutputData
+from ._request import TritonRequest as TritonRequest
 from ._client import client_description as client_description
 from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer

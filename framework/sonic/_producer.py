@@ -41,7 +41,9 @@ from framework._event import Event
 from framework._module import EDFilter, EDProducer, ExternalWork
 from framework._services import get_service
 
-from ._client import TritonClient, TritonRequest, _TensorMap, client_description
+from ._client import TritonClient, client_description
+from ._data import _TensorMap
+from ._request import TritonRequest
 
 __all__ = ["SonicEDFilter", "SonicEDProducer"]
 

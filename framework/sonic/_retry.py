@@ -45,7 +45,8 @@ from framework._errors import ConfigurationError, ExternalFailure
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-    from ._client import ServerInfo, TritonRequest
+    from ._client import ServerInfo
+    from ._request import TritonRequest
 
 __all__ = [
     "ACTIONS",

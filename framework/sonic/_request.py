@@ -1,0 +1,265 @@
+"""TritonRequest: one event's inference on Triton, under the client's retry policy.
+
+Made by :meth:`TritonClient.new_request`; see ``_client`` for the threading and fault rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import trio
+
+from framework._bridge import ThreadSafeFuture
+from framework._errors import ExternalFailure
+
+from ._retry import run_async as _run_async
+from ._retry import run_blocking as _run_blocking
+from ._data import TensorSpec, TritonInputData, TritonOutputData, _TensorMap
+
+if TYPE_CHECKING:
+    from ._client import ServerInfo, TritonClient
+
+logger = logging.getLogger("pysonic.sonic")
+
+DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
+# Async mode: seconds past Client.timeout after which the client cancels a call itself, in
+# case gRPC's own deadline never calls back.
+TIMEOUT_GRACE = 1.0
+
+
+
+class TritonRequest:
+    """One event's inference: inputs to fill, then one of the ``infer_*`` calls, then outputs.
+
+    Made by :meth:`TritonClient.new_request`. Not shared between events or tasks.
+
+    Attributes:
+        input: name -> :class:`TritonInputData` (every model input).
+        output: name -> :class:`TritonOutputData` (every model output; only the requested
+            ones get data).
+        event_id: the event this request belongs to (for logs and errors), or None.
+        server: the :class:`ServerInfo` that answered (after a successful inference).
+        tries: tries it took (1 = no retry).
+    """
+
+    def __init__(self, client: TritonClient, event_id: Any = None) -> None:
+        self.client = client
+        self.event_id = event_id
+        self.what = client.what + (f", event {event_id}" if event_id is not None else "")
+        self.server: ServerInfo | None = None
+        self.tries = 0
+        self._batch: int | None = None
+        self._batch_from = ""
+        self.input = _TensorMap(self.what, "input", {n: TritonInputData(self, s) for n, s in client.inputs.items()})
+        self.output = _TensorMap(self.what, "output", {n: TritonOutputData(self, s) for n, s in client.outputs.items()})
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of this request: the inputs' leading dimension (batching models; 0 before
+        any input is set), or 1 (models without batching)."""
+        if self.client.max_batch_size == 0:
+            return 1
+        return self._batch or 0
+
+    def _agree_batch(self, name: str, rows: int) -> None:
+        if self._batch is None:
+            self._batch, self._batch_from = rows, name
+        elif rows != self._batch:
+            raise ExternalFailure(
+                f"{self.what}: input '{name}' has batch size {rows}, but input "
+                f"'{self._batch_from}' has {self._batch} (all inputs must agree)"
+            )
+
+    # -- preparing the calls -----------------------------------------------------------
+
+    def _chunks(self) -> list[slice]:
+        """Row ranges of the gRPC calls: batches above max_batch_size are split (as CMSSW
+        does for its "many" batch mode) and the outputs joined again."""
+        missing = [name for name, tensor in self.input.items() if tensor.data is None]
+        if missing:
+            raise ExternalFailure(f"{self.what}: input(s) {', '.join(missing)} not set (call to_server)")
+        limit = self.client.max_batch_size
+        if limit == 0:
+            return [slice(None)]
+        rows = self.batch_size
+        return [slice(start, min(start + limit, rows)) for start in range(0, rows, limit)]
+
+    def _grpc_inputs(self, rows: slice) -> list[Any]:
+        import tritonclient.grpc as grpcclient
+
+        inputs = []
+        for tensor in self.input.values():
+            data = tensor.data[rows]
+            grpc_input = grpcclient.InferInput(tensor.name, list(data.shape), tensor.spec.datatype)
+            grpc_input.set_data_from_numpy(data)
+            inputs.append(grpc_input)
+        return inputs
+
+    def _finish_empty(self) -> TritonRequest:
+        # Batch 0: nothing to send (CMSSW's TritonClient skips the call too).
+        for tensor in self.output.values():
+            if tensor.name in self.client.requested_outputs:
+                shape = (0,) + tuple(max(d, 0) for d in tensor.spec.dims)
+                tensor.data = np.zeros(shape, tensor.spec.dtype)
+        return self
+
+    def _finish(self, results: list[Any], chunks: list[slice], server: ServerInfo) -> TritonRequest:
+        client = self.client
+        received = 0
+        for name in client.requested_outputs:
+            tensor = self.output[name]
+            parts = [self._check_output(result, tensor.spec, chunk) for result, chunk in zip(results, chunks)]
+            try:
+                tensor.data = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            except ValueError as err:
+                raise ExternalFailure(
+                    f"{self.what}: output '{name}' of the {len(parts)} split requests cannot be joined: {err}"
+                ) from None
+            received += tensor.data.nbytes
+        client._count(server, calls=len(chunks), inferences=self.batch_size,
+                      sent=sum(t.data.nbytes for t in self.input.values()), received=received)
+        return self
+
+    def _check_output(self, result: Any, spec: TensorSpec, chunk: slice) -> np.ndarray:
+        # tritonclient does not check outputs against the metadata, and a misconfigured
+        # Python backend returns EMPTY tensors without an error: check everything here.
+        expected_rows = len(range(*chunk.indices(self.batch_size))) if spec.batched else None
+        try:
+            array = result.as_numpy(spec.name)
+        except ValueError as err:  # raw content does not fill the announced shape
+            array, problem = None, f"malformed tensor ({err})"
+        else:
+            problem = "missing from the response" if array is None else ""
+        if array is not None:
+            shape = array.shape
+            if array.dtype != spec.dtype:
+                problem = f"dtype {array.dtype}"
+            elif not spec.matches(shape) or (spec.batched and shape[0] != expected_rows):
+                problem = f"shape {tuple(shape)}"
+            elif array.size == 0 and self._inputs_non_empty():
+                # Legitimate only with a variable dim of size 0, which non-empty inputs
+                # make unlikely; a Python-backend stub without its libraries does this.
+                problem = f"EMPTY tensor of shape {tuple(shape)} for non-empty inputs (server misconfigured?)"
+        if problem:
+            rows = f" for {expected_rows} rows" if spec.batched else ""
+            raise ExternalFailure(
+                f"{self.what}: output '{spec.name}' is {problem}, expected {spec.describe()}{rows}"
+            )
+        return array
+
+    def _inputs_non_empty(self) -> bool:
+        return all(t.data is not None and t.data.size > 0 for t in self.input.values())
+
+    # -- the three modes ---------------------------------------------------------------
+
+    async def infer(self) -> TritonRequest:
+        """Run the inference in the client's ``mode`` (Async, Sync or PseudoAsync)."""
+        mode = self.client.mode
+        if mode == "Async":
+            return await self.infer_async()
+        if mode == "PseudoAsync":
+            return await self.infer_pseudo_async()
+        return self.infer_sync()
+
+    async def infer_async(self) -> TritonRequest:
+        """Non-blocking inference (``Async``): ``async_infer`` calls, one per chunk, all in flight.
+
+        The gRPC callback re-enters trio through :class:`~framework.ThreadSafeFuture`. A try
+        that outlives ``Client.timeout`` (+ ``TIMEOUT_GRACE``) or whose task is cancelled
+        cancels its pending calls (``CallContext.cancel``); failed tries are retried by
+        ``Client.retries`` with ``trio.sleep`` between them.
+
+        Returns:
+            self, with the outputs filled.
+
+        Raises:
+            ExternalFailure: non-recoverable server error, malformed outputs, or tries
+                exhausted (names model, module, event, servers and the last error).
+            trio.Cancelled: propagated unchanged.
+        """
+        chunks = self._chunks()
+        if self.batch_size == 0:
+            return self._finish_empty()
+        return await _run_async(self, lambda server, grpc_client: self._try_async(server, grpc_client, chunks))
+
+    async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
+        from tritonclient.utils import InferenceServerException
+
+        client = self.client
+        futures: list[ThreadSafeFuture] = []
+        contexts: list[Any] = []
+
+        def cancel_all() -> None:
+            for context in contexts:
+                context.cancel()
+
+        limit = client.timeout + TIMEOUT_GRACE if client.timeout else math.inf
+        try:
+            with trio.move_on_after(limit) as scope:
+                for chunk in chunks:
+                    future = ThreadSafeFuture()
+                    contexts.append(grpc_client.async_infer(
+                        client.model_name, self._grpc_inputs(chunk),
+                        callback=functools.partial(_deliver, future), **client._call_options(),
+                    ))
+                    futures.append(future)
+                results = [await future.wait(on_cancel=cancel_all) for future in futures]
+        except BaseException:
+            cancel_all()  # cancelled, or one chunk failed: the other chunks are of no use
+            raise
+        if scope.cancelled_caught:  # wait() has cancelled the calls already
+            raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
+                                           "the call was cancelled by the client", status=DEADLINE_STATUS)
+        return self._finish(results, chunks, server)
+
+    def infer_sync(self) -> TritonRequest:
+        """Blocking inference (``Sync``): one ``infer`` call per chunk, in turn.
+
+        Retries (``Client.retries``) block too, backoff included (``time.sleep``), as
+        CMSSW's SonicClientSync blocks its thread.
+
+        Returns:
+            self, with the outputs filled.
+
+        Raises:
+            ExternalFailure: as :meth:`infer_async`.
+        """
+        chunks = self._chunks()
+        if self.batch_size == 0:
+            return self._finish_empty()
+        return _run_blocking(self, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
+
+    def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
+        client = self.client
+        results = [grpc_client.infer(client.model_name, self._grpc_inputs(chunk), **client._call_options())
+                   for chunk in chunks]
+        return self._finish(results, chunks, server)
+
+    async def infer_pseudo_async(self) -> TritonRequest:
+        """``PseudoAsync``: each blocking try on a worker thread (CMSSW's SonicClientPseudoAsync).
+
+        The retry loop itself runs in trio (backoff with ``trio.sleep``). A try is not
+        abandoned on cancellation: its thread finishes the call (bounded by the timeout)
+        before ``trio.Cancelled`` propagates.
+        """
+        chunks = self._chunks()
+        if self.batch_size == 0:
+            return self._finish_empty()
+
+        async def attempt(server: ServerInfo, grpc_client: Any) -> TritonRequest:
+            return await trio.to_thread.run_sync(self._try_sync, server, grpc_client, chunks,
+                                                 abandon_on_cancel=False)
+
+        return await _run_async(self, attempt)
+
+
+def _deliver(future: ThreadSafeFuture, result: Any = None, error: Any = None) -> None:
+    # gRPC callback thread: only hand the outcome over; must never raise.
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
