@@ -4,9 +4,21 @@
 
 ``name=value`` arguments reach the config's ``cms.VarParsing``. Exit codes: 0 success,
 1 the job failed (the error names module, path, event, file or model), 2 usage errors,
-130 interrupted (Ctrl-C). Progress goes to stderr while the job runs; the summary
-(TrigReport, TimeReport, server statistics) follows when ``wantSummary`` is set or
-``--summary`` is given.
+130 interrupted (Ctrl-C, SIGINT), 143 terminated (SIGTERM). Progress goes to stderr while
+the job runs; the summary (TrigReport, TimeReport, server statistics) follows when
+``wantSummary`` is set or ``--summary`` is given.
+
+A failed job prints ONE line between ``----- Begin Fatal Exception -----`` and
+``----- End Fatal Exception -------`` naming the culprit; further lines of the error (the
+end of a server log) follow the end marker.
+
+Ctrl-C (SIGINT) and SIGTERM stop the job cleanly: the first one cancels the job, so events
+in flight are abandoned (their inference requests cancelled), output modules DELETE their
+unfinished files, and the fallback Triton server is stopped; then cmsrun exits with
+128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
+file holding an arbitrary part of the input would be too easily taken for a complete one,
+and removing it is simpler and honest. A second signal during that cleanup interrupts it
+at once (the fallback server still dies with cmsrun: ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -15,7 +27,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 import trio
@@ -27,10 +41,50 @@ from . import config as cms
 from ._builder import build_job
 from ._errors import FrameworkError
 from ._registry import available_types, find_type
-from ._scheduler import run_job
+from ._scheduler import JobReport, run_job
 from ._summary import print_summary
 
 log = logging.getLogger("pysonic")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class JobStopped(KeyboardInterrupt):
+    """The job was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+async def _cancel_on_signal(scope: trio.CancelScope, received: list[int]) -> None:
+    # The signal becomes a cancellation of the job, never an exception raised at a random
+    # point of a module or of grpc: a KeyboardInterrupt raised while grpc held one of its
+    # locks has been seen to hang the cleanup (the end-of-job statistics call) for good.
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            received.append(signum)
+            log.warning("cmsrun: %s received: stopping the job (unfinished outputs are removed, the "
+                        "fallback server is stopped; press Ctrl-C again to stop at once)",
+                        signal.Signals(signum).name)
+            scope.cancel()
+            break
+    # Leaving the block restores trio's handler: a second Ctrl-C raises KeyboardInterrupt.
+
+
+async def run_until_stopped(job: Any, on_event: Any = None) -> JobReport:
+    """``run_job(job)``, cancelled cleanly by SIGINT or SIGTERM.
+
+    Raises:
+        JobStopped: after the job was cancelled and cleaned up (``run_job``'s abort path).
+        FrameworkError: as ``run_job``.
+    """
+    received: list[int] = []
+    with trio.CancelScope() as scope:
+        if threading.current_thread() is threading.main_thread():  # signals reach only that one
+            trio.lowlevel.spawn_system_task(_cancel_on_signal, scope, received)
+        return await run_job(job, on_event=on_event)
+    raise JobStopped(received[0] if received else signal.SIGINT)
 
 
 def _ordinal(n: int) -> str:
@@ -95,8 +149,12 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
             log.info("Processed the %s record: event %s on stream %d (%.1f ms)", _ordinal(done),
                      principal.id, principal.stream, latency * 1e3)
 
-    with progress:
-        report = trio.run(lambda: run_job(job, on_event=on_event))
+    try:
+        with progress:
+            report = trio.run(run_until_stopped, job, on_event)
+    except KeyboardInterrupt:
+        log.warning("cmsrun: stopped after %d events", done)
+        raise
     if job.want_summary or ns.summary or ns.summary_json:
         summary = print_summary(job, report, console) if (job.want_summary or ns.summary) else None
         if ns.summary_json:
@@ -133,14 +191,30 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _run(ns, console)
     except FrameworkError as exc:
-        console.print(f"[bold red]----- Begin Fatal Exception -----[/bold red]\n{exc}\n"
-                      f"[bold red]----- End Fatal Exception -------[/bold red]", highlight=False)
+        _print_fatal(exc, console)
         if os.environ.get("PYSONIC_TRACEBACK"):
             console.print_exception()
         return 1
-    except KeyboardInterrupt:
-        console.print("[bold red]cmsrun: interrupted; the job stopped and its outputs were removed[/bold red]")
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, JobStopped) else signal.SIGINT
+        console.print(f"[bold red]cmsrun: interrupted ({signal.Signals(signum).name}); the job stopped "
+                      f"and its unfinished outputs were removed[/bold red]")
+        return 128 + signum
+
+
+def _print_fatal(exc: FrameworkError, console: Console) -> None:
+    """The error's first line between CMSSW's markers, further lines (a server log) after.
+
+    The message is one line however long (``soft_wrap``: rich inserts no line breaks), so
+    that ``grep -A1 'Begin Fatal'`` finds all of it; printed without markup, since error
+    messages hold brackets (``[Configuration]``, ``Jet_pt[0]``).
+    """
+    message, _, details = str(exc).partition("\n")
+    console.print("[bold red]----- Begin Fatal Exception -----[/bold red]")
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+    console.print("[bold red]----- End Fatal Exception -------[/bold red]")
+    if details.strip():
+        console.print(details, markup=False, highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -111,9 +111,11 @@ class HistogramAnalyzer(EDAnalyzer):
         """Fail before the first event if ``fileName``'s folder is missing or not writable."""
         folder = self.file_name.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
+            problem = ("is not writable" if folder.is_dir()
+                       else "is a file, not a folder" if folder.exists() else "does not exist")
             raise FileOpenError(
                 f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' "
-                f"(folder '{folder}' {'is not writable' if folder.is_dir() else 'does not exist'})"
+                f"(folder '{folder}' {problem})"
             )
 
     def analyze(self, event: Event) -> None:

@@ -335,8 +335,10 @@ class NanoAODOutputModule(OutputModule):
     def begin_job(self) -> None:
         """Create the temporary output file. Raises FileOpenError naming the path."""
         try:
-            if not self.file_name.parent.is_dir():  # uproot would create missing folders
-                raise FileNotFoundError(f"'{self.file_name.parent}' is not an existing folder")
+            folder = self.file_name.parent
+            if not folder.is_dir():  # uproot would create missing folders
+                what = "is a file, not a folder" if folder.exists() else "does not exist"
+                raise FileNotFoundError(f"folder '{folder}' {what}")
             self._file = uproot.recreate(self.temp_name, compression=self.compression)
         except Exception as exc:  # noqa: BLE001 - missing folder, permissions, full disk ...
             raise FileOpenError(
