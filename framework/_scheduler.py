@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ class JobReport:
             IgnoreCompletely (``process.options``).
         wall_time: seconds from the first event request to the end (``time.perf_counter``).
         latencies: per-event latency in seconds, source to end of EndPaths, in completion
-            order (``trio.current_time`` clock).
+            order (``trio.current_time`` clock); ``array("d")``, compact for long jobs.
         completion_times: ``trio.current_time()`` at which each event finished.
         error: the error that ended the job, if any.
     """
@@ -59,8 +60,8 @@ class JobReport:
     passed: int = 0
     events_with_errors: int = 0
     wall_time: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-    completion_times: list[float] = field(default_factory=list)
+    latencies: array = field(default_factory=lambda: array("d"))
+    completion_times: array = field(default_factory=lambda: array("d"))
     error: BaseException | None = None
 
 

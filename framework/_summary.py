@@ -9,7 +9,10 @@ tables (server-side statistics per model).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from array import array
 
 import numpy as np
 from rich.console import Console
@@ -21,13 +24,17 @@ from ._scheduler import JobReport
 __all__ = ["summary_dict", "print_summary"]
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not len(values):
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
-    a = np.asarray(values)
+    a = np.frombuffer(values, dtype=np.float64) if isinstance(values, array) else np.asarray(values)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
             "max": float(a.max())}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if len(values) else 0.0
 
 
 def _path_dict(spec: PathSpec) -> dict[str, Any]:
@@ -74,9 +81,9 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
             "errors": w.errors,
             "skipped": w.skipped,
             "mean_cpu": t.cpu_mean,
-            "mean_acquire": float(np.mean(t.acquire)) if t.acquire else 0.0,
-            "mean_wait": float(np.mean(t.wait)) if t.wait else 0.0,
-            "mean_run": float(np.mean(t.run)) if t.run else 0.0,
+            "mean_acquire": _mean(t.acquire),
+            "mean_wait": _mean(t.wait),
+            "mean_run": _mean(t.run),
             "own": _percentiles(t.own),
             "acquire": _percentiles(t.acquire),
             "wait": _percentiles(t.wait),

@@ -14,6 +14,7 @@ on the event's stream, for a Perfetto / chrome://tracing timeline.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,23 +35,25 @@ class WorkerTimes:
 
     One entry per completed call, in completion order. ``acquire`` and ``wait`` stay
     empty for modules without ExternalWork; ``run`` is the time in
-    ``produce``/``filter``/``analyze``/``write``.
+    ``produce``/``filter``/``analyze``/``write``. Stored as ``array("d")``: 8 bytes a
+    call instead of a 32-byte Python float each (the soak benchmark found the lists
+    to be the only memory growth of a 50,000-event job).
     """
 
-    acquire: list[float] = field(default_factory=list)
-    wait: list[float] = field(default_factory=list)
-    run: list[float] = field(default_factory=list)
+    acquire: array = field(default_factory=lambda: array("d"))
+    wait: array = field(default_factory=lambda: array("d"))
+    run: array = field(default_factory=lambda: array("d"))
 
     @property
     def calls(self) -> int:
         return len(self.run)
 
     @property
-    def own(self) -> list[float]:
+    def own(self) -> array:
         """Per call: time in the module's own code (acquire + run), without the wait."""
         if not self.acquire:
             return self.run
-        return [a + r for a, r in zip(self.acquire, self.run)]
+        return array("d", (a + r for a, r in zip(self.acquire, self.run)))
 
     @property
     def cpu_mean(self) -> float:

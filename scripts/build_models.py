@@ -1,4 +1,4 @@
-"""Build the two ML model stand-ins and their Triton model repository entries.
+"""Build the four ML model stand-ins and their Triton model repository entries.
 
 Run from the repository root (torch is needed here and nowhere else)::
 
@@ -9,8 +9,8 @@ and ``<output>/<name>/1/model.py`` (the two-line stub that points Triton's Pytho
 ``framework.sonic.onnx_backend``), then runs the ONNX file in onnxruntime and prints the
 largest absolute difference from torch on random inputs.
 
-The two models stand in for the two heaviest ML steps of CMS MiniAOD production, with
-their architectures and real input sizes:
+The models stand in for the ML steps of CMS MiniAOD production and of the HLT studied
+in the seed talks, with their architectures and real input sizes:
 
 * ``particlenet_ak4``: a ParticleNet-style EdgeConv graph network (H. Qu, L. Gouskos,
   "ParticleNet: Jet Tagging via Particle Clouds", arXiv:1902.08570), one AK4 jet per batch
@@ -19,6 +19,13 @@ their architectures and real input sizes:
   arXiv:2105.12773 style): embeddings of categorical features, dense per-candidate layers,
   one weight in [0, 1] per PF candidate (up to 4,500), one event per batch row; the MET is
   the weighted vector sum (``modules/deepmet_inputs.met_from_weights``).
+* ``deeptau``: a DeepTau-v2-style CNN (CMS, arXiv:2201.08458): per tau, an inner 11 x 11
+  and an outer 21 x 21 grid of cells with 188 features (e/gamma 86, muon 64, hadrons 38),
+  1x1 convolutions per feature block, then 3x3 convolutions that shrink each grid to one
+  cell, merged with 16 tau features; softmax over e, mu, tau, jet. One tau per batch row.
+* ``facile``: a FACILE-style dense network (about 2,000 parameters, seed talk 004 and
+  arXiv:2007.10359): one HCAL channel per batch row (16,000 rows per event), 15 inputs,
+  one energy out.
 
 THE WEIGHTS ARE UNTRAINED: random initialisation with a fixed seed. The outputs have the
 right shapes, ranges and cost, but carry no physics meaning. (There is no labelled sample
@@ -55,6 +62,15 @@ from modules.deepmet_inputs import (  # noqa: E402
     DEEPMET_CONTINUOUS,
     DEEPMET_MAX_CANDIDATES,
 )
+from modules.deeptau_inputs import (  # noqa: E402
+    BLOCKS,
+    DEEPTAU_CLASSES,
+    INNER_CELLS,
+    N_CELL_FEATURES,
+    OUTER_CELLS,
+    TAU_FEATURES,
+)
+from modules.facile_inputs import FACILE_FEATURES  # noqa: E402
 from modules.particlenet_inputs import (  # noqa: E402
     PARTICLENET_CLASSES,
     PARTICLENET_FEATURES,
@@ -171,6 +187,85 @@ class DeepMET(nn.Module):
         return torch.sigmoid(self.mlp(x).squeeze(-1)) * real
 
 
+# --------------------------------------------------------------------------- DeepTau
+
+DEEPTAU_BLOCK_EMBEDDING = {"egamma": 32, "muon": 16, "hadron": 32}  # 1x1-conv outputs per block
+DEEPTAU_CELL_CHANNELS = 48  # channels of the merged cell embedding and of the 3x3 convolutions
+DEEPTAU_TAU_UNITS = 32
+DEEPTAU_HEAD_UNITS = 64
+
+
+class CellGrid(nn.Module):
+    """One grid (B, 188, n, n) -> (B, C): per-block 1x1 convs, merge, (n - 1) / 2 valid 3x3 convs.
+
+    As DeepTau v2: each feature block is embedded separately, the blocks are merged per
+    cell, and 3x3 convolutions without padding shrink the n x n grid to one cell.
+    """
+
+    def __init__(self, n_cells: int) -> None:
+        super().__init__()
+        self.splits = list(BLOCKS.values())
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(width, DEEPTAU_BLOCK_EMBEDDING[name], 1), nn.ReLU())
+            for name, width in BLOCKS.items()
+        )
+        merged = sum(DEEPTAU_BLOCK_EMBEDDING.values())
+        layers: list[nn.Module] = [nn.Conv2d(merged, DEEPTAU_CELL_CHANNELS, 1), nn.ReLU()]
+        for _ in range((n_cells - 1) // 2):
+            layers += [nn.Conv2d(DEEPTAU_CELL_CHANNELS, DEEPTAU_CELL_CHANNELS, 3), nn.ReLU()]
+        self.cells = nn.Sequential(*layers)
+
+    def forward(self, grid: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(grid, self.splits, dim=1)
+        merged = torch.cat([block(part) for block, part in zip(self.blocks, parts)], dim=1)
+        return self.cells(merged).flatten(1)
+
+
+class DeepTau(nn.Module):
+    """Inputs inner (B, 188, 11, 11), outer (B, 188, 21, 21), tau_features (B, 16); output softmax (B, 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = CellGrid(INNER_CELLS)
+        self.outer = CellGrid(OUTER_CELLS)
+        self.tau = nn.Sequential(nn.Linear(len(TAU_FEATURES), DEEPTAU_TAU_UNITS), nn.ReLU())
+        self.head = nn.Sequential(
+            nn.Linear(2 * DEEPTAU_CELL_CHANNELS + DEEPTAU_TAU_UNITS, DEEPTAU_HEAD_UNITS), nn.ReLU(),
+            nn.Linear(DEEPTAU_HEAD_UNITS, len(DEEPTAU_CLASSES)),
+        )
+
+    def forward(self, inner: torch.Tensor, outer: torch.Tensor, tau_features: torch.Tensor) -> torch.Tensor:
+        # pT, mass and isolations span orders of magnitude: log-compress the tau features.
+        tau = torch.sign(tau_features) * torch.log1p(torch.abs(tau_features))
+        x = torch.cat([self.inner(inner), self.outer(outer), self.tau(tau)], dim=1)
+        return torch.softmax(self.head(x), dim=-1)
+
+
+# --------------------------------------------------------------------------- FACILE
+
+FACILE_HIDDEN = (40, 20, 10)  # 1,801 parameters with the batch-norm scales (about 2,000 as in seed 004)
+
+
+class Facile(nn.Module):
+    """Input rechit_inputs (B, 15), one HCAL channel per row; output energy (B, 1)."""
+
+    def __init__(self, n_inputs: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        prev = n_inputs
+        for i, units in enumerate(FACILE_HIDDEN):
+            layers.append(nn.Linear(prev, units))
+            if i < len(FACILE_HIDDEN) - 1:
+                layers.append(nn.BatchNorm1d(units))
+            layers.append(nn.ReLU())
+            prev = units
+        layers.append(nn.Linear(prev, 1))
+        self.mlp = nn.Sequential(*layers)
+
+    def forward(self, rechit_inputs: torch.Tensor) -> torch.Tensor:
+        return self.mlp(rechit_inputs)
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -201,6 +296,31 @@ def model_specs() -> dict[str, dict]:
                 "# One event per batch row; MET = -sum_i w_i pT_i (cos phi_i, sin phi_i).\n"
                 f"# pf_cont columns: {', '.join(DEEPMET_CONTINUOUS)}\n"
                 f"# pf_cat columns: {', '.join(DEEPMET_CATEGORICAL)} (0 = padding row)"
+            ),
+        ),
+        "deeptau": dict(
+            build=DeepTau,
+            inputs=[("inner", "FP32", (N_CELL_FEATURES, INNER_CELLS, INNER_CELLS)),
+                    ("outer", "FP32", (N_CELL_FEATURES, OUTER_CELLS, OUTER_CELLS)),
+                    ("tau_features", "FP32", (len(TAU_FEATURES),))],
+            outputs=[("softmax", "FP32", (len(DEEPTAU_CLASSES),))],
+            max_batch_size=16,
+            comment=(
+                "DeepTau-v2-style tau identification CNN stand-in (arXiv:2201.08458), UNTRAINED random weights.\n"
+                f"# One tau per batch row. classes (softmax order): {', '.join(DEEPTAU_CLASSES)}\n"
+                f"# cell feature blocks: {', '.join(f'{k} {v}' for k, v in BLOCKS.items())}\n"
+                f"# tau_features: {', '.join(TAU_FEATURES)}"
+            ),
+        ),
+        "facile": dict(
+            build=lambda: Facile(len(FACILE_FEATURES)),
+            inputs=[("rechit_inputs", "FP32", (len(FACILE_FEATURES),))],
+            outputs=[("energy", "FP32", (1,))],
+            max_batch_size=65536,
+            comment=(
+                "FACILE-style HCAL channel energy regression stand-in (seed talk 004), UNTRAINED random weights.\n"
+                "# One HCAL channel per batch row (16,000 per event); inputs SYNTHESIZED (modules/facile_inputs.py).\n"
+                f"# rechit_inputs columns: {', '.join(FACILE_FEATURES)}"
             ),
         ),
     }

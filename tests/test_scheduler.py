@@ -193,7 +193,7 @@ async def test_external_work_latency_is_hidden_by_streams(autojump_clock):
     _, report = await run(process)
     assert report.events == 8
     assert sorted(report.completion_times) == [LATENCY] * 4 + [2 * LATENCY] * 4
-    assert report.latencies == [LATENCY] * 8
+    assert list(report.latencies) == [LATENCY] * 8
 
 
 async def test_one_stream_serialises_external_work(autojump_clock):
@@ -201,7 +201,7 @@ async def test_one_stream_serialises_external_work(autojump_clock):
     process.ext = cms.EDProducer("testSleeper")
     process.p = cms.Path(process.ext)
     _, report = await run(process)
-    assert report.completion_times == [LATENCY, 2 * LATENCY, 3 * LATENCY]
+    assert list(report.completion_times) == [LATENCY, 2 * LATENCY, 3 * LATENCY]
 
 
 async def test_produce_never_runs_before_external_work_is_done():

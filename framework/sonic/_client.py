@@ -376,6 +376,8 @@ class TritonClient:
             detail = f"{exc.status() or 'error'}: {exc.message()}"
         else:
             detail = f"{type(exc).__name__}: {exc}"
+        # One line: a Python-backend model's traceback comes with newlines ("At: ...").
+        detail = " ".join(detail.split())
         return ExternalFailure(f"{what} on {self._where(where)}: {during} failed: {detail}")
 
     def __repr__(self) -> str:

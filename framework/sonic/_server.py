@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,7 @@ LOG_TAIL_LINES = 40  # lines of server log quoted in errors
 PORT_ATTEMPTS = 3  # launches with fresh automatic ports when one was taken meanwhile
 POLL_INTERVAL = 0.1  # seconds between readiness checks
 KILL_WAIT = 5.0  # seconds to wait for the process after SIGKILL
+_TRITON_ERROR = re.compile(r"E\d{4} \d\d:\d\d:\d\d")  # the start of Triton's error log lines
 _ADDRESS_IN_USE = "already in use"  # tritonserver: "Socket '127.0.0.1:P' already in use"
 
 
@@ -491,9 +493,16 @@ class LocalTritonServer:
         yield check
 
     def _error(self, what: str) -> TritonServerError:
+        tail = self.log_tail()
+        # Triton's error lines look like 'E1122 03:14:15.926 123 model.cc:42] "message"':
+        # the first of them (often a model's load error) goes on the message's first line.
+        # CUDA complaints are expected on a CPU-only machine and say nothing about the failure.
+        errors = [line.split("] ", 1)[-1] for line in tail.splitlines()
+                  if _TRITON_ERROR.match(line) and "cuda" not in line.lower()]
+        cause = f": {_one_line(errors[0])}" if errors else ""
         return TritonServerError(
-            f"LocalTritonServer({self.repository}): {what}; log {self._log_path}, "
-            f"last lines:\n{self.log_tail()}"
+            f"LocalTritonServer({self.repository}): {what}{cause}; log {self._log_path}, "
+            f"last lines:\n{tail}"
         )
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -556,3 +565,10 @@ class LocalTritonServer:
     def __repr__(self) -> str:
         state = f"pid {self.pid}, gRPC {self.grpc_address}" if self.is_running() else "stopped"
         return f"<LocalTritonServer {self.repository} ({state})>"
+
+
+def _one_line(message: str) -> str:
+    r"""A Triton log message on one line, without the Python traceback Triton appends to
+    it (logged with literal escapes: ``...\n\nAt:\n  model.py(1): <module>...``)."""
+    message = message.split(r"\n\nAt:")[0].strip().strip('"')
+    return " ".join(message.replace(r"\n", " ").split())

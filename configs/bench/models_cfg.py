@@ -1,0 +1,104 @@
+"""Benchmark job: the four model stand-ins on real PFNano events, direct or as a service.
+
+    cmsrun configs/bench/models_cfg.py backend=direct            # onnxruntime in-process
+    cmsrun configs/bench/models_cfg.py backend=sonic [server=127.0.0.1:PORT]
+    cmsrun configs/bench/models_cfg.py models=facile source=empty events=2000 streams=16
+
+``models`` chooses among particlenet, deepmet, deeptau, facile (ParticleNet AK4, DeepMET,
+DeepTau, FACILE); each gets its input producer and its model producer, which is the
+direct (``backend=direct``) or the SONIC (``backend=sonic``) twin with the SAME
+``Client`` PSet. ``cpuTime`` adds a fixed CPU cost per event (the MiniAOD demonstrator:
+the models are ~10 % of the event). Input: ``pfnano.root`` repeated ``repeat`` times
+(``noDuplicateCheck``), or ``source=empty`` (FACILE only: its inputs are synthesized).
+DeepTau uses ``minTaus=3`` jet-seeded candidates (pfnano.root stores no taus; see
+``modules/deeptau_inputs.py``). Without ``server`` the SONIC modules use the fallback
+local server on ``data/models``.
+"""
+
+import framework.config as cms
+
+V = cms.VarParsing
+options = V()
+options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic")
+options.register("models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string,
+                 "models to run")
+options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port ('' = fallback server)")
+options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode")
+options.register("source", "pfnano", V.multiplicity.singleton, V.varType.string, "pfnano | empty")
+options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
+options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
+options.register("events", -1, V.multiplicity.singleton, V.varType.int, "events (-1 = all; EmptySource: required)")
+options.register("streams", 2, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
+options.register("threads", 2, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
+options.register("cpuTime", 0.0, V.multiplicity.singleton, V.varType.float, "CPU work per event, ms")
+options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, "burn | sleep (CPU work elsewhere)")
+options.register("nChannels", 16000, V.multiplicity.singleton, V.varType.int, "FACILE rows per event")
+options.register("minTaus", 3, V.multiplicity.singleton, V.varType.int, "DeepTau candidates per event (at least)")
+options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
+options.parseArguments()
+
+KNOWN = ("particlenet", "deepmet", "deeptau", "facile")
+for name in options.models:
+    if name not in KNOWN:
+        raise ValueError(f"models_cfg.py: unknown model '{name}' (known: {', '.join(KNOWN)})")
+if options.backend not in ("direct", "sonic"):
+    raise ValueError(f"models_cfg.py: backend '{options.backend}' is not direct or sonic")
+
+process = cms.Process("BENCH")
+if options.source == "empty":
+    process.source = cms.Source("EmptySource")
+else:
+    files = options.inputFiles
+    if not files:
+        from framework.samples import locate_sample
+
+        files = [str(locate_sample("pfnano.root"))]
+    process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
+                                duplicateCheckMode=cms.untracked.string("noDuplicateCheck"))
+process.maxEvents.input = options.events
+process.options.numberOfStreams = options.streams
+process.options.numberOfThreads = options.threads
+
+servers = []
+if options.server:
+    address, _, port = options.server.rpartition(":")
+    servers.append(cms.PSet(name=cms.untracked.string("bench"), address=cms.untracked.string(address),
+                            port=cms.untracked.uint32(int(port))))
+process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(*servers))
+
+
+def client(model_name):
+    return cms.PSet(modelName=cms.string(model_name), mode=cms.untracked.string(options.mode),
+                    timeout=cms.untracked.uint32(120))
+
+
+def twin(sonic_type, direct_type):
+    return sonic_type if options.backend == "sonic" else direct_type
+
+
+producers = {
+    "particlenet": (cms.EDProducer("ParticleNetInputProducer"),
+                    twin("ParticleNetSonicProducer", "modules.bench:ParticleNetDirectProducer"), "particlenet_ak4"),
+    "deepmet": (cms.EDProducer("DeepMETInputProducer"),
+                twin("DeepMETSonicProducer", "modules.bench:DeepMETDirectProducer"), "deepmet"),
+    "deeptau": (cms.EDProducer("modules.deeptau:DeepTauInputProducer", minTaus=cms.uint32(options.minTaus)),
+                twin("modules.deeptau:DeepTauSonicProducer", "modules.deeptau:DeepTauDirectProducer"), "deeptau"),
+    "facile": (cms.EDProducer("modules.facile:FacileInputProducer", nChannels=cms.uint32(options.nChannels)),
+               twin("modules.facile:FacileSonicProducer", "modules.facile:FacileDirectProducer"), "facile"),
+}
+inputs, path = [], []
+if options.barrier:
+    process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
+    path.append(process.barrier)
+if options.cpuTime > 0:
+    process.cpu = cms.EDProducer("modules.bench:BenchCPUProducer", cpuTime=cms.double(options.cpuTime),
+                                 mode=cms.untracked.string(options.cpuMode))
+    path.append(process.cpu)
+for name in options.models:
+    input_producer, model_type, model_name = producers[name]
+    setattr(process, f"{name}Inputs", input_producer)
+    setattr(process, name, cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name)))
+    inputs.append(getattr(process, f"{name}Inputs"))
+    path.append(getattr(process, name))
+process.inputsTask = cms.Task(*inputs)
+process.p = cms.Path(*path, process.inputsTask)

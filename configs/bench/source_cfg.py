@@ -1,0 +1,36 @@
+"""Benchmark job: PoolSource reading whole collections, nothing else.
+
+    cmsrun configs/bench/source_cfg.py inputFiles=a.root repeat=20 collections=Jet,Tau
+
+The file list is ``inputFiles`` repeated ``repeat`` times (``noDuplicateCheck``);
+``BenchBranchReader`` consumes every field of ``collections``, so the source reads exactly
+those branches. ``python -m framework.bench source`` compares it with ``uproot.iterate``.
+"""
+
+import framework.config as cms
+
+V = cms.VarParsing
+options = V()
+options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: nano_tt_v15.root)")
+options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
+options.register("collections", ["Jet", "Tau", "Muon", "Electron"], V.multiplicity.list, V.varType.string,
+                 "collections to read (all fields)")
+options.register("treeName", "Events", V.multiplicity.singleton, V.varType.string, "tree to read")
+options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
+options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
+options.parseArguments()
+
+files = options.inputFiles
+if not files:
+    from framework.samples import locate_sample
+
+    files = [str(locate_sample("nano_tt_v15.root"))]
+
+process = cms.Process("BENCH")
+process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
+                            duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
+                            treeName=cms.untracked.string(options.treeName))
+process.options.numberOfStreams = options.streams
+process.options.numberOfThreads = options.threads
+process.reader = cms.EDAnalyzer("modules.bench:BenchBranchReader", collections=cms.vstring(*options.collections))
+process.p = cms.Path(process.reader)

@@ -1,0 +1,56 @@
+"""Benchmark job: a fixed CPU cost, then the smallest SONIC request, per event (EmptySource).
+
+    cmsrun configs/bench/tiny_sonic_cfg.py server=127.0.0.1:PORT [streams=16] [cpuTime=2] [mode=Async]
+
+The server must serve the ``tiny`` identity model (``python -m framework.bench`` writes
+it; ``framework.bench._harness.write_tiny_repository``). Used by the latency-hiding,
+client-overhead and clients-per-server benchmarks. ``cpuTime=0`` drops the CPU work;
+``cpuMode=sleep`` stands for CPU work done on another machine; ``barrier=DIR`` holds the
+first event until ``DIR/go`` exists (several jobs starting together).
+"""
+
+import framework.config as cms
+
+V = cms.VarParsing
+options = V()
+options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port of the Triton server (required)")
+options.register("events", 1000, V.multiplicity.singleton, V.varType.int, "events (EmptySource)")
+options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
+options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
+options.register("cpuTime", 2.0, V.multiplicity.singleton, V.varType.float, "CPU work per event, ms (0 = none)")
+options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, "burn | sleep")
+options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode: Async, Sync, PseudoAsync")
+options.register("width", 4, V.multiplicity.singleton, V.varType.int, "float32 values per request")
+options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
+options.parseArguments()
+if not options.server:
+    raise ValueError("tiny_sonic_cfg.py: server=host:port is required")
+
+process = cms.Process("BENCH")
+process.source = cms.Source("EmptySource")
+process.maxEvents.input = options.events
+process.options.numberOfStreams = options.streams
+process.options.numberOfThreads = options.threads
+
+address, _, port = options.server.rpartition(":")
+process.TritonService = cms.Service(
+    "TritonService",
+    servers=cms.untracked.VPSet(cms.PSet(name=cms.untracked.string("bench"), address=cms.untracked.string(address),
+                                         port=cms.untracked.uint32(int(port)))),
+    fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+)
+process.tiny = cms.EDProducer(
+    "modules.bench:TinySonicProducer", width=cms.uint32(options.width),
+    Client=cms.PSet(modelName=cms.string("tiny"), mode=cms.untracked.string(options.mode),
+                    timeout=cms.untracked.uint32(60)),
+)
+modules = []
+if options.barrier:
+    process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
+    modules.append(process.barrier)
+if options.cpuTime > 0:
+    process.cpu = cms.EDProducer("modules.bench:BenchCPUProducer", cpuTime=cms.double(options.cpuTime),
+                                 mode=cms.untracked.string(options.cpuMode))
+    modules.append(process.cpu)
+modules.append(process.tiny)
+process.p = cms.Path(*modules)

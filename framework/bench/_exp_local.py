@@ -1,0 +1,237 @@
+"""Benchmarks of the framework itself and of direct vs as-a-service inference.
+
+Same conventions as :mod:`framework.bench._exp_sonic`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._harness import SERVERS, median_of, model_seconds, run_config
+from ._proxy import DelayProxy
+
+MS = 1e3
+
+MODELS = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
+"""benchmark name -> Triton model name."""
+SEEDS = {
+    "particlenet": {"label": "PN-AK4", "ms": 42.4, "mb": 0.04},
+    "deepmet": {"label": "DeepMET", "ms": 13.2, "mb": 0.33},
+    "deeptau": {"label": "DeepTau", "ms": 21.1, "mb": 1.18},
+    "facile": {"label": "FACILE (HLT, seed 004)", "ms": None, "mb": None},
+}
+"""Seed talk 001 (MiniAOD, CPU, per event of 993.3 ms): time and input size per algorithm."""
+SEEDS_TOTAL_MS = 993.3
+QUICK_MODELS = ("deepmet", "facile")  # the two cheapest, for --quick
+
+
+# ----------------------------------------------------------------------------------------
+# Framework overhead
+
+
+def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
+    """Microseconds per module call: Paths of 0, 10, 50 no-op modules, 1 and 8 streams."""
+    events = 300 if quick else 10000
+    rows = []
+    for streams in (1, 8):
+        walls = {}
+        for k in (0, 10, 50):
+            result = median_of(repeat, lambda: run_config("noop_cfg.py", modules=k, events=events, streams=streams),
+                               keys=("wall_time", "throughput"))
+            walls[k] = result["wall_time"]
+            rows.append({"streams": streams, "modules": k, "events": events, "wall_time": result["wall_time"],
+                         "us_per_event": result["wall_time"] / events * 1e6})
+        for r in rows:
+            if r["streams"] == streams and r["modules"]:
+                r["us_per_module_call"] = (walls[r["modules"]] - walls[0]) / (events * r["modules"]) * 1e6
+    worst = max(r["us_per_module_call"] for r in rows if r["modules"])
+    return {
+        "experiment": "overhead",
+        "title": "Framework overhead per module call (EmptySource, no-op producers)",
+        "settings": {"events": events, "modules": [0, 10, 50], "streams": [1, 8], "threads": 1, "quick": quick,
+                     "repeat": repeat},
+        "rows": rows,
+        "columns": [("streams", "streams", "d"), ("modules", "modules", "d"), ("wall_time", "wall [s]", ".3f"),
+                    ("us_per_event", "us/event", ".1f"), ("us_per_module_call", "us/module call", ".2f")],
+        "targets": [{"name": "us per module call (worst)", "value": worst, "target": 10.0, "met": worst <= 10.0,
+                     "note": "(wall(k) - wall(0)) / (events x k)"}],
+        "notes": ["no-op producers are not thread-safe: they run on the scheduler's thread (no thread hand-off)"],
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Source throughput
+
+
+def _bare_iterate(files: list[str], tree: str, branches: list[str]) -> dict[str, Any]:
+    """``uproot.iterate`` over ``files`` (default step size), awkward arrays."""
+    import uproot
+
+    t0 = time.perf_counter()
+    events = 0
+    for arrays in uproot.iterate([{f: tree} for f in files], expressions=branches, library="ak", how=dict):
+        events += len(arrays[branches[0]])
+    return {"events": events, "wall_time": time.perf_counter() - t0}
+
+
+def _bare_arrays(files: list[str], tree: str, branches: list[str]) -> dict[str, Any]:
+    """The leanest uproot loop: open each file, ``TTree.arrays(branches, how=dict)``, close."""
+    import uproot
+
+    t0 = time.perf_counter()
+    events = 0
+    for name in files:
+        with uproot.open(name, array_cache=None) as file:
+            events += len(file[tree].arrays(branches, how=dict)[branches[0]])
+    return {"events": events, "wall_time": time.perf_counter() - t0}
+
+
+def _bytes_per_event(file: str, tree: str, branches: list[str]) -> float:
+    import uproot
+
+    with uproot.open(file) as f:
+        arrays = f[tree].arrays(branches, how=dict)
+    return sum(a.nbytes for a in arrays.values()) / len(arrays[branches[0]])
+
+
+SOURCE_SAMPLES = [
+    # (file, tree, collections, copies in the full run): many small events and a tree of
+    # 2,656 branches (opening the TTree costs ~2 s), and a flat ntuple of 2,421 events.
+    ("nano_tt_v15.root", "Events", ["Jet", "Tau", "Muon", "Electron"], 8),
+    ("uproot-HZZ.root", "events", ["Jet", "Muon", "Electron", "Photon"], 10),
+]
+
+
+def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
+    """PoolSource (one analyzer reading whole collections) vs bare uproot loops, same branches.
+
+    The framework's time is the whole job (construction and the first file's opening
+    included), as the bare loops' is.
+    """
+    from framework.samples import locate_sample
+
+    rows, targets = [], []
+    for file_name, tree, collections, copies in SOURCE_SAMPLES[1:] if quick else SOURCE_SAMPLES:
+        sample = str(locate_sample(file_name))
+        copies = 1 if quick else copies
+        framework = median_of(repeat, lambda: run_config(
+            "source_cfg.py", inputFiles=sample, treeName=tree, repeat=copies, collections=collections),
+            keys=("total_time",))
+        branches = list(framework["source"].branches)
+        mb_per_event = _bytes_per_event(sample, tree, branches) / 1e6
+        readers = [
+            ("PoolSource (cmsrun job)", {"events": framework["events"], "wall_time": framework["total_time"]}),
+            ("uproot.iterate", median_of(repeat, lambda: _bare_iterate([sample] * copies, tree, branches),
+                                         keys=("wall_time",))),
+            ("uproot.open + TTree.arrays", median_of(repeat, lambda: _bare_arrays([sample] * copies, tree, branches),
+                                                     keys=("wall_time",))),
+        ]
+        rates = {}
+        for name, r in readers:
+            rates[name] = r["events"] / r["wall_time"]
+            rows.append({"file": file_name, "reader": name, "events": r["events"], "wall_time": r["wall_time"],
+                         "events_per_s": rates[name], "mb_per_s": rates[name] * mb_per_event,
+                         "branches": len(branches)})
+        for bare in ("uproot.iterate", "uproot.open + TTree.arrays"):
+            ratio = rates["PoolSource (cmsrun job)"] / rates[bare]
+            targets.append({"name": f"{file_name}: PoolSource / {bare}", "value": ratio, "target": 0.8,
+                            "met": ratio >= 0.8, "note": f"{len(branches)} branches, {mb_per_event * 1e3:.1f} kB/event"})
+    return {
+        "experiment": "source",
+        "title": "Source throughput: PoolSource vs bare uproot loops (same branches)",
+        "settings": {"samples": [s[:3] for s in SOURCE_SAMPLES], "copies": [1 if quick else s[3] for s in SOURCE_SAMPLES],
+                     "threads": 1, "streams": 1, "quick": quick, "repeat": repeat},
+        "rows": rows,
+        "columns": [("file", "file", "s"), ("reader", "reader", "s"), ("events", "events", "d"),
+                    ("wall_time", "time [s]", ".2f"), ("events_per_s", "events/s", ".0f"),
+                    ("mb_per_s", "MB/s (uncompressed)", ".2f")],
+        "targets": targets,
+        "notes": ["each file is listed many times with duplicateCheckMode = noDuplicateCheck",
+                  "MB/s counts the uncompressed arrays of the branches read",
+                  "nano_tt_v15.root: opening its 2,656-branch TTree (~2 s per copy) dominates every reader"],
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Direct vs as a service
+
+
+def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
+    """Each model: per-event latency and throughput, onnxruntime in-process vs local Triton."""
+    copies = 1 if quick else 10
+    rows = []
+    server = SERVERS.models_server()
+    for name in QUICK_MODELS if quick else MODELS:
+        entry = {"model": name, **{f"seed_{k}": v for k, v in SEEDS[name].items()}}
+        for backend in ("direct", "sonic"):
+            result = median_of(repeat, lambda: run_config(
+                "models_cfg.py", warmup=2, models=name, backend=backend, server=server.grpc_address,
+                repeat=copies, streams=1, threads=1))
+            entry[f"{backend}_ms"] = model_seconds(result["modules"][name]) * MS
+            entry[f"{backend}_throughput"] = result["throughput"]
+            if backend == "sonic":
+                client = result["services"]["TritonService"]["clients"][name]
+                entry["input_mb"] = client["bytes_sent"] / max(result["events"], 1) / 1e6
+        entry["latency_ratio"] = entry["sonic_ms"] / entry["direct_ms"]
+        entry["throughput_ratio"] = entry["sonic_throughput"] / entry["direct_throughput"]
+        rows.append(entry)
+    return {
+        "experiment": "direct",
+        "title": "Direct (onnxruntime in-process) vs as a service (local Triton), per model",
+        "settings": {"events": 10 * copies, "input": "pfnano.root", "streams": 1, "threads": 1, "quick": quick,
+                     "repeat": repeat},
+        "rows": rows,
+        "columns": [("model", "model", "s"), ("direct_ms", "direct [ms]", ".2f"), ("sonic_ms", "SONIC [ms]", ".2f"),
+                    ("latency_ratio", "SONIC/direct", ".2f"), ("throughput_ratio", "thr. ratio", ".2f"),
+                    ("input_mb", "input [MB/ev]", ".3f"), ("seed_ms", "seed [ms]", "s"), ("seed_mb", "seed [MB]", "s")],
+        "targets": [],
+        "notes": ["model time per event: direct = the producer's run time; SONIC = acquire + external wait + produce",
+                  "DeepTau with minTaus = 3 jet-seeded candidates per event (pfnano.root stores no taus)",
+                  "the stand-ins are untrained and smaller than CMS's models; the seeds' times are CMS CPU times"],
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# MiniAOD-like demonstrator
+
+
+def miniaod(quick: bool, repeat: int) -> dict[str, Any]:
+    """CPU work ~90 % and the four models ~10 % of the event; direct vs SONIC (local, behind a proxy)."""
+    copies = 1 if quick else 4
+    streams, threads = (2, 2) if quick else (4, 2)
+    rtt_ms = 10
+    models = ("facile",) if quick else tuple(MODELS)
+    # --quick: FACILE alone on 8 EmptySource events (its inputs need no file)
+    source = {"source": "empty", "events": 8} if quick else {"repeat": copies}
+    calibration = run_config("models_cfg.py", warmup=2, backend="direct", models=models, streams=1, threads=1,
+                             **source)
+    model_ms = sum(model_seconds(m) for m in calibration["modules"].values()) * MS
+    cpu_ms = 9 * model_ms  # the seeds' table: the algorithms are ~10 % of the event
+    rows = []
+    server = SERVERS.models_server()
+    with DelayProxy(server.grpc_address, rtt_ms / MS) as proxy:
+        variants = [("direct", "direct", ""), ("SONIC, local server", "sonic", server.grpc_address),
+                    (f"SONIC, server at +{rtt_ms} ms RTT", "sonic", proxy.address)]
+        for label, backend, address in variants:
+            result = median_of(repeat, lambda: run_config(
+                "models_cfg.py", warmup=2 * streams, backend=backend, server=address or server.grpc_address,
+                models=models, streams=streams, threads=threads, cpuTime=cpu_ms, **source))
+            rows.append({"variant": label, "throughput": result["throughput"],
+                         "p50_ms": result["latency"]["p50"] * MS, "p99_ms": result["latency"]["p99"] * MS})
+    for r in rows:
+        r["change"] = r["throughput"] / rows[0]["throughput"] - 1
+    return {
+        "experiment": "miniaod",
+        "title": "MiniAOD-like demonstrator: CPU work ~90 %, four models ~10 % of the event",
+        "settings": {"models_ms_direct": model_ms, "cpu_ms": cpu_ms, "streams": streams, "threads": threads,
+                     "events": 10 * copies, "rtt_ms": rtt_ms, "quick": quick, "repeat": repeat},
+        "rows": rows,
+        "columns": [("variant", "variant", "s"), ("throughput", "events/s", ".2f"), ("change", "vs direct", "+.1%"),
+                    ("p50_ms", "p50 [ms]", ".1f"), ("p99_ms", "p99 [ms]", ".1f")],
+        "targets": [{"name": "throughput change as a service (seed 004: -10 % computing time)",
+                     "value": rows[1]["change"], "target": None, "met": None,
+                     "note": "server and jobs share the same 2 CPU cores here: no coprocessor takes the work away"}],
+        "notes": ["CPU work calibrated so that the four models plus their input producers are ~10 % (seed 001)",
+                  "a gain as a service needs the inference to run elsewhere (a GPU); here it runs on the same cores"],
+    }

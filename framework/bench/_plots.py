@@ -1,0 +1,174 @@
+"""PNG figures of the benchmark results (matplotlib, the ``bench`` extra; Agg backend, no display)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+DPI = 80  # small files: they are committed under docs/performance/
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _latency(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    rtts = sorted({r["rtt_ms"] for r in rows})
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, rtt in enumerate(rtts):
+        colour = f"C{i}"
+        for mode, style in (("Async", "-o"), ("Sync", "--s")):
+            pts = sorted((r for r in rows if r["rtt_ms"] == rtt and r["mode"] == mode), key=lambda r: r["streams"])
+            n = [r["streams"] for r in pts]
+            ax_t.plot(n, [r["throughput"] for r in pts], style, color=colour, label=f"{mode}, L = {rtt} ms", ms=4)
+            if mode == "Async":
+                ax_l.plot(n, [r["p50_ms"] for r in pts], "-o", color=colour, ms=4, label=f"p50, L = {rtt} ms")
+                ax_l.plot(n, [r["p99_ms"] for r in pts], ":", color=colour, label=f"p99, L = {rtt} ms")
+            if "expected" in (pts[0] if pts else {}) and mode == "Async":
+                ax_t.plot(n, [0.8 * r["expected"] for r in pts], ":", color=colour, lw=1)
+    for ax in (ax_t, ax_l):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("streams N")
+        ax.grid(alpha=0.3)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("events / s")
+    ax_t.set_title("throughput (dotted: 0.8 x bound)")
+    ax_l.set_ylabel("event latency [ms] (Async)")
+    ax_l.set_title("latency")
+    ax_t.legend(fontsize=7, ncol=2)
+    ax_l.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def _bars(labels: list[str], series: dict[str, list[float]], ylabel: str, title: str, plt: Any,
+          reference: float | None = None) -> Any:
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(labels))
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+    if reference is not None:
+        ax.axhline(reference, color="k", lw=1, ls="--")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _client_overhead(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    labels = [f"N = {r['streams']}" for r in rows]
+    return _bars(labels, {"SONIC producer": [r["sonic"] for r in rows], "bare async_infer": [r["bare"] for r in rows]},
+                 "requests / s", "client overhead (tiny model)", plt)
+
+
+def _batching(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    sizes = sorted({r["rows"] for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        pts = [r for r in rows if r["rows"] == size]
+        labels = [r["batching"] for r in pts]
+        ax.bar(labels, [r["gain"] for r in pts], color="C0", label="throughput gain")
+        ax.plot(labels, [r["p99_cost"] for r in pts], "o-", color="C3", label="p99 latency ratio")
+        ax.axhline(1.0, color="k", lw=1, ls="--")
+        ax.set_title(f"FACILE, {size} rows/event")
+        ax.set_ylabel("ratio to batching off")
+        ax.tick_params(axis="x", labelsize=8)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _direct(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_ms, ax_ratio) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = [r["model"] for r in rows]
+    import numpy as np
+
+    x = np.arange(len(rows))
+    ax_ms.bar(x - 0.27, [r["direct_ms"] for r in rows], 0.27, label="direct (here)")
+    ax_ms.bar(x, [r["sonic_ms"] for r in rows], 0.27, label="SONIC, local (here)")
+    ax_ms.bar(x + 0.27, [r["seed_ms"] or 0 for r in rows], 0.27, label="CMS MiniAOD, seed 001")
+    ax_ms.set_xticks(x, labels)
+    ax_ms.set_ylabel("ms per event")
+    ax_ms.set_yscale("log")
+    ax_ms.legend(fontsize=8)
+    ax_ms.set_title("model time per event")
+    ax_ratio.bar(labels, [r["latency_ratio"] for r in rows], color="C1", label="latency SONIC / direct")
+    ax_ratio.plot(labels, [r["throughput_ratio"] for r in rows], "o", color="C2", label="throughput SONIC / direct")
+    ax_ratio.axhline(1.0, color="k", lw=1, ls="--")
+    ax_ratio.set_title("ratios (same events, same server)")
+    ax_ratio.legend(fontsize=8)
+    return fig
+
+
+def _overhead(result: dict[str, Any], plt: Any) -> Any:
+    rows = [r for r in result["rows"] if r["modules"]]
+    labels = [f"{r['modules']} modules, {r['streams']} str." for r in rows]
+    return _bars(labels, {"us per module call": [r["us_per_module_call"] for r in rows]}, "microseconds",
+                 "framework overhead per module call (dashed: 10 us target)", plt, reference=10.0)
+
+
+def _source(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    files = list(dict.fromkeys(r["file"] for r in rows))
+    readers = list(dict.fromkeys(r["reader"] for r in rows))
+    series = {reader: [next(r["events_per_s"] for r in rows if r["file"] == f and r["reader"] == reader) for f in files]
+              for reader in readers}
+    fig = _bars(files, series, "events / s", "source throughput, same branches", plt)
+    fig.axes[0].set_yscale("log")
+    return fig
+
+
+def _miniaod(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    return _bars([r["variant"] for r in rows], {"events/s": [r["throughput"] for r in rows]}, "events / s",
+                 "MiniAOD-like demonstrator (models ~10 % of the event)", plt)
+
+
+def _clients(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(10, 4))
+    n = [r["clients"] for r in rows]
+    ax_t.plot(n, [r["server_throughput"] for r in rows], "-o", label="server (sum of jobs)")
+    ax_t.plot(n, [rows[0]["per_client"] * k for k in n], ":", color="k", label="linear")
+    ax_t.set_xlabel("client jobs N")
+    ax_t.set_ylabel("events / s")
+    ax_t.legend(fontsize=8)
+    ax_l.plot(n, [r["p50_ms"] for r in rows], "-o", label="p50")
+    ax_l.plot(n, [r["p99_ms"] for r in rows], "-s", label="p99")
+    ax_l.set_xlabel("client jobs N")
+    ax_l.set_ylabel("event latency per job [ms]")
+    ax_l.legend(fontsize=8)
+    for ax in (ax_t, ax_l):
+        ax.grid(alpha=0.3)
+    return fig
+
+
+PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
+    "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
+    "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
+}
+
+
+def plot(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
+    """Write the figure of ``result`` (an experiment's dict) to ``path`` (PNG)."""
+    plt = _pyplot()
+    fig = PLOTTERS[result["experiment"]](result, plt)
+    fig.suptitle(result["title"], fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,93 @@
+"""FACILE-style HCAL reconstruction: input builder, SONIC producer and direct producer.
+
+The input producer SYNTHESIZES one row per HCAL channel from the event id (NanoAOD has no
+HCAL channels; see :mod:`modules.facile_inputs`), so it runs on any source, even an
+``EmptySource``; the SONIC producer sends the rows to the ``facile`` model on Triton, the
+direct producer runs the same ONNX file in-process. UNTRAINED weights: the energies
+exercise the data flow and the load, they are no physics result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import framework.config as cms
+from framework import EDProducer
+from framework.sonic import SonicEDProducer
+
+from .bench import OnnxDirectProducer
+from .facile_inputs import FACILE_N_CHANNELS, build_facile_inputs
+
+
+class FacileInputProducer(EDProducer):
+    """Synthesized ``facile`` inputs. Product (instance ""): float32 (nChannels, 15)."""
+
+    thread_safe = True  # pure numpy
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        desc.add("nChannels", cms.uint32(FACILE_N_CHANNELS), "HCAL channels (rows) per event")
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        self.n_channels = params.nChannels
+        self.produces(doc="facile inputs, one row per HCAL channel (synthesized)")
+
+    def produce(self, event: Any) -> None:
+        event.put(build_facile_inputs(tuple(event.id), self.n_channels))
+
+
+class _FacileConversion:
+    src: Any
+
+    @staticmethod
+    def add_parameters(desc: cms.ParameterSetDescription) -> None:
+        desc.add("src", cms.InputTag("facileInputs"), "FacileInputProducer label")
+
+    def setup(self, params: Any) -> None:
+        self.src = self.consumes(params.src)  # type: ignore[attr-defined]
+        self.produces(doc="per-channel energy and its sum")  # type: ignore[attr-defined]
+
+    def fill_inputs(self, event: Any, input: Any) -> None:
+        input["rechit_inputs"].to_server(event.get(self.src))
+
+    def read_outputs(self, event: Any, output: Any) -> None:
+        energy = output["energy"].from_server()[:, 0]  # float32 (n,)
+        event.put({"energy": energy, "sumEnergy": float(np.sum(energy, dtype=np.float64))})
+
+
+class FacileSonicProducer(_FacileConversion, SonicEDProducer):
+    """Per-channel FACILE energies from Triton (ExternalWork); one request per event (split
+    by the client if larger than the model's ``max_batch_size``).
+
+    Product (instance ""): dict ``{"energy": float32 (n,), "sumEnergy": float}`` (arbitrary units).
+    """
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)
+        cls.add_parameters(desc)
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        super().__init__(params)
+        self.setup(params)
+
+    def acquire(self, event: Any, input: Any) -> None:
+        self.fill_inputs(event, input)
+
+    def produce(self, event: Any, output: Any) -> None:
+        self.read_outputs(event, output)
+
+
+class FacileDirectProducer(_FacileConversion, OnnxDirectProducer):
+    """Direct twin of :class:`FacileSonicProducer` (onnxruntime in-process, thread-safe)."""
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)
+        cls.add_parameters(desc)
+
+    def __init__(self, params: cms.ParameterSet) -> None:
+        super().__init__(params)
+        self.setup(params)

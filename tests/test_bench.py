@@ -1,0 +1,245 @@
+"""framework.bench and the benchmark modules: the delaying proxy, the DeepTau and FACILE
+inputs on the real files, direct vs SONIC producers, and every experiment on ``--quick``.
+
+Policy: 127.0.0.1 only; Triton servers come from ``framework.bench``'s pool and are
+stopped by a module fixture. No measured time is asserted, except two bounds of the proxy
+that a loaded machine cannot break: a round trip through it takes at least the added L
+(a delay only lengthens it), and 10 parallel round trips take less than 10 x L (they take
+about 1 x L). Quick experiments are checked for their outputs, not for their numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+import numpy as np
+import pytest
+import trio
+import uproot
+
+import framework
+import framework.config as cms
+from framework import EDAnalyzer
+from framework._builder import build_job
+from framework._scheduler import run_job
+from framework.bench import _cli
+from framework.bench._harness import CONFIGS, SERVERS, config_args
+from framework.bench._proxy import serve_delay_proxy
+from framework.samples import locate_sample
+from modules.deeptau_inputs import (
+    BLOCKS,
+    INNER_CELLS,
+    N_CELL_FEATURES,
+    OUTER_CELLS,
+    TAU_FEATURES,
+    build_deeptau_inputs,
+    input_bytes_per_tau,
+)
+from modules.facile_inputs import FACILE_FEATURES, FACILE_N_CHANNELS, build_facile_inputs
+
+RTT = 0.1  # seconds added by the proxy in the proxy tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_bench_servers():
+    yield
+    SERVERS.close()
+
+
+# ----------------------------------------------------------------------------------------
+# The delaying proxy
+
+
+async def _echo(stream: trio.SocketStream) -> None:
+    async with stream:
+        try:
+            async for data in stream:
+                await stream.send_all(data)
+        except trio.BrokenResourceError:
+            pass
+
+
+async def _round_trip(port: int, payload: bytes) -> tuple[float, bytes]:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        t0 = time.perf_counter()
+        await stream.send_all(payload)
+        received = b""
+        while len(received) < len(payload):
+            received += await stream.receive_some(1 << 16)
+        return time.perf_counter() - t0, received
+
+
+async def _with_proxy(test) -> None:
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, _echo, listeners)
+        target = ("127.0.0.1", listeners[0].socket.getsockname()[1])
+        port = await nursery.start(functools.partial(serve_delay_proxy, target, RTT / 2))
+        await test(port)
+        nursery.cancel_scope.cancel()
+
+
+async def test_proxy_adds_its_delay_to_every_round_trip():
+    async def test(port: int) -> None:
+        for payload in (b"ping", bytes(range(256)) * 8192):  # 4 bytes, then 2 MB in many chunks
+            elapsed, echoed = await _round_trip(port, payload)
+            assert echoed == payload  # in order, nothing lost
+            assert elapsed >= RTT
+
+    await _with_proxy(test)
+
+
+async def test_proxy_does_not_serialize_connections():
+    k = 10
+
+    async def test(port: int) -> None:
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(k):
+                nursery.start_soon(_round_trip, port, b"x" * (i + 1))
+        # Serialized connections would take k x RTT; concurrent ones take about 1 x RTT.
+        assert time.perf_counter() - t0 < k * RTT
+
+    await _with_proxy(test)
+
+
+# ----------------------------------------------------------------------------------------
+# Inputs of the new models on the real files
+
+
+def _event(arrays, prefix: str, i: int) -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: np.asarray(arrays[k][i]) for k in arrays.fields if k.startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def tt_events():
+    tree = uproot.open(locate_sample("nano_tt_v15.root"))["Events"]
+    return tree.arrays(filter_name=["nTau", "Tau_*", "PFCand_*", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass"],
+                       entry_stop=30)
+
+
+@pytest.fixture(scope="module")
+def pfnano_events():
+    tree = uproot.open(locate_sample("pfnano.root"))["Events"]
+    return tree.arrays(filter_name=["nTau", "Tau_*", "PFCands_*", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass"])
+
+
+def test_deeptau_inputs_of_real_taus_have_the_documented_shapes(tt_events):
+    assert input_bytes_per_tau() == 4 * ((11 * 11 + 21 * 21) * 188 + 16) == 422_688
+    assert N_CELL_FEATURES == sum(BLOCKS.values()) == 188
+    seen = 0
+    for i in range(len(tt_events)):
+        inputs = build_deeptau_inputs(_event(tt_events, "Tau_", i), _event(tt_events, "PFCand_", i),
+                                      event_id=(1, 1, i))
+        n = int(tt_events["nTau"][i])
+        seen += n
+        assert inputs["inner"].shape == (n, N_CELL_FEATURES, INNER_CELLS, INNER_CELLS)
+        assert inputs["outer"].shape == (n, N_CELL_FEATURES, OUTER_CELLS, OUTER_CELLS)
+        assert inputs["tau_features"].shape == (n, len(TAU_FEATURES))
+        assert all(a.dtype == np.float32 for a in inputs.values())
+        assert sum(a.nbytes for a in inputs.values()) == n * input_bytes_per_tau()
+        np.testing.assert_array_equal(inputs["tau_features"][:, 0], np.asarray(tt_events["Tau_pt"][i], np.float32))
+    assert seen > 0
+
+
+def test_deeptau_jet_seeds_fill_grids_from_real_pf_candidates(pfnano_events):
+    assert int(np.sum(pfnano_events["nTau"])) == 0  # why jet seeds exist (module docstring)
+    for i in range(3):
+        taus, pf, jets = (_event(pfnano_events, p, i) for p in ("Tau_", "PFCands_", "Jet_"))
+        inputs = build_deeptau_inputs(taus, pf, jets, min_taus=3, event_id=(1, 1, i))
+        assert len(inputs["tau_features"]) == 3
+        assert sum(a.nbytes for a in inputs.values()) == 3 * input_bytes_per_tau()  # 1.27 MB, near the seeds' 1.18
+        # The leading jet seeds the first candidate; real candidates occupy cells around it.
+        lead = np.argmax(jets["pt"])
+        assert inputs["tau_features"][0, 0] == np.float32(jets["pt"][lead])
+        valid = inputs["outer"][:, [0, BLOCKS["egamma"], BLOCKS["egamma"] + BLOCKS["muon"]]]
+        assert set(np.unique(valid)) <= {0.0, 1.0} and valid.sum() > 0
+        again = build_deeptau_inputs(taus, pf, jets, min_taus=3, event_id=(1, 1, i))
+        assert all(np.array_equal(inputs[k], again[k]) for k in inputs)  # deterministic
+        other = build_deeptau_inputs(taus, pf, jets, min_taus=3, event_id=(1, 1, i + 100))
+        assert not np.array_equal(inputs["outer"], other["outer"])  # the synthesized part follows the id
+
+
+def test_facile_inputs_are_synthesized_per_event_id():
+    rows = build_facile_inputs((1, 2, 3))
+    assert rows.shape == (FACILE_N_CHANNELS, len(FACILE_FEATURES)) and rows.dtype == np.float32
+    assert rows.nbytes == 960_000
+    np.testing.assert_array_equal(rows, build_facile_inputs((1, 2, 3)))
+    other = build_facile_inputs((1, 2, 4))
+    np.testing.assert_array_equal(rows[:, :5], other[:, :5])  # same channel geometry
+    assert not np.array_equal(rows[:, 7:], other[:, 7:])  # other charges
+    assert build_facile_inputs((1, 2, 3), n_channels=256).shape == (256, 15)
+
+
+# ----------------------------------------------------------------------------------------
+# Direct producers equal SONIC producers
+
+
+class Collect(EDAnalyzer):
+    """Keeps every product of ``labels`` per event id (class attribute ``seen``)."""
+
+    seen: dict = {}
+
+    @classmethod
+    def fill_descriptions(cls, desc):
+        desc.add("labels", cms.vstring(), "module labels")
+
+    def __init__(self, params):
+        self.tokens = {label: self.consumes(label) for label in params.labels}
+
+    def analyze(self, event):
+        Collect.seen[tuple(event.id)] = {label: event.get(token) for label, token in self.tokens.items()}
+
+
+def _products(backend: str, address: str) -> dict:
+    framework.register_type("testBenchCollect", Collect)
+    models = ["particlenet", "deepmet", "deeptau", "facile"]
+    process = cms.load_config(CONFIGS / "models_cfg.py", config_args(
+        backend=backend, server=address, repeat=1, events=3, streams=2, threads=2, nChannels=2000))
+    process.collect = cms.EDAnalyzer("testBenchCollect", labels=cms.vstring(*models))
+    process.check = cms.EndPath(process.collect)
+    Collect.seen = {}
+    trio.run(run_job, build_job(process))
+    return dict(Collect.seen)
+
+
+def test_direct_producers_equal_sonic_producers():
+    address = SERVERS.models_server().grpc_address
+    direct, sonic = _products("direct", address), _products("sonic", address)
+    assert len(direct) == 3 and direct.keys() == sonic.keys()
+    for event_id, products in direct.items():
+        for label, product in products.items():
+            other = sonic[event_id][label]
+            assert product.keys() == other.keys(), label
+            for field, value in product.items():
+                np.testing.assert_allclose(value, other[field], rtol=1e-4, atol=1e-6, err_msg=f"{label}.{field}")
+    assert len(direct[next(iter(direct))]["deeptau"]["probtau"]) == 3  # minTaus = 3 on pfnano.root
+
+
+# ----------------------------------------------------------------------------------------
+# Every experiment on quick settings
+
+
+@pytest.mark.parametrize("name", list(_cli.EXPERIMENTS))
+def test_quick_experiment_writes_json_and_png(name, tmp_path):
+    console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
+    result = _cli.run_experiment(name, quick=True, repeat=1, out=tmp_path, console=console)
+    saved = json.loads((tmp_path / f"{name}.json").read_text())
+    assert saved["experiment"] == name and saved["rows"] and saved["settings"]["quick"] is True
+    assert all(set(t) >= {"name", "value", "target", "met", "note"} for t in saved["targets"])
+    assert saved["machine"]["cpus"] and len(result["rows"]) == len(saved["rows"])
+    assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):
+    assert _cli.main(["overhead", "--quick", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "overhead.json").exists()
+
+    def broken(quick, repeat):
+        raise RuntimeError("no server")
+
+    monkeypatch.setitem(_cli.EXPERIMENTS, "overhead", broken)
+    assert _cli.main(["overhead", "--quick", "--out", str(tmp_path)]) == 1
