@@ -82,6 +82,18 @@ class _DirectTensor:
         return self.data
 
 
+class ConversionSonicProducer(SonicEDProducer):
+    """A SONIC producer whose data conversion lives in ``fill_inputs(event, input)`` and
+    ``read_outputs(event, output)``, so that a direct twin (:class:`OnnxDirectProducer`)
+    shares it: the two differ only in where the model runs."""
+
+    def acquire(self, event: Any, input: Any) -> None:
+        self.fill_inputs(event, input)  # type: ignore[attr-defined]
+
+    def produce(self, event: Any, output: Any) -> None:
+        self.read_outputs(event, output)  # type: ignore[attr-defined]
+
+
 class OnnxDirectProducer(EDProducer):
     """Base of direct producers: fill inputs, run onnxruntime in ``produce``, read outputs.
 

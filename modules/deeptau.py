@@ -13,9 +13,8 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import SonicEDProducer
 
-from .bench import OnnxDirectProducer
+from .bench import ConversionSonicProducer, OnnxDirectProducer
 from .deeptau_inputs import DEEPTAU_CLASSES, TAU_FEATURES, build_deeptau_inputs
 
 _PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "pdgId"]
@@ -61,11 +60,13 @@ class _DeepTauConversion:
 
     src: Any
 
-    @staticmethod
-    def add_parameters(desc: cms.ParameterSetDescription) -> None:
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)  # type: ignore[misc]  # the SONIC or direct base's
         desc.add("src", cms.InputTag("deepTauInputs"), "DeepTauInputProducer label")
 
-    def setup(self, params: Any) -> None:
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)  # type: ignore[call-arg]
         self.src = self.consumes(params.src)  # type: ignore[attr-defined]
         self.produces(doc="per-tau class scores, fields prob<class>")  # type: ignore[attr-defined]
 
@@ -79,36 +80,12 @@ class _DeepTauConversion:
         event.put({f"prob{c}": scores[:, i] for i, c in enumerate(DEEPTAU_CLASSES)})
 
 
-class DeepTauSonicProducer(_DeepTauConversion, SonicEDProducer):
+class DeepTauSonicProducer(_DeepTauConversion, ConversionSonicProducer):
     """Per-tau DeepTau scores from Triton (ExternalWork). One request per event, batch = taus.
 
     Product (instance ""): dict ``{"prob<class>": float32 (n,)}`` for classes e, mu, tau, jet.
     """
 
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.add_parameters(desc)
-
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.setup(params)
-
-    def acquire(self, event: Any, input: Any) -> None:
-        self.fill_inputs(event, input)
-
-    def produce(self, event: Any, output: Any) -> None:
-        self.read_outputs(event, output)
-
 
 class DeepTauDirectProducer(_DeepTauConversion, OnnxDirectProducer):
     """Direct twin of :class:`DeepTauSonicProducer` (onnxruntime in-process, thread-safe)."""
-
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.add_parameters(desc)
-
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.setup(params)

@@ -15,9 +15,8 @@ import numpy as np
 
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import SonicEDProducer
 
-from .bench import OnnxDirectProducer
+from .bench import ConversionSonicProducer, OnnxDirectProducer
 from .facile_inputs import FACILE_N_CHANNELS, build_facile_inputs
 
 
@@ -41,11 +40,13 @@ class FacileInputProducer(EDProducer):
 class _FacileConversion:
     src: Any
 
-    @staticmethod
-    def add_parameters(desc: cms.ParameterSetDescription) -> None:
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)  # type: ignore[misc]  # the SONIC or direct base's
         desc.add("src", cms.InputTag("facileInputs"), "FacileInputProducer label")
 
-    def setup(self, params: Any) -> None:
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)  # type: ignore[call-arg]
         self.src = self.consumes(params.src)  # type: ignore[attr-defined]
         self.produces(doc="per-channel energy and its sum")  # type: ignore[attr-defined]
 
@@ -57,37 +58,13 @@ class _FacileConversion:
         event.put({"energy": energy, "sumEnergy": float(np.sum(energy, dtype=np.float64))})
 
 
-class FacileSonicProducer(_FacileConversion, SonicEDProducer):
+class FacileSonicProducer(_FacileConversion, ConversionSonicProducer):
     """Per-channel FACILE energies from Triton (ExternalWork); one request per event (split
     by the client if larger than the model's ``max_batch_size``).
 
     Product (instance ""): dict ``{"energy": float32 (n,), "sumEnergy": float}`` (arbitrary units).
     """
 
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.add_parameters(desc)
-
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.setup(params)
-
-    def acquire(self, event: Any, input: Any) -> None:
-        self.fill_inputs(event, input)
-
-    def produce(self, event: Any, output: Any) -> None:
-        self.read_outputs(event, output)
-
 
 class FacileDirectProducer(_FacileConversion, OnnxDirectProducer):
     """Direct twin of :class:`FacileSonicProducer` (onnxruntime in-process, thread-safe)."""
-
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.add_parameters(desc)
-
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.setup(params)
