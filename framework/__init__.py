@@ -12,7 +12,10 @@ Layering (read this first; ``tests/test_layering.py`` keeps it true):
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
   SONIC module bases. Built on the core's ExternalWork; the core never imports it
   (TritonService is found by name through the registry).
-* ``_cmsrun``, ``_summary`` - the ``cmsrun`` command and the end-of-job report (rich).
+* ``_cmsrun``, ``_summary``, ``_timing`` - the ``cmsrun`` command, the end-of-job report
+  (rich) and FastTimerService (JSON summary, Perfetto trace).
+* ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
+  it drives configs like a user, and reaches Triton only through ``modules``/``sonic``.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs.
 
 Module authors need only the names exported here.

@@ -21,6 +21,7 @@ can assert exact times); module timers use ``time.perf_counter()`` (see ``_worke
 from __future__ import annotations
 
 import logging
+import re
 import time
 from array import array
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import Any
 import trio
 
 from ._builder import Job, PathSpec
-from ._errors import EventProcessingError, FrameworkError
+from ._errors import EventProcessingError, FileReadError, FrameworkError
 from ._event import EventPrincipal
 from ._source_base import SourceEvent
 from ._worker import Worker
@@ -256,6 +257,23 @@ def _branch_request(job: Job) -> dict[str, set[str] | None]:
     return request
 
 
+def _name_consumers(err: FileReadError, job: Job) -> FileReadError:
+    """The source's error about a missing/unreadable branch, plus the modules that consume it.
+
+    The source knows files and branches, not modules; the framework knows which module
+    consumed which collection (``consumes``), so it completes the message here.
+    """
+    quoted = set(re.findall(r"'([^']+)'", err.args[0]))
+    culprits = [
+        w.describe() for w in job.workers.values()
+        if any(c.label in quoted or any(q.startswith(c.label + "_") for q in quoted)
+               for c in w.consumes if c.label not in job.workers)
+    ]
+    if not culprits:
+        return err
+    return FileReadError(f"{err.args[0]}; consumed by {', '.join(culprits)}")
+
+
 def first_error(exc: BaseException) -> BaseException:
     """The most informative leaf of a (possibly nested) exception group.
 
@@ -312,7 +330,10 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
                 if worker.kind == "OutputModule":
                     worker.module.select(registry)  # type: ignore[attr-defined]
                     worker.consumes = list(worker.module._fw_consumes)
-            job.source.set_branch_request(_branch_request(job))
+            try:
+                job.source.set_branch_request(_branch_request(job))
+            except FileReadError as err:
+                raise _name_consumers(err, job) from err
             # Built after select(): output modules' consumes count as dependencies too.
             scheduler = _Scheduler(job, on_event, report)
             for module in modules:

@@ -175,7 +175,8 @@ def test_missing_file(tmp_path):
     ("corrupt", "cannot read branch 'Jet_pt', entries [0, 3) of tree 'Events' in input file '{path}'"),
     ("other_tree", "input file '{path}' has no tree 'Events' (trees in the file: Other)"),
     ("rntuple", "'Events' in input file '{path}' is a ROOT::RNTuple, not a TTree"),
-    ("no_eta", "input file '{path}' has no branch 'Jet_eta' (nearest: 'Jet_pt')"),
+    ("no_eta", ("input file '{path}' has no branch 'Jet_eta' (nearest: 'Jet_pt'); "
+                "consumed by EDFilter 'jets' (type JetMultiplicityFilter)")),
     ("pt_strings", ("branch 'Jet_pt' of input file '{path}' is char* (uproot AsStrings), "
                     "expected one number per Jet object (a numeric jagged branch counted by 'nJet')")),
     ("pt_arrays", ("branch 'Jet_pt' of input file '{path}' is double[2] (uproot AsDtype), "

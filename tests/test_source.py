@@ -317,3 +317,13 @@ def test_uninterpretable_branch_is_a_read_error():
     tree = {"weird": types.SimpleNamespace(interpretation=unknown, typename="TWeird")}
     with pytest.raises(FileReadError, match=r"branch 'weird' of input file 'f.root'.*TWeird"):
         _check_interpretable(tree, ["weird"], "f.root")
+
+
+async def test_a_file_listed_several_times_is_opened_once(tmp_path):
+    """noDuplicateCheck with one file listed 3 times: 3x the events, one open and scan."""
+    a = write_nano(tmp_path / "a.root", 4)
+    source = make_source([a, a, a], duplicateCheckMode="noDuplicateCheck")
+    source.set_branch_request({"Jet": {"pt"}})
+    events = await read_all(source)
+    assert [e.id.event for e in events] == [1, 2, 3, 4] * 3
+    assert source.statistics().files_opened == (str(a),)
