@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from modules.particlenet_inputs import column
+from modules.particlenet_inputs import column, wrap_phi
 
 INNER_CELLS, INNER_SIZE = 11, 0.02  # cells per side, cell size in eta and phi
 OUTER_CELLS, OUTER_SIZE = 21, 0.05
@@ -70,10 +70,6 @@ def _col(collection: Any, name: str, dtype: type = np.float64) -> np.ndarray:
         raise KeyError(f"deeptau inputs: {err.args[0]}") from None
 
 
-def _wrap(dphi: np.ndarray) -> np.ndarray:
-    return (dphi + np.pi) % (2 * np.pi) - np.pi
-
-
 def tau_candidates(taus: Any, jets: Any | None, min_taus: int) -> np.ndarray:
     """Tau features float32 (n, 16) in ``TAU_FEATURES`` order: the taus, then jet seeds.
 
@@ -90,7 +86,7 @@ def tau_candidates(taus: Any, jets: Any | None, min_taus: int) -> np.ndarray:
     jet_pt, jet_eta, jet_phi = _col(jets, "pt"), _col(jets, "eta"), _col(jets, "phi")
     free = np.ones(len(jet_pt), dtype=bool)
     for eta, phi in rows[:, 1:3]:
-        free &= np.hypot(jet_eta - eta, _wrap(jet_phi - phi)) > JET_MATCH_DR
+        free &= np.hypot(jet_eta - eta, wrap_phi(jet_phi - phi)) > JET_MATCH_DR
     order = [j for j in np.argsort(-jet_pt, kind="stable") if free[j]][:missing]
     seeds = np.zeros((len(order), len(TAU_FEATURES)), dtype=np.float32)
     if order:
@@ -103,7 +99,7 @@ def _fill_grid(grid: np.ndarray, cands: dict[str, np.ndarray], tau: np.ndarray, 
     """Fill ``grid`` float32 (188, n, n) for one tau from candidate arrays (see module doc)."""
     half = n_cells * size / 2
     deta = cands["eta"] - tau[1]
-    dphi = _wrap(cands["phi"] - tau[2])
+    dphi = wrap_phi(cands["phi"] - tau[2])
     inside = (np.abs(deta) < half) & (np.abs(dphi) < half)
     if not inside.any():
         return

@@ -85,7 +85,8 @@ def _col(collection: Any, name: str, dtype: type = np.float64) -> np.ndarray:
         raise KeyError(f"particlenet inputs: {err.args[0]}") from None
 
 
-def _wrap_phi(dphi: np.ndarray) -> np.ndarray:
+def wrap_phi(dphi: np.ndarray) -> np.ndarray:
+    """An azimuthal difference mapped into [-pi, pi) (radians)."""
     return (dphi + np.pi) % (2 * np.pi) - np.pi
 
 
@@ -136,7 +137,7 @@ def _features(jet: Any, jet_pfcands: Any, pfcands: Any, rows: np.ndarray, jets: 
         np.log(pt / jet_pt),
         np.log(energy / jet_e),
         eta - jet_eta,
-        _wrap_phi(pf("phi") - _col(jet, "phi")[jets]),
+        wrap_phi(pf("phi") - _col(jet, "phi")[jets]),
         charge,
         pdg == 11,
         pdg == 13,
