@@ -96,8 +96,8 @@ class _UnknownTensor(ExternalFailure, KeyError):
         return f"[{self.category}] {self.args[0]}"  # not KeyError's repr() of the message
 
 
-class TritonInputData:
-    """One input of one request (CMSSW ``TritonInputData``): fill it with :meth:`to_server`."""
+class _TensorData:
+    """One tensor of one request: its :class:`TensorSpec` and this event's array (or None)."""
 
     def __init__(self, request: TritonRequest, spec: TensorSpec) -> None:
         self._request = request
@@ -107,6 +107,10 @@ class TritonInputData:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+class TritonInputData(_TensorData):
+    """One input of one request (CMSSW ``TritonInputData``): fill it with :meth:`to_server`."""
 
     def to_server(self, array: Any) -> None:
         """Set this input's data for the request.
@@ -133,17 +137,8 @@ class TritonInputData:
         self.data = np.ascontiguousarray(array)
 
 
-class TritonOutputData:
+class TritonOutputData(_TensorData):
     """One output of one request (CMSSW ``TritonOutputData``): read it with :meth:`from_server`."""
-
-    def __init__(self, request: TritonRequest, spec: TensorSpec) -> None:
-        self._request = request
-        self.spec = spec
-        self.data: np.ndarray | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     def from_server(self) -> np.ndarray:
         """The output array: ``(batch, *dims)`` for a batching model, else ``dims``.
