@@ -30,7 +30,8 @@ from framework import EDAnalyzer, EDProducer, ExternalFailure
 from framework._errors import ConfigurationError
 from framework.sonic import SonicEDProducer, client_description
 from framework.sonic._server import default_model_repository
-from framework.sonic.onnx_backend import ModelSpec, check_inputs, open_session, parse_model_config
+from framework.sonic.onnx_backend import open_session
+from framework.sonic.python_backend import ModelSpec, check_inputs, parse_model_config
 
 from .deepmet_inputs import met_from_weights
 from .particlenet import INPUT_NAMES as PARTICLENET_INPUTS

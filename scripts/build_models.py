@@ -4,10 +4,12 @@ Run from the repository root (torch is needed here and nowhere else)::
 
     /work/venv/bin/python scripts/build_models.py [--output data/models] [--check-only]
 
-For each model this writes ``<output>/<name>/config.pbtxt``, ``<output>/<name>/1/model.onnx``
-and ``<output>/<name>/1/model.py`` (the two-line stub that points Triton's Python backend at
-``framework.sonic.onnx_backend``), then runs the ONNX file in onnxruntime and prints the
-largest absolute difference from torch on random inputs.
+For each model this writes ``<output>/<name>/config.pbtxt``, ``<output>/<name>/1/model.onnx``,
+``<output>/<name>/1/model.pt`` (the same weights as TorchScript, traced with a dynamic batch
+axis: the torch runner's file, for GPU instances) and ``<output>/<name>/1/model.py`` (the
+two-line stub that points Triton's Python backend at ``framework.sonic.python_backend``),
+then runs the ONNX file in onnxruntime and the TorchScript file in torch and prints the
+largest absolute differences from the torch model on random inputs.
 
 The models stand in for the ML steps of CMS MiniAOD production and of the HLT studied
 in the seed talks, with their architectures and real input sizes:
@@ -32,7 +34,9 @@ right shapes, ranges and cost, but carry no physics meaning. (There is no labell
 big enough to train them here: pfnano.root has 10 events.)
 
 Determinism: same torch version + same seed gives identical ONNX bytes (checked by
-``--check-only``, which rebuilds in memory and compares with the files on disk).
+``--check-only``, which rebuilds in memory and compares with the files on disk). The
+TorchScript zip is compared by content (same tensors, same outputs): its bytes may change
+with the torch version.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import hashlib
 import io
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -370,6 +375,55 @@ def _export(model: nn.Module, example: tuple, buffer: io.BytesIO, names_in: list
     )
 
 
+def export_torchscript(model: nn.Module, spec: dict) -> bytes:
+    """Trace with batch-2 example inputs; the traced graph keeps the batch axis dynamic
+    (checked by :func:`check_torchscript` at batch sizes 1 and 7)."""
+    rng = np.random.default_rng(0)
+    example = tuple(torch.from_numpy(a) for a in random_inputs(spec, 2, rng).values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings on Python ints in shapes; the batch-size check guards them
+        traced = torch.jit.trace(model, example, check_trace=False)
+    buffer = io.BytesIO()
+    torch.jit.save(traced, buffer)
+    return _without_debug_info(buffer.getvalue())
+
+
+def _without_debug_info(script_bytes: bytes) -> bytes:
+    """The TorchScript zip without its ``*.debug_pkl`` records: they hold the tracing
+    machine's file paths (torch's own sources) and are not needed to load or run it."""
+    source = zipfile.ZipFile(io.BytesIO(script_bytes))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for info in source.infolist():
+            if not info.filename.endswith(".debug_pkl"):
+                target.writestr(info, source.read(info.filename))
+    return out.getvalue()
+
+
+def check_torchscript(model: nn.Module, script_bytes: bytes, spec: dict) -> float:
+    """Largest |TorchScript - torch| over random inputs with batch sizes 1 and 7."""
+    loaded = torch.jit.load(io.BytesIO(script_bytes))
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for batch in (1, 7):
+        inputs = [torch.from_numpy(a) for a in random_inputs(spec, batch, rng).values()]
+        with torch.no_grad():
+            ref, got = model(*inputs), loaded(*inputs)
+        if got.shape != ref.shape:
+            raise RuntimeError(f"TorchScript output shape {tuple(got.shape)} differs from torch {tuple(ref.shape)}")
+        worst = max(worst, float((got - ref).abs().max()))
+    return worst
+
+
+def same_torchscript(path: Path, model: nn.Module) -> bool:
+    """The TorchScript file on disk holds exactly ``model``'s tensors (by name and value)."""
+    if not path.exists():
+        return False
+    on_disk = torch.jit.load(str(path)).state_dict()
+    fresh = model.state_dict()
+    return on_disk.keys() == fresh.keys() and all(torch.equal(on_disk[k], fresh[k]) for k in fresh)
+
+
 def check_onnx(model: nn.Module, onnx_bytes: bytes, spec: dict) -> float:
     """Largest |onnxruntime - torch| over random inputs with batch sizes 1 and 7."""
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
@@ -403,18 +457,25 @@ def config_pbtxt(name: str, spec: dict) -> str:
         "output [\n" + ",\n".join(tensor(e) for e in spec["outputs"]) + "\n]\n"
         "dynamic_batching {\n  max_queue_delay_microseconds: 100\n}\n"
         "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n"
+        'parameters {\n  key: "runner"\n  value: { string_value: "auto" }\n}\n'
         'parameters {\n  key: "onnx_file"\n  value: { string_value: "model.onnx" }\n}\n'
+        'parameters {\n  key: "torchscript_file"\n  value: { string_value: "model.pt" }\n}\n'
         'parameters {\n  key: "intra_op_threads"\n  value: { string_value: "1" }\n}\n'
     )
 
 
-MODEL_PY = "# Triton Python-backend entry point: the generic ONNX runner of the framework.\nfrom framework.sonic.onnx_backend import TritonPythonModel  # noqa: F401\n"
+MODEL_PY = (
+    "# Triton Python-backend entry point: the framework's model (ONNX runner on CPU instances,\n"
+    "# torch runner on GPU instances; see framework/sonic/python_backend.py).\n"
+    "from framework.sonic.python_backend import TritonPythonModel  # noqa: F401\n"
+)
 
 
-def build(name: str, spec: dict) -> tuple[nn.Module, bytes]:
+def build(name: str, spec: dict) -> tuple[nn.Module, bytes, bytes]:
+    """The model with its seeded weights, its ONNX bytes and its TorchScript bytes."""
     torch.manual_seed(SEED)
     model = spec["build"]().eval()
-    return model, export_onnx(model, spec)
+    return model, export_onnx(model, spec), export_torchscript(model, spec)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,8 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     status = 0
     for name, spec in model_specs().items():
-        model, onnx_bytes = build(name, spec)
+        model, onnx_bytes, script_bytes = build(name, spec)
         diff = check_onnx(model, onnx_bytes, spec)
+        script_diff = check_torchscript(model, script_bytes, spec)
         digest = hashlib.sha256(onnx_bytes).hexdigest()[:16]
         files = {
             Path(name) / "config.pbtxt": config_pbtxt(name, spec).encode(),
@@ -441,7 +503,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)
-        print(f"{name}: {len(onnx_bytes) / 1024:.0f} KiB, sha256 {digest}..., max |onnxruntime - torch| = {diff:.2e}")
+        script_path = args.output / name / "1" / "model.pt"
+        if args.check_only:
+            same = same_torchscript(script_path, model)
+            status |= not same
+            print(f"{script_path}: {'same weights' if same else 'DIFFERS'}")
+        else:
+            script_path.write_bytes(script_bytes)
+        print(f"{name}: {len(onnx_bytes) / 1024:.0f} KiB, sha256 {digest}..., max |onnxruntime - torch| = {diff:.2e}, "
+              f"max |TorchScript - torch| = {script_diff:.2e}")
     return status
 
 

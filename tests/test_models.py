@@ -21,7 +21,7 @@ import uproot
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework.sonic import onnx_backend
+from framework.sonic import python_backend
 from modules.deepmet_inputs import (
     DEEPMET_CATEGORY_SIZES,
     DEEPMET_CONTINUOUS,
@@ -251,7 +251,7 @@ def test_config_matches_onnx(name, sessions):
         assert {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in tensors} == graph_tensors
     assert (MODELS / name / "1" / "model.onnx").stat().st_size < 2 * 1024 * 1024
     stub = (MODELS / name / "1" / "model.py").read_text()
-    assert "from framework.sonic.onnx_backend import TritonPythonModel" in stub
+    assert "from framework.sonic.python_backend import TritonPythonModel" in stub
 
 
 def config_json(name: str) -> str:
@@ -259,18 +259,18 @@ def config_json(name: str) -> str:
     return json_format.MessageToJson(load_config(name), preserving_proto_field_name=True)
 
 
-# --------------------------------------------------------------------------- onnx_backend
+# --------------------------------------------------------------------------- python_backend
 
 
 def test_parse_model_config():
-    spec = onnx_backend.parse_model_config(config_json("deepmet"))
+    spec = python_backend.parse_model_config(config_json("deepmet"))
     assert spec.max_batch_size == 16 and spec.parameters["intra_op_threads"] == "1"
     assert [(t.name, t.dtype, t.dims) for t in spec.inputs] == [
         ("pf_cont", np.dtype(np.float32), (4500, len(DEEPMET_CONTINUOUS))),
         ("pf_cat", np.dtype(np.int32), (4500, 3)),
     ]
     with pytest.raises(ValueError, match="TYPE_STRING"):
-        onnx_backend.parse_model_config({"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
+        python_backend.parse_model_config({"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
 
 
 def backend_run(session):
@@ -279,21 +279,21 @@ def backend_run(session):
 
 
 def test_batched_equals_per_request(events, sessions):
-    spec = onnx_backend.parse_model_config(config_json("particlenet_ak4"))
+    spec = python_backend.parse_model_config(config_json("particlenet_ak4"))
     run = backend_run(sessions["particlenet_ak4"])
     requests = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:3]]
-    batch, sizes = onnx_backend.concatenate_requests(requests)
+    batch, sizes = python_backend.concatenate_requests(requests)
     assert sizes == [len(ev["jet"]) for ev in events[:3]] and len(batch["pf_mask"]) == sum(sizes)
-    for got, request in zip(onnx_backend.run_batched(spec, run, requests), requests):
+    for got, request in zip(python_backend.run_batched(spec, run, requests), requests):
         np.testing.assert_allclose(got["softmax"], run(request)["softmax"], atol=1e-6)
 
 
 def test_bad_request_fails_alone(events, sessions):
-    spec = onnx_backend.parse_model_config(config_json("deepmet"))
+    spec = python_backend.parse_model_config(config_json("deepmet"))
     good = [build_deepmet_inputs(ev["pfcands"])[0] for ev in events[:2]]
     missing = {"pf_cont": good[0]["pf_cont"]}
     wrong_dims = {"pf_cont": good[0]["pf_cont"][:, :100], "pf_cat": good[0]["pf_cat"][:, :100]}
-    results = onnx_backend.run_batched(spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]])
+    results = python_backend.run_batched(spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]])
     assert "input 'pf_cat' missing" in str(results[1]) and str(results[2]) == "unreadable"
     assert "has shape (1, 100, 8), expected ('batch', 4500, 8)" in str(results[3])
     for got, request in zip((results[0], results[4]), good):
@@ -301,7 +301,7 @@ def test_bad_request_fails_alone(events, sessions):
 
 
 def test_failing_batch_falls_back_to_single_requests():
-    spec = onnx_backend.parse_model_config(
+    spec = python_backend.parse_model_config(
         {"name": "m", "max_batch_size": 8, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
          "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [2]}]}  # fmt: skip
     )
@@ -311,7 +311,7 @@ def test_failing_batch_falls_back_to_single_requests():
             raise RuntimeError("negative input")
         return {"y": inputs["x"] * 2}
 
-    results = onnx_backend.run_batched(spec, run, [{"x": np.ones((1, 2))}, {"x": -np.ones((2, 2))}, {"x": np.ones((3, 2))}])
+    results = python_backend.run_batched(spec, run, [{"x": np.ones((1, 2))}, {"x": -np.ones((2, 2))}, {"x": np.ones((3, 2))}])
     assert results[0]["y"].dtype == np.float64 and results[0]["y"].shape == (1, 2)
     assert str(results[1]) == "negative input" and np.all(results[2]["y"] == 2)
 
@@ -340,7 +340,7 @@ def fake_pb_utils():
 def test_triton_model_execute(events, sessions, monkeypatch):
     pb = fake_pb_utils()
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
-    model = onnx_backend.TritonPythonModel()
+    model = python_backend.TritonPythonModel()
     model.initialize({"model_config": config_json("particlenet_ak4"), "model_repository": str(MODELS / "particlenet_ak4"), "model_version": "1"})
     inputs = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:2]]
     requests = [[pb.Tensor(k, v) for k, v in x.items()] for x in inputs] + [[pb.Tensor("pf_mask", inputs[0]["pf_mask"])]]
@@ -358,7 +358,7 @@ def test_config_onnx_mismatch_is_reported(tmp_path):
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "model.onnx").write_bytes((MODELS / "deepmet" / "1" / "model.onnx").read_bytes())
     with pytest.raises(ValueError, match="pf_continuous"):
-        onnx_backend.TritonPythonModel().initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+        python_backend.TritonPythonModel().initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
 
 
 def test_runtime_modules_do_not_import_torch():

@@ -5,7 +5,7 @@ without containers: the server is nvidia-pytriton's ``tritonserver`` binary, run
 ``LocalTritonServer``. ``start`` returns once every model is ready and leaves the
 server running; its process id and addresses are kept in a state folder::
 
-    cmstriton start [--repository DIR] [--instances N] [--grpc-port P] [--wait S] [--dir D] [-v]
+    cmstriton start [--repository DIR] [--instances N] [--device cpu|gpu|auto] [--grpc-port P] [--wait S] [--dir D] [-v]
     cmstriton check [--dir D]
     cmstriton stop  [--dir D] [--timeout S]
 
@@ -89,6 +89,7 @@ def _start(args: argparse.Namespace) -> int:
     server = LocalTritonServer(
         args.repository,
         instances=args.instances,
+        device=args.device,
         grpc_port=args.grpc_port,
         log_path=state_dir / LOG_FILE,
         verbose=args.verbose,
@@ -111,13 +112,14 @@ def _start(args: argparse.Namespace) -> int:
         "repository": str(server.repository),
         "served_repository": str(server.served_repository),
         "instances": args.instances,
+        "device": server.device,
         "log_path": str(server.log_path),
         "models": models,
     }
     _write_atomic(state_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
     _write_atomic(state_dir / PID_FILE, f"{server.pid}\n")
     server.detach()
-    print(f"tritonserver pid {state['pid']} ready in {time.monotonic() - started:.1f} s")
+    print(f"tritonserver pid {state['pid']} ready in {time.monotonic() - started:.1f} s (models on {server.device})")
     print(f"gRPC address: {state['grpc_address']}")
     print(f"ready models: {', '.join(models) or '(none)'}")
     print(f"log: {state['log_path']}")
@@ -172,6 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--repository", type=pathlib.Path, default=default_model_repository(),
                        help="model repository (default: %(default)s)")
     start.add_argument("--instances", type=int, default=0, help="instances per model (0: as configured)")
+    start.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
+                       help="where the models run: gpu = instances KIND_GPU (torch on CUDA); "
+                            "auto = gpu when one is visible (default: %(default)s)")
     start.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")
     start.add_argument("--wait", type=float, default=60.0, help="seconds to wait for readiness")
     start.add_argument("-v", "--verbose", action="store_true", help="verbose server log")

@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import os
 import pathlib
+import shutil
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -45,13 +47,48 @@ class TritonInstallation:
     libdir: str
 
 
+TRITONSERVER_HOME = "PYSONIC_TRITONSERVER_HOME"
+"""Environment variable naming a tritonserver installed elsewhere (see :func:`find_tritonserver`)."""
+
+
+def _installation_at(home: pathlib.Path) -> TritonInstallation:
+    """The tritonserver under ``home``: ``bin/tritonserver``, ``backends/python/``, the stub
+    in ``stubs/`` or ``backends/python/``, libraries in ``libs/`` or ``lib/``. That is the
+    layout of ``scripts/gpu/pack.sh``'s archive and of NVIDIA's ``/opt/tritonserver``.
+
+    Raises:
+        TritonServerError: a part is missing (names the variable, the folder and the part).
+    """
+    binary = home / "bin" / "tritonserver"
+    python_backend = home / "backends" / "python"
+    stubs = [home / "stubs" / "triton_python_backend_stub", python_backend / "triton_python_backend_stub"]
+    stub = next((p for p in stubs if p.is_file()), None)
+    libs = next((p for p in (home / "libs", home / "lib") if p.is_dir()), home / "lib")
+    for what, path in (("binary", binary), ("Python backend", python_backend / "libtriton_python.so"),
+                       ("Python backend stub", stub)):
+        if path is None or not path.exists():
+            raise TritonServerError(f"${TRITONSERVER_HOME}={home}: no tritonserver {what} "
+                                    f"({path or ' or '.join(map(str, stubs))})")
+    return TritonInstallation(binary=binary, python_backend=python_backend, stub=stub, libs=libs,
+                              libdir=sysconfig.get_config_var("LIBDIR") or "")
+
+
 def find_tritonserver() -> TritonInstallation:
-    """Locate the tritonserver of the installed nvidia-pytriton wheel.
+    """Locate the tritonserver: ``$PYSONIC_TRITONSERVER_HOME`` if set, else the one of the
+    installed nvidia-pytriton wheel.
+
+    ``$PYSONIC_TRITONSERVER_HOME`` serves a machine without the wheel (the GPU machine,
+    which gets a packed server: ``scripts/gpu/pack.sh``); its stub must be built for this
+    Python version (the packed one is for Python 3.12).
 
     Raises:
         TritonServerError: nvidia-pytriton is not installed, or ships no Python backend
-            stub for this Python version (the message lists the versions it has).
+            stub for this Python version (the message lists the versions it has), or
+            ``$PYSONIC_TRITONSERVER_HOME`` lacks a part.
     """
+    home = os.environ.get(TRITONSERVER_HOME)
+    if home:
+        return _installation_at(pathlib.Path(home))
     spec = find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         raise TritonServerError(
@@ -79,6 +116,26 @@ def find_tritonserver() -> TritonInstallation:
         libs=package.parent / "nvidia_pytriton.libs",
         libdir=sysconfig.get_config_var("LIBDIR") or "",
     )
+
+
+def visible_gpus(timeout: float = 10.0) -> list[str]:
+    """The NVIDIA GPUs this process can use, as ``nvidia-smi -L`` lists them ([] if none).
+
+    Empty when ``nvidia-smi`` is missing or fails, or ``CUDA_VISIBLE_DEVICES`` hides every
+    device (set to ``""`` or ``-1``). ``timeout`` (seconds) bounds the ``nvidia-smi`` call.
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return []
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.startswith("GPU ")]
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -153,18 +210,23 @@ def model_repository_models(repository: str | os.PathLike[str]) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "config.pbtxt").is_file())
 
 
-def _override_instances(
-    source: pathlib.Path, target: pathlib.Path, models: Iterable[str], count: int
+def write_repository_copy(
+    source: pathlib.Path, target: pathlib.Path, models: Iterable[str], *, instances: int = 0, kind: str | None = None
 ) -> None:
-    """Write in ``target`` a copy of ``source`` whose models run ``count`` instances each.
+    """Write in ``target`` a copy of ``source`` whose models run as asked, as cmsTriton does.
 
-    As cmsTriton does: version folders and other files are symlinks, only
-    ``config.pbtxt`` is rewritten (every ``instance_group`` gets ``count``; a model
-    without one gets a CPU group).
+    Version folders and other files are symlinks, only ``config.pbtxt`` is rewritten: with
+    ``instances`` > 0 every ``instance_group`` gets that count (a model without one gets a
+    group); with ``kind`` (``"KIND_CPU"`` or ``"KIND_GPU"``) every group runs on that kind
+    of device (cmsTriton's ``-d``).
+
+    Raises:
+        TritonServerError: a ``config.pbtxt`` is not a valid model configuration.
     """
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
+    group_kind = model_config_pb2.ModelInstanceGroup.Kind.Value(kind) if kind else None
     for name in models:
         source_model, target_model = source / name, target / name
         target_model.mkdir(parents=True)
@@ -178,9 +240,12 @@ def _override_instances(
         except text_format.ParseError as err:
             raise TritonServerError(f"{config_path}: invalid model configuration: {err}") from None
         if not config.instance_group:
-            config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+            config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
         for group in config.instance_group:
-            group.count = count
+            if instances > 0:
+                group.count = instances
+            if group_kind is not None:
+                group.kind = group_kind
         (target_model / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 

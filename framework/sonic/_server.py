@@ -42,13 +42,14 @@ from framework._errors import ConfigurationError
 from ._installation import (
     TritonInstallation,
     TritonServerError,
-    _override_instances,
     default_cache_dir,
     default_model_repository,
     find_tritonserver,
     model_repository_models,
     prepare_backend_directory,
     server_environment,
+    visible_gpus,
+    write_repository_copy,
 )
 from ._processes import _spawn, pid_is_tritonserver, terminate_server
 
@@ -66,7 +67,11 @@ __all__ = [
     "query_ready_models",
     "server_environment",
     "terminate_server",
+    "resolve_device",
 ]
+
+DEVICES = ("cpu", "gpu", "auto")
+"""Values of ``device`` (CMSSW's fallback ``device`` and cmsTriton's ``-d``)."""
 
 LOCALHOST = "127.0.0.1"
 LOG_TAIL_LINES = 40  # lines of server log quoted in errors
@@ -196,12 +201,31 @@ class _PortInUse(Exception):
     pass
 
 
+def resolve_device(device: str, owner: str = "LocalTritonServer") -> str:
+    """``"cpu"`` or ``"gpu"``: where a server's models run; ``auto`` is ``gpu`` when a GPU is visible.
+
+    Raises:
+        ConfigurationError: ``device`` is not one of :data:`DEVICES`, or is ``gpu`` and
+            no GPU is visible (``nvidia-smi -L`` lists none); one line naming ``owner``.
+    """
+    if device not in DEVICES:
+        raise ConfigurationError(f"{owner}: device={device!r} is not one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    if visible_gpus():
+        return "gpu"
+    if device == "gpu":
+        raise ConfigurationError(f"{owner}: device='gpu' but no GPU is visible (nvidia-smi lists none); "
+                                 "use device='cpu' or 'auto'")
+    return "cpu"
+
+
 # ----------------------------------------------------------------------------------------
 # The server
 
 
 class LocalTritonServer:
-    """A tritonserver process on 127.0.0.1 serving a model repository on CPU.
+    """A tritonserver process on 127.0.0.1 serving a model repository on the CPU or a GPU.
 
     Usage::
 
@@ -212,7 +236,10 @@ class LocalTritonServer:
         model_repository: folder of models (``<name>/config.pbtxt``, ``<name>/<version>/``).
         instances: if > 0, every model runs this many instances (overrides the
             ``instance_group`` counts in a temporary copy of the repository, as cmsTriton).
-        device: only ``"cpu"`` (the bundled server has no GPU backends here).
+        device: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when one is visible). On ``gpu``
+            every model instance is ``KIND_GPU`` (a temporary copy of the repository, as
+            cmsTriton's ``-d gpu``), so the framework's Python-backend models run their
+            TorchScript file with torch on CUDA (``framework/sonic/python_backend.py``).
         grpc_port, http_port, metrics_port: TCP ports; 0 picks free ones. An explicit
             port that is busy is an error naming it; automatic ports taken by someone else
             between choice and bind are re-chosen (up to ``PORT_ATTEMPTS`` launches).
@@ -229,8 +256,9 @@ class LocalTritonServer:
             ``ready_models()`` (plain gRPC) sees no model.
 
     Raises:
-        ConfigurationError: unsupported ``device``, negative ``instances``, missing
-            repository folder, or a model of ``models`` absent from it.
+        ConfigurationError: unknown ``device``, ``device="gpu"`` without a visible GPU,
+            negative ``instances``, missing repository folder, or a model of ``models``
+            absent from it.
     """
 
     def __init__(
@@ -250,8 +278,7 @@ class LocalTritonServer:
         grpc_ssl: GrpcSsl | None = None,
     ) -> None:
         self.repository = pathlib.Path(model_repository).absolute()
-        if device != "cpu":
-            raise ConfigurationError(f"LocalTritonServer: device={device!r} is not supported (only 'cpu')")
+        self.device = resolve_device(device)
         if instances < 0:
             raise ConfigurationError(f"LocalTritonServer: instances={instances} must be >= 0")
         if not self.repository.is_dir():
@@ -320,10 +347,13 @@ class LocalTritonServer:
 
     @property
     def served_repository(self) -> pathlib.Path:
-        """The folder given to ``--model-repository`` (a copy when ``instances`` > 0)."""
-        if self.instances > 0:
+        """The folder given to ``--model-repository`` (a copy when ``instances`` > 0 or on a GPU)."""
+        if self._edits_repository():
             return self._work_dir() / "repository"
         return self.repository
+
+    def _edits_repository(self) -> bool:
+        return self.instances > 0 or self.device == "gpu"
 
     def is_running(self) -> bool:
         """True if the server process exists and has not exited."""
@@ -372,11 +402,12 @@ class LocalTritonServer:
         installation = find_tritonserver()
         backend_dir = prepare_backend_directory(installation=installation)
         expected = self.models if self.models is not None else model_repository_models(self.repository)
-        if self.instances > 0:
+        if self._edits_repository():
             repository = self.served_repository
             shutil.rmtree(repository, ignore_errors=True)
             self._created.append(repository)
-            _override_instances(self.repository, repository, expected, self.instances)
+            kind = "KIND_GPU" if self.device == "gpu" else None
+            write_repository_copy(self.repository, repository, expected, instances=self.instances, kind=kind)
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self._choose_ports()
             self._launch(installation, backend_dir)
@@ -496,9 +527,9 @@ class LocalTritonServer:
         tail = self.log_tail()
         # Triton's error lines look like 'E1122 03:14:15.926 123 model.cc:42] "message"':
         # the first of them (often a model's load error) goes on the message's first line.
-        # CUDA complaints are expected on a CPU-only machine and say nothing about the failure.
+        # CUDA complaints are expected on a CPU-only server and say nothing about the failure.
         errors = [line.split("] ", 1)[-1] for line in tail.splitlines()
-                  if _TRITON_ERROR.match(line) and "cuda" not in line.lower()]
+                  if _TRITON_ERROR.match(line) and (self.device == "gpu" or "cuda" not in line.lower())]
         cause = f": {_one_line(errors[0])}" if errors else ""
         return TritonServerError(
             f"LocalTritonServer({self.repository}): {what}{cause}; log {self._log_path}, "
@@ -564,7 +595,7 @@ class LocalTritonServer:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}, gRPC {self.grpc_address}" if self.is_running() else "stopped"
-        return f"<LocalTritonServer {self.repository} ({state})>"
+        return f"<LocalTritonServer {self.repository} on {self.device} ({state})>"
 
 
 def _one_line(message: str) -> str:

@@ -50,7 +50,7 @@ from framework._services import Service
 
 from ._client import ServerInfo, SslOptions, TritonClient
 from ._retry import FALLBACK_SERVER
-from ._server import LocalTritonServer, TritonServerError, default_model_repository
+from ._server import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
 from ._service_stats import report_tables, snapshot, statistics
 
 if TYPE_CHECKING:
@@ -107,7 +107,8 @@ class TritonService(Service):
         fallback = cms.ParameterSetDescription()
         fallback.add("enable", cms.untracked.bool(True), "start a local server for models no server serves")
         fallback.add("verbose", cms.untracked.bool(False), "tritonserver --log-verbose=1")
-        fallback.add("device", cms.untracked.string("cpu"), "only 'cpu' here")
+        fallback.add("device", cms.untracked.string("auto"),
+                     "'cpu', 'gpu' (model instances KIND_GPU, torch on CUDA) or 'auto' (GPU when one is visible)")
         fallback.add("instances", cms.untracked.uint32(0), "instances per model; 0 = as in the model config")
         fallback.add("wait", cms.untracked.uint32(120), "startup timeout, seconds")
         fallback.add("modelRepository", cms.untracked.string(""),
@@ -127,6 +128,9 @@ class TritonService(Service):
         super().__init__(params)
         self.verbose: bool = params.verbose
         self.fallback_params = params.fallback
+        if params.fallback.device not in DEVICES:
+            raise ConfigurationError(f"TritonService: fallback.device={params.fallback.device!r} is not one of "
+                                     f"{', '.join(DEVICES)}")
         self.unhealthy_after = max(1, params.health.unhealthyAfter)
         self.probe_interval: float = params.health.probeInterval
         self.probe_timeout: float = params.health.probeTimeout
@@ -269,8 +273,8 @@ class TritonService(Service):
         repository = self._fallback_repository(wanted)
         server = LocalTritonServer(repository, instances=params.instances, device=params.device,
                                    verbose=params.verbose, models=wanted)
-        logger.info("TritonService: starting the fallback server for %s (repository %s)",
-                    ", ".join(wanted), repository)
+        logger.info("TritonService: starting the fallback server for %s (repository %s, models on %s)",
+                    ", ".join(wanted), repository, server.device)
         server.start(float(params.wait))
         # Replace, never mutate: the trio thread may be reading these right now.
         self.fallback = server

@@ -1,2 +1,3 @@
-# Triton Python-backend entry point: the generic ONNX runner of the framework.
-from framework.sonic.onnx_backend import TritonPythonModel  # noqa: F401
+# Triton Python-backend entry point: the framework's model (ONNX runner on CPU instances,
+# torch runner on GPU instances; see framework/sonic/python_backend.py).
+from framework.sonic.python_backend import TritonPythonModel  # noqa: F401

@@ -1,0 +1,99 @@
+"""The torch runner of the framework's Python-backend model: TorchScript on a GPU or the CPU.
+
+Used by :class:`framework.sonic.python_backend.TritonPythonModel` when ``runner`` is
+``torch``, or ``auto`` on a ``KIND_GPU`` instance (the fallback server's and
+``cmstriton``'s ``device = gpu``). The model file is the TorchScript artifact that
+``scripts/build_models.py`` writes beside each ``model.onnx`` (``model.pt``, the same
+weights, traced with a dynamic batch axis).
+
+Tensors cross the stub boundary through DLPack, never numpy (the recipe verified on the
+GPU machine, ``shared/gpu/README.md``): a request's input arrives in CPU memory
+(``torch.from_dlpack(tensor.to_dlpack())``, no copy); the concatenated batch is moved to
+the device once; the outputs come back to the CPU once per batch and each request's rows
+go out with ``Tensor.from_dlpack``. torch is imported only when this runner is used: it
+is not a run-time dependency of the CPU path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .python_backend import Arrays, ModelSpec
+
+
+def _torch_dtypes() -> dict[np.dtype, Any]:
+    import torch
+
+    return {np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
+            np.dtype(np.int16): torch.int16, np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64,
+            np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
+            np.dtype(np.float64): torch.float64}
+
+
+class TorchOps:
+    """:class:`~framework.sonic.python_backend.ArrayOps` for torch tensors (on any one device)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._dtypes = _torch_dtypes()
+
+    def convert(self, array: Any, dtype: np.dtype) -> Any:
+        return array.to(dtype=self._dtypes[np.dtype(dtype)]).contiguous()
+
+    def concatenate(self, arrays: Sequence[Any]) -> Any:
+        return self._torch.cat(list(arrays), dim=0)
+
+
+class TorchRunner:
+    """``runner(inputs) -> outputs`` on CPU torch tensors; the model runs on ``device``.
+
+    Args:
+        spec: the model's config; the TorchScript module takes its inputs positionally
+            in config order and returns one tensor (or a tuple, in config output order).
+        path: the TorchScript file.
+        device: ``"cpu"`` or ``"cuda:N"``.
+        intra_op_threads: torch intra-op threads on the CPU (ignored on a GPU).
+
+    Raises:
+        RuntimeError: ``device`` is a CUDA device but torch sees none (torch built
+            without CUDA, or no GPU visible to the server).
+        torch errors: the file is missing or is not TorchScript.
+    """
+
+    def __init__(self, spec: ModelSpec, path: str, device: str = "cpu", intra_op_threads: int = 1) -> None:
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError(f"model {spec.name!r}: a GPU instance needs torch with CUDA in the server's "
+                               f"Python (torch {torch.__version__}: torch.cuda.is_available() is False)")
+        if device == "cpu":
+            torch.set_num_threads(intra_op_threads)
+        self._torch = torch
+        self.device = torch.device(device)
+        self.path = path
+        self.module = torch.jit.load(path, map_location=self.device).eval()
+        self.ops = TorchOps()
+        self._input_names = [t.name for t in spec.inputs]
+        self._output_names = [t.name for t in spec.outputs]
+
+    def __call__(self, inputs: Arrays) -> Arrays:
+        torch = self._torch
+        with torch.no_grad():
+            args = [inputs[name].to(self.device, non_blocking=True) for name in self._input_names]
+            result = self.module(*args)
+            outputs = result if isinstance(result, (tuple, list)) else (result,)
+            # one copy back per batch (synchronises with the GPU); requests take views of it
+            return {name: out.cpu() for name, out in zip(self._output_names, outputs)}
+
+    def read(self, tensor: Any) -> Any:
+        """A request's input tensor as a CPU torch tensor, through DLPack (None if missing)."""
+        return None if tensor is None else self._torch.from_dlpack(tensor.to_dlpack())
+
+    def write(self, pb_utils: Any, name: str, array: Any) -> Any:
+        """An output tensor of the response, through DLPack."""
+        return pb_utils.Tensor.from_dlpack(name, self._torch.utils.dlpack.to_dlpack(array.contiguous()))
