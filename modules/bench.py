@@ -437,3 +437,34 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     a = np.asarray(values)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
+
+
+class BenchInputDumper(EDAnalyzer):
+    """Saves every event's model inputs (a dict of arrays) to one ``.npz`` at ``end_job``.
+
+    The file holds arrays named ``<i>/<input name>``, ``i`` counting the analyzed events
+    from 0: the request format of the GPU benchmarks' load generator
+    (``framework/bench/_load.py``), so that bare clients send real events' inputs.
+    Entries of the product that are not arrays (counts) are left out.
+    """
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        desc.add("src", cms.InputTag("particlenetInputs"), "the input producer's product (dict of arrays)")
+        desc.add("fileName", cms.untracked.string("inputs.npz"), "output .npz")
+
+    def __init__(self, params: Any) -> None:
+        self.src = self.consumes(params.src)
+        self.path = pathlib.Path(params.fileName)
+        self.arrays: dict[str, np.ndarray] = {}
+        self.count = 0
+
+    def analyze(self, event: Any) -> None:
+        product = event.get(self.src)
+        for name, value in product.items():
+            if isinstance(value, np.ndarray):
+                self.arrays[f"{self.count}/{name}"] = np.array(value)
+        self.count += 1
+
+    def end_job(self) -> None:
+        np.savez(self.path, **self.arrays)

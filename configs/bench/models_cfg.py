@@ -35,6 +35,8 @@ options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, 
 options.register("nChannels", 16000, V.multiplicity.singleton, V.varType.int, "FACILE rows per event")
 options.register("minTaus", 3, V.multiplicity.singleton, V.varType.int, "DeepTau candidates per event (at least)")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
+options.register("dumpInputs", "", V.multiplicity.singleton, V.varType.string,
+                 "save the first model's inputs of every event to this .npz ('' = no)")
 options.parseArguments()
 
 KNOWN = ("particlenet", "deepmet", "deeptau", "facile")
@@ -100,5 +102,9 @@ for name in options.models:
     setattr(process, name, cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name)))
     inputs.append(getattr(process, f"{name}Inputs"))
     path.append(getattr(process, name))
+if options.dumpInputs:
+    process.dump = cms.EDAnalyzer("modules.bench:BenchInputDumper", src=cms.InputTag(f"{options.models[0]}Inputs"),
+                                  fileName=cms.untracked.string(options.dumpInputs))
+    path.append(process.dump)
 process.inputsTask = cms.Task(*inputs)
 process.p = cms.Path(*path, process.inputsTask)

@@ -2,6 +2,8 @@
 
     python -m framework.bench all [--quick] [--repeat N] [--out results/]
     python -m framework.bench latency|client-overhead|dynamic-batching|direct|overhead|source|miniaod|clients
+    python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
+    python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
 Each experiment writes ``<out>/<name>.json`` (settings, every measured point, targets
 and whether they are met, machine and load) and ``<out>/<name>.png``. ``--repeat N``
@@ -20,6 +22,8 @@ import logging
 import os
 import pathlib
 import platform
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -29,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _exp_local, _exp_sonic
+from . import _exp_gpu, _exp_local, _exp_sonic
 from ._harness import SERVERS
 
 EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
@@ -42,14 +46,41 @@ EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
     "miniaod": _exp_local.miniaod,
     "clients": _exp_sonic.clients_per_server,
 }
-"""Experiment name -> function(quick, repeat) -> result dict."""
+"""Experiment name -> function(quick, repeat) -> result dict; ``all`` runs these."""
+
+GROUPS: dict[str, list[str]] = {"all": list(EXPERIMENTS), "gpu": [*_exp_gpu.GPU_EXPERIMENTS, "plan"]}
+"""Names that run several experiments. ``gpu`` is for a machine with a GPU
+(``docs/performance-gpu.md``); elsewhere it runs on the CPU and its numbers mean little."""
 
 
 def machine() -> dict[str, Any]:
-    """Where and when: date (UTC), CPUs, platform, Python, load average (1, 5, 15 min)."""
+    """Where and when: date (UTC), CPUs (count and model), platform, Python, load average
+    (1, 5, 15 min), and the NVIDIA GPUs with their driver (``nvidia-smi``; [] if none)."""
+    cpu_model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                      if line.startswith("model name")), platform.processor())
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "loadavg": list(os.getloadavg())}
+            "cpus": os.cpu_count(), "cpu_model": cpu_model, "platform": platform.platform(),
+            "python": platform.python_version(), "loadavg": list(os.getloadavg()), "gpus": _gpus()}
+
+
+def _read(path: str) -> str:
+    try:
+        return pathlib.Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _gpus() -> list[dict[str, str]]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    keys = ("name", "driver", "memory")
+    return [dict(zip(keys, (f.strip() for f in line.split(",")))) for line in out.splitlines() if line.strip()]
 
 
 def _format(value: Any, fmt: str) -> str:
@@ -81,6 +112,12 @@ def print_result(result: dict[str, Any], console: Console) -> None:
         console.print(targets)
 
 
+def experiments(out: pathlib.Path) -> dict[str, Callable[[bool, int], dict[str, Any]]]:
+    """Every experiment by name; ``plan`` reads its inputs from ``out``."""
+    return {**EXPERIMENTS, **_exp_gpu.GPU_EXPERIMENTS,
+            "plan": lambda quick, repeat: _exp_gpu.plan(quick, repeat, results=out)}
+
+
 def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, console: Console) -> dict[str, Any]:
     """Run one experiment; write ``<out>/<name>.json`` and ``.png``; return its result."""
     from ._plots import plot
@@ -88,7 +125,7 @@ def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, conso
     console.rule(f"[bold]{name}")
     before = machine()
     t0 = time.perf_counter()
-    result = EXPERIMENTS[name](quick, repeat)
+    result = experiments(out)[name](quick, repeat)
     result["duration_s"] = time.perf_counter() - t0
     result["machine"] = {**before, "loadavg_after": list(os.getloadavg())}
     (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -101,7 +138,8 @@ def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, conso
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m framework.bench",
                                      description="Benchmarks of the framework and of SONIC (see docs/performance.md)")
-    parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"], help="what to run")
+    parser.add_argument("experiment", nargs="+", choices=[*experiments(pathlib.Path()), *GROUPS],
+                        help="what to run (several may be named)")
     parser.add_argument("--quick", action="store_true", help="tiny settings (tests): seconds, meaningless numbers")
     parser.add_argument("--repeat", type=int, default=1, help="runs per point; the median is reported")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"), help="output folder")
@@ -109,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ns.out.mkdir(parents=True, exist_ok=True)
-    names = list(EXPERIMENTS) if ns.experiment == "all" else [ns.experiment]
+    names = [n for name in ns.experiment for n in GROUPS.get(name, [name])]
     failed = []
     try:
         for name in names:

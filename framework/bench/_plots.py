@@ -157,9 +157,63 @@ def _clients(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+def _gpu_direct(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    labels = [r["model"] for r in rows]
+    fig = _bars(labels, {"direct, 1 CPU thread": [r["direct_ms"] for r in rows],
+                         "SONIC: in the server": [r["server_ms"] for r in rows],
+                         "SONIC: outside the server": [r["transfer_ms"] for r in rows]},
+                "ms per event", "per-event model time, direct vs as a service", plt)
+    fig.axes[0].set_yscale("log")
+    return fig
+
+
+def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
+    for batching, style in (("on", "-o"), ("off", "--s")):
+        pts = sorted((r for r in rows if r["batching"] == batching), key=lambda r: r["in_flight"])
+        n = [r["in_flight"] for r in pts]
+        ax_t.plot(n, [r["throughput"] for r in pts], style, label=f"dynamic batching {batching}")
+        ax_l.plot(n, [r["p99_ms"] for r in pts], style, label=f"p99, batching {batching}")
+        ax_l.plot(n, [r["p50_ms"] for r in pts], ":", label=f"p50, batching {batching}")
+    for ax in (ax_t, ax_l):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("requests in flight")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_t.set_ylabel("events / s")
+    ax_l.set_ylabel("latency [ms]")
+    ax_l.set_yscale("log")
+    return fig
+
+
+def _gpu_peak(result: dict[str, Any], plt: Any) -> Any:
+    row = result["rows"][0]
+    return _bars(["served", "raw limit"], {"events/s": [row["throughput"], result["settings"]["raw_limit"]]},
+                 "events / s", f"ParticleNet, {row['instances']} instances, {row['processes']} client cores", plt,
+                 reference=0.5 * result["settings"]["raw_limit"])
+
+
+def _gpu_miniaod(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    return _bars([r["variant"] for r in rows], {"per job core": [r["per_client_core"] for r in rows],
+                                                "per core, server CPU counted": [r["per_core_all"] for r in rows]},
+                 "events / s per CPU core", "MiniAOD-like demonstrator (models ~10 % of the event)", plt)
+
+
+def _plan(result: dict[str, Any], plt: Any) -> Any:
+    row = result["rows"][0]
+    return _bars(["predicted", "measured"], {"knee (client cores)": [row["predicted_knee"] or 0,
+                                                                     row["measured_knee"] or 0]},
+                 "client cores one server sustains", "capacity planner", plt)
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
     "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
+    "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _clients,
+    "gpu-miniaod": _gpu_miniaod, "plan": _plan,
 }
 
 
