@@ -35,6 +35,8 @@ options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, 
 options.register("nChannels", 16000, V.multiplicity.singleton, V.varType.int, "FACILE rows per event")
 options.register("minTaus", 3, V.multiplicity.singleton, V.varType.int, "DeepTau candidates per event (at least)")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
+options.register("modelName", "", V.multiplicity.singleton, V.varType.string,
+                 "Triton model name of the (single) model ('' = its own, e.g. particlenet_ak4)")
 options.register("dumpInputs", "", V.multiplicity.singleton, V.varType.string,
                  "save the first model's inputs of every event to this .npz ('' = no)")
 options.parseArguments()
@@ -96,8 +98,11 @@ if options.cpuTime > 0:
     process.cpu = cms.EDProducer("modules.bench:BenchCPUProducer", cpuTime=cms.double(options.cpuTime),
                                  mode=cms.untracked.string(options.cpuMode))
     path.append(process.cpu)
+if options.modelName and len(options.models) != 1:
+    raise ValueError("models_cfg.py: modelName needs exactly one model")
 for name in options.models:
     input_producer, model_type, model_name = producers[name]
+    model_name = options.modelName or model_name
     setattr(process, f"{name}Inputs", input_producer)
     setattr(process, name, cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name)))
     inputs.append(getattr(process, f"{name}Inputs"))

@@ -189,10 +189,30 @@ def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
 
 
 def _gpu_peak(result: dict[str, Any], plt: Any) -> Any:
-    row = result["rows"][0]
-    return _bars(["served", "raw limit"], {"events/s": [row["throughput"], result["settings"]["raw_limit"]]},
-                 "events / s", f"ParticleNet, {row['instances']} instances, {row['processes']} client cores", plt,
+    rows = result["rows"]
+    labels = [f"{r['instances']} inst., {r['processes']} client cores" for r in rows] + ["raw limit"]
+    return _bars(labels, {"events/s": [r["throughput"] for r in rows] + [result["settings"]["raw_limit"]]},
+                 "events / s", "ParticleNet served (dashed: 0.5 x raw limit)", plt,
                  reference=0.5 * result["settings"]["raw_limit"])
+
+
+def _gpu_clients(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, batching in enumerate(dict.fromkeys(r["batching"] for r in rows)):
+        pts = [r for r in rows if r["batching"] == batching]
+        n = [r["clients"] for r in pts]
+        ax_t.plot(n, [r["server_throughput"] for r in pts], "-o", color=f"C{i}", label=f"batching {batching}")
+        ax_t.plot(n, [pts[0]["per_client"] * k for k in n], ":", color=f"C{i}", lw=1)
+        ax_l.plot(n, [r["p50_ms"] for r in pts], "-o", color=f"C{i}", label=f"p50, batching {batching}")
+        ax_l.plot(n, [r["p99_ms"] for r in pts], "--s", color=f"C{i}", label=f"p99, batching {batching}")
+    ax_t.set_ylabel("events / s (sum of jobs; dotted: linear)")
+    ax_l.set_ylabel("event latency per job [ms]")
+    for ax in (ax_t, ax_l):
+        ax.set_xlabel("client jobs N (one core each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
 
 
 def _gpu_miniaod(result: dict[str, Any], plt: Any) -> Any:
@@ -203,16 +223,17 @@ def _gpu_miniaod(result: dict[str, Any], plt: Any) -> Any:
 
 
 def _plan(result: dict[str, Any], plt: Any) -> Any:
-    row = result["rows"][0]
-    return _bars(["predicted", "measured"], {"knee (client cores)": [row["predicted_knee"] or 0,
-                                                                     row["measured_knee"] or 0]},
-                 "client cores one server sustains", "capacity planner", plt)
+    rows = result["rows"]
+    return _bars([f"batching {r['batching']}" for r in rows],
+                 {"predicted knee": [r["predicted_knee"] or 0 for r in rows],
+                  "measured knee": [r["measured_knee"] or 0 for r in rows]},
+                 "client cores one server sustains (0: beyond the range)", "capacity planner", plt)
 
 
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
     "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
-    "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _clients,
+    "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _gpu_clients,
     "gpu-miniaod": _gpu_miniaod, "plan": _plan,
 }
 

@@ -4,6 +4,7 @@
 #   - tritonserver.tar.xz: the tritonserver of this environment's nvidia-pytriton wheel
 #     (binary, bundled libraries, Python backend) with the Python 3.12 backend stub,
 #     unpacked as ts/ (the layout $PYSONIC_TRITONSERVER_HOME expects);
+#   - samples/: pfnano.root, the real CMS sample the benchmarks read;
 #   - whl/: Python 3.12 wheels of the framework's dependencies that the machine's image
 #     does not have (it has torch, numpy, grpcio, protobuf, onnxruntime, matplotlib, rich...).
 # Usage: scripts/gpu/pack.sh [VENV=.venv] [OUT=.gpu]
@@ -23,4 +24,7 @@ tar -C "$T" -cf - ts | xz -T0 -6 > "$OUT/tritonserver.tar.xz"
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$OUT/whl" \
     trio outcome sniffio awkward awkward-cpp uproot cramjam hist boost-histogram histoprint uhi \
     tritonclient python-rapidjson
+# The real sample the benchmarks read (the machine cannot fetch it): located as cmsrun does.
+mkdir -p "$OUT/samples"
+cp "$("$VENV/bin/python" -m framework.samples pfnano.root | tail -1)" "$OUT/samples/"
 du -sh "$OUT"

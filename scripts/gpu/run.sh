@@ -14,8 +14,23 @@ tar -xJf "$PACK/tritonserver.tar.xz" -C "$WORK"
 python3 -m pip install --quiet --no-index --no-deps --no-compile "$PACK"/whl/*.whl
 SITE=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$PWD" > "$SITE/pysonic-checkout.pth"
+# The module types are found through pyproject's entry points: register them as an
+# install would (a dist-info holding entry_points.txt), without building anything.
+python3 - "$SITE" <<'PY'
+import pathlib, sys, tomllib
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = pathlib.Path(sys.argv[1]) / f"pysonic-{project['version']}.dist-info"
+info.mkdir(exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: pysonic\nVersion: {project['version']}\n")
+lines = [f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items())
+         for group, points in project.get("entry-points", {}).items()]
+lines.append("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in project["scripts"].items()))
+(info / "entry_points.txt").write_text("\n".join(lines))
+PY
 export PYSONIC_TRITONSERVER_HOME="$WORK/ts" PYSONIC_BENCH_DEVICE=${PYSONIC_BENCH_DEVICE:-gpu}
 export PYTHONUNBUFFERED=1
+# The machine reaches no package index: the samples travel in the pack (pack.sh copies them).
+if [ -d "$PACK/samples" ]; then export PYSONIC_SAMPLES="$PWD/$PACK/samples"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 python3 -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'numpy', numpy.__version__)"
 if [ $# -eq 0 ]; then set -- gpu --out results/gpu; fi
