@@ -145,7 +145,10 @@ def _listening_sockets(pid: int) -> set[tuple[str, int]]:
     """(address, port) of the TCP sockets in LISTEN state owned by ``pid``, from /proc."""
     inodes = set()
     for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue  # closed since the listing (the server opens files now and then)
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     listening = set()
