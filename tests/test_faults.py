@@ -2,9 +2,10 @@
 
 Test policy: every server runs on 127.0.0.1 (LocalTritonServer) and is stopped by a fixture,
 also after SIGKILL or SIGSTOP; once stopped, no process and no /dev/shm region of it may
-remain (``left_behind``, tests/conftest.py). The models are tiny Python-backend models written into
-tmp_path: ``double`` (y = 2x, 20 ms per call, so a job has calls in flight) and ``flaky``
-(fails the first N calls of a request id with a chosen gRPC status, so retries are exact).
+remain (``left_behind``, tests/conftest.py). The models are tiny Python-backend models
+written into tmp_path: ``double`` (y = 2x, 20 ms per call, so a job has calls in flight)
+and ``flaky`` (fails the first N calls of a request id with a chosen gRPC status, so
+retries are exact).
 
 The fault tests run real jobs (build_job/run_job, EmptySource) with a configured
 ``primary`` server and the fallback server, break the primary at a known point and

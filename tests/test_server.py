@@ -401,7 +401,8 @@ def test_killed_cmstriton_server_leaves_nothing_behind(doubler_repository, tmp_p
     prefix = start_and_kill()
     assert cmstriton(["check", *args]) == 1
     err = capsys.readouterr().err
-    assert "is not running" in err and "it left 2 Python-backend stub processes" in err and len(err.splitlines()) == 1
+    assert len(err.splitlines()) == 1
+    assert "is not running" in err and "it left 2 Python-backend stub processes" in err
     assert all(name in err for name in left_behind(prefix)[1])
     assert cmstriton(["stop", *args]) == 0
     assert "was not running; removed 2 Python-backend stub processes" in capsys.readouterr().out

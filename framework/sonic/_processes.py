@@ -10,14 +10,15 @@ started by the server in the server's process group, and shares with it a region
 ``/dev/shm/<prefix><uuid>`` (1 MiB and more) named on the stub's command line. A stub
 catches SIGTERM and SIGINT and does nothing with them. An idle stub notices that its
 server died by polling ``kill(server_pid, 0)`` every 300 ms (python_backend's
-pb_stub.cc), which succeeds for a zombie: while nobody reaps the dead server (a parent that does not wait, a PID 1 that
-does not reap) it lives on; once it notices, it removes its region and exits. A stub
-that was serving a request when the server died never exits: all its threads wait on
-futexes that the dead server would have released. SIGKILL ends any stub, but then its
-region stays until reboot. So :func:`end_server_remains` SIGKILLs the stubs (with their
-process group) and removes the regions itself. A region belongs to a server through its
-name: every server we start gets its own prefix (:func:`new_region_prefix`), so no
-region or stub of another server is ever touched.
+pb_stub.cc), which succeeds for a zombie: while nobody reaps the dead server (a parent
+that does not wait, a PID 1 that does not reap) it lives on; once it notices, it
+removes its region and exits. A stub that was serving a request when the server died
+never exits: all its threads wait on futexes that the dead server would have released.
+SIGKILL ends any stub, but then its region stays until reboot. So
+:func:`end_server_remains` SIGKILLs the stubs (with their process group) and removes the
+regions itself. A region belongs to a server through its name: every server we start
+gets its own prefix (:func:`new_region_prefix`), so no region or stub of another server
+is ever touched.
 """
 
 from __future__ import annotations
