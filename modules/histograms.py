@@ -16,10 +16,10 @@ from typing import Any
 import awkward as ak
 import hist
 import numpy as np
-import uproot
 
 import framework.config as cms
 from framework import ConfigurationError, EDAnalyzer, Event, FileOpenError
+from framework.io import write_objects
 
 __all__ = ["HistogramAnalyzer"]
 
@@ -124,14 +124,9 @@ class HistogramAnalyzer(EDAnalyzer):
 
     def end_job(self) -> None:
         """Write every histogram to ``fileName`` (temporary file, then rename)."""
-        temp = self.file_name.with_name(f"{self.file_name.name}.tmp-{os.getpid()}")
         try:
-            with uproot.recreate(temp) as f:
-                for h in self.histograms:
-                    f[h.name] = h.hist
-            os.replace(temp, self.file_name)
+            write_objects(self.file_name, self.hists)
         except OSError as exc:
-            temp.unlink(missing_ok=True)
             raise FileOpenError(
                 f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' ({exc})"
             ) from exc
