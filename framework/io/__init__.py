@@ -12,6 +12,9 @@ Files (implementation modules are underscored; the names below are the public on
   the check of a branch request against a file.
 * ``_chunks``: chunk-wide collections from one read, and the per-event views into them.
 * ``_pool_source``: :class:`PoolSource`, CMSSW's source of events from ROOT files.
+* ``_fileset``: datasets from coffea filesets (JSON/YAML) (:func:`load_fileset`).
+* ``_units``: preprocessing (entry counts, clusters; :func:`preprocess_file`, cached) and
+  the split of a dataset into :class:`WorkUnit` entry ranges (:func:`split_units`).
 * ``_writer``: NanoAOD-style branches from per-event values (:class:`BranchBuffer`), a
   TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`).
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
@@ -24,9 +27,21 @@ through the registry).
 
 from ._chunks import JaggedChunk as JaggedChunk
 from ._chunks import SingletonChunk as SingletonChunk
+from ._fileset import Dataset as Dataset
+from ._fileset import FileSpec as FileSpec
+from ._fileset import dataset_file_tag as dataset_file_tag
+from ._fileset import load_fileset as load_fileset
+from ._fileset import parse_fileset as parse_fileset
 from ._layout import scan_tree as scan_tree
 from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics
+from ._units import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
+from ._units import FileInfo as FileInfo
+from ._units import PreprocessCache as PreprocessCache
+from ._units import WorkUnit as WorkUnit
+from ._units import preprocess as preprocess
+from ._units import preprocess_file as preprocess_file
+from ._units import split_units as split_units
 from ._writer import COMPRESSION as COMPRESSION
 from ._writer import ID_BRANCHES as ID_BRANCHES
 from ._writer import BranchBuffer as BranchBuffer

@@ -23,9 +23,9 @@ view into its chunk, so nothing is copied per event.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import trio
@@ -35,7 +35,9 @@ from .._event import EventID
 from .._source_base import Source, SourceEvent
 from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
 from ._files import local_file_problem, one_line, open_tree
+from ._fileset import expand_file_names
 from ._layout import Collection, check_types, resolve_request, scan_tree, unreadable_branch
+from ._units import WorkUnit
 
 __all__ = ["PoolSource", "SourceStatistics"]
 
@@ -44,6 +46,15 @@ log = logging.getLogger("pysonic.source")
 ID_BRANCHES = ("run", "luminosityBlock", "event")
 DUPLICATE_MODES = ("checkAllFilesOpened", "noDuplicateCheck")
 _MAX_DUPLICATE_WARNINGS = 5  # per job, then one line: a file listed twice gives thousands
+
+
+class _Input(NamedTuple):
+    """Entries [start, stop) of tree ``tree`` in file ``name`` (stop None: to the end)."""
+
+    name: str
+    tree: str
+    start: int = 0
+    stop: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,14 +80,20 @@ class SourceStatistics:
 class PoolSource(Source):
     """Reads events from NanoAOD-style ROOT files (CMSSW's ``PoolSource``).
 
-    Parameters (all untracked): ``fileNames`` (vstring, required: local paths,
-    ``file:`` paths, or any URL uproot reads, e.g. ``root://``, ``https://``),
+    Parameters (all untracked): ``fileNames`` (vstring: local paths, ``file:`` paths,
+    or any URL uproot reads, e.g. ``root://``, ``https://``; local glob patterns such as
+    ``data/*.root`` are expanded, sorted; may be empty when :meth:`set_units` gives the
+    input, as ``cmsrun --dataset`` does),
     ``skipEvents`` (uint32, 0: entries skipped at the start of the input, across files),
     ``treeName`` (string, "Events"), ``duplicateCheckMode`` ("checkAllFilesOpened": an
     event id seen before is skipped with a warning, as in CMSSW; "noDuplicateCheck": the
     same file may be listed several times; it is then opened once and stays open until its
     last listing), ``eventsPerRead`` (uint32, 0 = the file's own clusters; else entries
     per read).
+
+    Instead of whole files, :meth:`set_units` makes the source read entry ranges of files
+    (:class:`~framework.io.WorkUnit`, each with its own tree), as a Dask worker reads one
+    unit of a dataset.
 
     Files without ``run``/``luminosityBlock``/``event`` branches get ids
     ``1:1:<entry + 1>`` and are left out of the duplicate check (with a warning).
@@ -91,7 +108,8 @@ class PoolSource(Source):
     def fill_descriptions(cls, desc: Any) -> None:
         from .. import config as cms
 
-        desc.add("fileNames", cms.untracked.vstring, "input files: paths, file:paths or URLs (root://, https://)")
+        desc.add("fileNames", cms.untracked.vstring(),
+                 "input files: paths (globs expanded), file:paths or URLs (root://, https://)")
         desc.add("skipEvents", cms.untracked.uint32(0), "entries to skip at the start of the input, across files")
         desc.add("treeName", cms.untracked.string("Events"), "name of the TTree holding the events")
         desc.add("duplicateCheckMode", cms.untracked.string("checkAllFilesOpened"),
@@ -101,7 +119,7 @@ class PoolSource(Source):
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
-        self.file_names = [str(f) for f in params.fileNames]
+        self.file_names = expand_file_names([str(f) for f in params.fileNames], "PoolSource")
         self.skip_events = int(params.skipEvents)
         self.tree_name = str(params.treeName)
         self.events_per_read = int(params.eventsPerRead)
@@ -110,17 +128,11 @@ class PoolSource(Source):
             raise ConfigurationError(
                 f"PoolSource: duplicateCheckMode '{self.duplicate_check}' is not one of {', '.join(DUPLICATE_MODES)}"
             )
-        if not self.file_names:
-            raise ConfigurationError("PoolSource: fileNames is empty")
         self._open: list[Any] = []  # uproot files still open
         self._first: tuple[Any, Any, dict[str, Collection]] | None = None
-        # A file listed again later (noDuplicateCheck) stays open and scanned until its last
-        # listing: reading a NanoAOD tree's metadata takes ~1 s, the events of a 10-event
-        # file ~0.03 s. name -> index of its last listing; name -> (file, tree, layout).
-        self._last_listing = {n: i for i, n in enumerate(self.file_names)}
-        self._kept: dict[str, tuple[Any, Any, dict[str, Collection]]] = {}
+        self._kept: dict[tuple[str, str], tuple[Any, Any, dict[str, Collection]]] = {}
         self._request: dict[str, Any] | None = None
-        self._seen: set[tuple[int, int, int]] = set()
+        self._set_inputs([_Input(name, self.tree_name) for name in self.file_names])
         self._files_opened: list[str] = []
         self._entries_read = 0
         self._events_sent = 0
@@ -148,10 +160,35 @@ class PoolSource(Source):
                 has a type uproot cannot interpret.
         """
         _, tree, layout = self._first_file()
-        name = self.file_names[0]
+        name = self._inputs[0].name
         resolved = resolve_request(layout, dict(request), name)
         check_types(tree, layout, resolved, name)
         self._request = dict(request)
+
+    def set_units(self, units: Sequence[WorkUnit]) -> None:
+        """Read these entry ranges, in this order, instead of ``fileNames`` (from now on).
+
+        Each unit's file and tree are used; ``skipEvents`` still applies (to the first
+        entries of the units together); the duplicate check starts afresh, so it covers
+        the events of these units only (one dataset, as a CMSSW job covers its input).
+        Files still open are closed. Call before :meth:`collections` for the units' first
+        file to be the one whose layout output modules see.
+
+        Raises:
+            ConfigurationError: no units.
+        """
+        if not units:
+            raise ConfigurationError("PoolSource: no work units to read")
+        self.close()
+        self._set_inputs([_Input(u.file, u.tree, u.entry_start, u.entry_stop) for u in units])
+
+    def _set_inputs(self, inputs: list[_Input]) -> None:
+        self._inputs = inputs
+        # A file listed again later (noDuplicateCheck, or a file's next unit) stays open and
+        # scanned until its last listing: reading a NanoAOD tree's metadata takes ~1 s, the
+        # events of a 10-event file ~0.03 s. (name, tree) -> index of its last listing.
+        self._last_listing = {(i.name, i.tree): k for k, i in enumerate(inputs)}
+        self._seen: set[tuple[int, int, int]] = set()
 
     async def run(self, send_channel: trio.MemorySendChannel, max_events: int) -> None:
         """Send one :class:`SourceEvent` per event, in input order, then close the channel.
@@ -200,16 +237,18 @@ class PoolSource(Source):
     # -- reading ----------------------------------------------------------------------
 
     def _first_file(self) -> tuple[Any, Any, dict[str, Collection]]:
+        if not self._inputs:
+            raise ConfigurationError("PoolSource: fileNames is empty (and no dataset was given)")
         if self._first is None:
-            file, tree = self._open_file(self.file_names[0])
+            file, tree = self._open_file(self._inputs[0])
             self._first = (file, tree, scan_tree(tree))
         return self._first
 
-    def _open_file(self, name: str) -> tuple[Any, Any]:
-        file, tree = open_tree(name, self.tree_name)
+    def _open_file(self, source: _Input) -> tuple[Any, Any]:
+        file, tree = open_tree(source.name, source.tree)
         self._open.append(file)
-        self._files_opened.append(name)
-        log.info("opened input file %s: %d entries in tree '%s'", name, tree.num_entries, self.tree_name)
+        self._files_opened.append(source.name)
+        log.info("opened input file %s: %d entries in tree '%s'", source.name, tree.num_entries, source.tree)
         return file, tree
 
     def _close(self, file: Any) -> None:
@@ -218,8 +257,8 @@ class PoolSource(Source):
         self._open = [f for f in self._open if f is not file]
         if self._first is not None and self._first[0] is file:
             self._first = None
-        for name in [n for n, kept in self._kept.items() if kept[0] is file]:
-            del self._kept[name]
+        for key in [k for k, kept in self._kept.items() if kept[0] is file]:
+            del self._kept[key]
 
     def _branch_list(self, layout: dict[str, Collection], request: dict[str, Any], tree: Any) -> list[str]:
         names = [b for b in ID_BRANCHES if b in tree]  # not tree.keys(): ~10 ms for NanoAOD
@@ -242,17 +281,19 @@ class PoolSource(Source):
         with chunk_send:
             to_skip = self.skip_events
             planned = 0  # events that chunks read so far will deliver
-            for index, name in enumerate(self.file_names):
+            for index, source in enumerate(self._inputs):
+                name = source.name
                 file, tree, layout, request, branches = await trio.to_thread.run_sync(
-                    self._prepare_file, index, name
+                    self._prepare_file, index, source
                 )
                 has_ids = all(b in branches for b in ID_BRANCHES)
                 if not has_ids:
                     log.warning("input file %s has no run/luminosityBlock/event branches: "
                                 "event ids are 1:1:<entry+1>, without duplicate check", name)
-                n = tree.num_entries
-                start, to_skip = min(to_skip, n), max(0, to_skip - n)
-                for lo, hi in self._ranges(tree, branches, start, n):
+                start, stop = self._entry_range(source, tree.num_entries)
+                skipped = min(to_skip, stop - start)
+                start, to_skip = start + skipped, to_skip - skipped
+                for lo, hi in self._ranges(tree, branches, start, stop):
                     while lo < hi and not 0 <= max_events <= planned:
                         # Read only what max_events still needs; if duplicates leave it
                         # short, the rest of the range is read next.
@@ -263,22 +304,33 @@ class PoolSource(Source):
                         planned += len(chunk.kept)
                         lo = stop
                         await chunk_send.send(chunk)
-                if self._last_listing[name] == index:
+                if self._last_listing[(name, source.tree)] == index:
                     self._close(file)
                 if 0 <= max_events <= planned:
                     return
 
-    def _prepare_file(self, index: int, name: str) -> tuple[Any, Any, dict[str, Collection], dict[str, Any], list[str]]:
+    @staticmethod
+    def _entry_range(source: _Input, n: int) -> tuple[int, int]:
+        stop = n if source.stop is None else source.stop
+        if not 0 <= source.start <= stop <= n:
+            raise FileReadError(
+                f"entries [{source.start}, {stop}) of tree '{source.tree}' in input file '{source.name}' "
+                f"are out of range: the tree has {n} entries"
+            )
+        return source.start, stop
+
+    def _prepare_file(self, index: int, source: _Input) -> tuple[Any, Any, dict[str, Collection], dict[str, Any], list[str]]:
         # On a worker thread: opening and scanning a NanoAOD file's ~2,000 branches takes ~1 s.
+        name, key = source.name, (source.name, source.tree)
         if index == 0 and self._first is not None:
             file, tree, layout = self._first
-        elif name in self._kept:
-            file, tree, layout = self._kept[name]
+        elif key in self._kept:
+            file, tree, layout = self._kept[key]
         else:
-            file, tree = self._open_file(name)
+            file, tree = self._open_file(source)
             layout = scan_tree(tree)
-        if self._last_listing[name] > index:
-            self._kept[name] = (file, tree, layout)
+        if self._last_listing[key] > index:
+            self._kept[key] = (file, tree, layout)
         request = resolve_request(layout, self._request, name)
         branches = self._branch_list(layout, request, tree)
         check_types(tree, layout, request, name)
@@ -292,6 +344,8 @@ class PoolSource(Source):
         else:
             bounds = [0, stop]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if lo >= stop:
+                return
             if hi > start:
                 yield max(lo, start), min(hi, stop)
 
@@ -306,12 +360,12 @@ class PoolSource(Source):
             culprit = unreadable_branch(tree, branches, lo, hi)
             what = f"branch '{culprit}', " if culprit else ""
             raise FileReadError(
-                local_file_problem(name) or f"cannot read {what}{where} of tree '{self.tree_name}' in input "
+                local_file_problem(name) or f"cannot read {what}{where} of tree '{tree.name}' in input "
                 f"file '{name}': {one_line(exc)}"
             ) from exc
         self._entries_read += hi - lo
         self._last_branches = tuple(branches)
-        collections = build_collections(layout, request, arrays, hi - lo, name, where)
+        collections = build_collections(layout, request, arrays, hi - lo, name, f"{where} of tree '{tree.name}'")
         if has_ids:
             ids = list(zip(*(np.asarray(arrays[b]).tolist() for b in ID_BRANCHES)))
         else:
