@@ -19,7 +19,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import ConfigurationError, Event, OutputModule
-from framework.io import ID_BRANCHES, BranchBuffer, TreeWriter, compression, id_columns
+from framework.io import ID_BRANCHES, BranchBuffer, TreeWriter, compression, id_columns, output_path
 
 __all__ = ["NanoAODOutputModule", "OutputCommands"]
 
@@ -110,6 +110,7 @@ class NanoAODOutputModule(OutputModule):
         self.basket_size = max(1, int(params.basketSize))
         self.compression = compression(params.compressionAlgorithm, params.get("compressionLevel"), context)
         self.items: list[BranchBuffer] = []
+        self.context = context
         self.writer = TreeWriter(self.file_name, self.tree_name, self.compression, context)
         self._ids: list[tuple[int, int, int]] = []
         self._paths_checked = False
@@ -149,7 +150,13 @@ class NanoAODOutputModule(OutputModule):
                 self.items.append(BranchBuffer(name, tag, f"product '{name}' of module '{product.label}'", None))
 
     def begin_job(self) -> None:
-        """Create the temporary output file. Raises FileOpenError naming the path."""
+        """Create the temporary output file. Raises FileOpenError naming the path.
+
+        The file is ``framework.io.output_path(fileName)``: ``fileName`` itself, or the
+        dataset's or work unit's name for it when cmsrun runs datasets or units.
+        """
+        self.writer = TreeWriter(output_path(self.file_name), self.tree_name, self.compression, self.context)
+        self.events_written = 0
         self.writer.open()
 
     def selected(self, event: Event) -> bool:
@@ -190,8 +197,12 @@ class NanoAODOutputModule(OutputModule):
         if self._ids or self.writer.entries == 0:
             self._flush()  # with zero events: the empty tree of the id branches
         self.writer.close()
-        log.info("OutputModule '%s' wrote %d events to %s", self.label, self.events_written, self.file_name)
+        log.info("OutputModule '%s' wrote %d events to %s", self.label, self.events_written, self.writer.path)
 
     def abort_job(self) -> None:
         """Close and delete the temporary file: a failed job leaves no output."""
         self.writer.abort()
+
+    def output_files(self) -> list[Path]:
+        """The file this module writes in the current run (after ``begin_job``)."""
+        return [self.writer.path]

@@ -15,6 +15,8 @@ Files (implementation modules are underscored; the names below are the public on
 * ``_fileset``: datasets from coffea filesets (JSON/YAML) (:func:`load_fileset`).
 * ``_units``: preprocessing (entry counts, clusters; :func:`preprocess_file`, cached) and
   the split of a dataset into :class:`WorkUnit` entry ranges (:func:`split_units`).
+* ``_parts``: output names per dataset and per unit (:func:`output_path`,
+  :func:`output_naming`), and the merge of unit parts into one file (:func:`merge_parts`).
 * ``_writer``: NanoAOD-style branches from per-event values (:class:`BranchBuffer`), a
   TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`).
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
@@ -33,6 +35,15 @@ from ._fileset import dataset_file_tag as dataset_file_tag
 from ._fileset import load_fileset as load_fileset
 from ._fileset import parse_fileset as parse_fileset
 from ._layout import scan_tree as scan_tree
+from ._parts import MergeReport as MergeReport
+from ._parts import dataset_output_path as dataset_output_path
+from ._parts import final_path as final_path
+from ._parts import merge_parts as merge_parts
+from ._parts import merge_unit_parts as merge_unit_parts
+from ._parts import output_naming as output_naming
+from ._parts import output_path as output_path
+from ._parts import part_path as part_path
+from ._parts import parts_folder as parts_folder
 from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics
 from ._units import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
