@@ -11,13 +11,15 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
   name through the registry).
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource, the
-  NanoAOD tree writer, atomic file writing, the real CMS samples (``framework.samples``
-  re-exports them). Built on the core's source protocol and errors only; knows nothing
+  NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
+  and work units, output names per dataset/unit and the merge of unit parts, the real
+  CMS samples (``framework.samples`` re-exports them). Built on the core's source protocol and errors only; knows nothing
   of Triton, the scheduler or the modules.
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
   SONIC module bases. Built on the core's ExternalWork; knows nothing of ROOT files.
-* ``_cmsrun``, ``_summary``, ``_timing`` - the ``cmsrun`` command, the end-of-job report
-  (rich) and FastTimerService (JSON summary, Perfetto trace).
+* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
+  ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
+  end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
   it drives configs like a user, and reaches Triton only through ``modules``/``sonic``.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,

@@ -56,8 +56,8 @@ def plan_datasets(process: Any, fileset: str | Path, chunk_size: int,
     """
     source = getattr(process, "source", None)
     if source is None or source.type_() != "PoolSource":
-        what = "no source" if source is None else f"a {source.type_()}"
-        raise ConfigurationError(f"--dataset needs process.source = cms.Source('PoolSource', ...); the config has {what}")
+        what = "has no source" if source is None else f"has source type '{source.type_()}'"
+        raise ConfigurationError(f"--dataset needs process.source = cms.Source('PoolSource', ...); the config {what}")
     tree = str(source.treeName.value()) if "treeName" in source else "Events"
     datasets = load_fileset(fileset, default_tree=tree)
     if cache is None:

@@ -191,3 +191,25 @@ def test_merge_errors_and_empty_parts(tmp_path):
     with pytest.raises(ValueError, match="no parts to merge"):
         merge_parts([], tmp_path / "y.root")
     assert not (tmp_path / "y.root").exists() and a.exists() and b.exists()
+
+
+def test_dataset_usage_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(CONFIG), "--chunk-size", "5"]) == 2
+    assert "--chunk-size needs --dataset" in capsys.readouterr().err
+    config = tmp_path / "empty_cfg.py"
+    config.write_text("import framework.config as cms\nprocess = cms.Process('X')\n"
+                      "process.source = cms.Source('EmptySource')\nprocess.maxEvents.input = 3\n")
+    fs = tmp_path / "fs.json"
+    fs.write_text('{"A": ["x.root"]}')
+    assert cmsrun_main([str(config), "--dataset", str(fs)]) == 1
+    assert "--dataset needs process.source = cms.Source('PoolSource', ...); the config has source type 'EmptySource'" in \
+        capsys.readouterr().err
+
+
+def test_units_and_file_facts_are_picklable():
+    import pickle
+
+    info = preprocess_file(str(locate_sample("nano_dy.root")), "Events")
+    [unit] = split_units("DY", info, 100)
+    assert pickle.loads(pickle.dumps(info)) == info and pickle.loads(pickle.dumps(unit)).id == unit.id
