@@ -1,22 +1,29 @@
 """pysonic's event-processing framework: CMSSW's model on trio.
 
-Layering (read this first; ``tests/test_layering.py`` keeps it true):
+Layering (read this first; ``tests/test_layering.py`` keeps it true). Data flows
+config -> builder -> scheduler -> io -> modules -> sonic:
 
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``) - the module API and the trio scheduler. Knows trio;
-  knows nothing of ROOT files or Triton.
-* ``_pool_source``, ``samples`` - ROOT input with uproot/awkward (the only core-level
-  files that import uproot).
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``) - the module API and the
+  trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
+  ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
+  name through the registry).
+* ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource, the
+  NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
+  and work units, output names per dataset/unit and the merge of unit parts, the real
+  CMS samples (``framework.samples`` re-exports them). Built on the core's source protocol and errors only; knows nothing
+  of Triton, the scheduler or the modules.
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
-  SONIC module bases. Built on the core's ExternalWork; the core never imports it
-  (TritonService is found by name through the registry).
-* ``_cmsrun``, ``_summary``, ``_timing`` - the ``cmsrun`` command, the end-of-job report
-  (rich) and FastTimerService (JSON summary, Perfetto trace).
+  SONIC module bases. Built on the core's ExternalWork; knows nothing of ROOT files.
+* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
+  ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
+  end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
   it drives configs like a user, and reaches Triton only through ``modules``/``sonic``.
-* ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs.
+* ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
+  built on the names exported here, ``framework.io`` (files) and ``framework.sonic``.
 
 Module authors need only the names exported here.
 """
