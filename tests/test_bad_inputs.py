@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
 import socket
 import subprocess
@@ -34,6 +35,7 @@ import uproot
 
 from framework._cmsrun import main as cmsrun_main
 from framework.sonic import _server
+from framework.sonic._processes import TAG_VARIABLE
 from framework.sonic._server import LocalTritonServer
 
 # ---------------------------------------------------------------------------- helpers
@@ -387,10 +389,14 @@ def sonic_job(folder: pathlib.Path, inputs, repositories, *, model="doubler", po
 
 
 def tritonserver_pids() -> set[int]:
+    """This test session's tritonserver processes (their command line carries the session's
+    /dev/shm tag, tests/conftest.py): other runs on a shared machine do not count."""
     pids = set()
+    tag = f"pysonic-{os.environ[TAG_VARIABLE]}-"
     for proc in pathlib.Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "tritonserver":
+            if (proc.name.isdigit() and (proc / "comm").read_text().strip() == "tritonserver"
+                    and tag in (proc / "cmdline").read_bytes().decode(errors="replace")):
                 pids.add(int(proc.name))
         except OSError:
             pass
