@@ -113,39 +113,41 @@ def statistics(service: TritonService) -> dict[str, Any]:
 def report_tables(stats: dict[str, Any]) -> list[Any]:
     """Rich tables of :func:`statistics` for the end-of-job summary ([] if no model).
 
-    Models and clients always; a server table only if a server failed during the job.
+    Models and clients always; a server table only if a server failed during the job. Every
+    string is a ``Text``: as markup, rich would drop a ``[ms]`` or an error's ``[...]``.
     """
     from rich.table import Table
+    from rich.text import Text
 
     if not stats["models"]:
         return []
-    models = Table(title="TritonService ---------- Model Summary (server side) ---[ms per request]----",
+    models = Table(title=Text("TritonService ---------- Model Summary (server side) ---[ms per request]----"),
                    title_justify="left")
-    for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue", "compute"):
-        models.add_column(col, justify="left" if col in ("Model", "Server") else "right")
+    for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue [ms]", "compute [ms]"):
+        models.add_column(Text(col), justify="left" if col in ("Model", "Server") else "right")
     for model, s in stats["models"].items():
         numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
                     f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
         used = [name for name, n in s.get("servers", {}).items() if n] or [s["server"]]
         where = ", ".join(used) + "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
-        models.add_row(model, where, *numbers)
-    clients = Table(title="TritonService ---------- Client Summary ---[MB of tensor data]----",
+        models.add_row(*map(Text, [model, where, *numbers]))
+    clients = Table(title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"),
                     title_justify="left")
-    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent", "received", "Retries", "Failovers",
-                "Errors"):
-        clients.add_column(col, justify="left" if col in ("Module", "Model", "Mode") else "right")
+    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent [MB]", "received [MB]", "Retries",
+                "Failovers", "Errors"):
+        clients.add_column(Text(col), justify="left" if col in ("Module", "Model", "Mode") else "right")
     for label, c in stats["clients"].items():
-        clients.add_row(label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
-                        f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
-                        str(c["retries"]), str(c["failovers"]), str(c["errors"]))
+        clients.add_row(*map(Text, [label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
+                                    f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
+                                    str(c["retries"]), str(c["failovers"]), str(c["errors"])]))
     tables = [models, clients]
     troubled = {name: h for name, h in stats["servers"].items() if h["outages"] or h["failures"]}
     if troubled:
-        servers = Table(title="TritonService ---------- Server Health ----", title_justify="left")
+        servers = Table(title=Text("TritonService ---------- Server Health ----"), title_justify="left")
         for col in ("Server", "Address", "In service", "Outages", "Failures", "Last error"):
-            servers.add_column(col, justify="right" if col in ("Outages", "Failures") else "left")
+            servers.add_column(Text(col), justify="right" if col in ("Outages", "Failures") else "left")
         for name, h in troubled.items():
-            servers.add_row(name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
-                            str(h["failures"]), h["last_error"][:80])
+            servers.add_row(*map(Text, [name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
+                                        str(h["failures"]), h["last_error"][:80]]))
         tables.append(servers)
     return tables
