@@ -283,7 +283,7 @@ class Gate(ExternalWork, EDFilter):
     """Lets an event through once every gate for its number is open (always passes)."""
 
     def acquire(self, event, holder):
-        holder.start_soon(self._wait, event.id.event)
+        holder.run_async(self._wait, event.id.event)
 
     @staticmethod
     async def _wait(number: int) -> None:

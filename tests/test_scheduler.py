@@ -47,7 +47,7 @@ class Sleeper(ExternalWork, EDProducer):
 
     def acquire(self, event, holder):
         record(self.label + ".acquire", event.id.event)
-        holder.start_soon(self._work, event.id.event)
+        holder.run_async(self._work, event.id.event)
 
     async def _work(self, n):
         await trio.sleep(LATENCY)
@@ -70,7 +70,7 @@ class GatedWork(ExternalWork, EDProducer):
 
     def acquire(self, event, holder):
         record("acquire", event.id.event)
-        holder.start_soon(Gate.event.wait)
+        holder.run_async(Gate.event.wait)
 
     def produce(self, event, result):
         record("produce", event.id.event)

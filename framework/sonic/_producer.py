@@ -25,7 +25,7 @@ while the request is in flight. Retries and failover (``Client.retries``) happen
 that wait, in the event's own task: ``produce`` sees only the final answer, once.
 
 Threads: SONIC modules are NOT ``thread_safe``: ``acquire`` runs on the trio thread,
-because starting the async call (``holder.start_soon``) must happen there. Keep
+where the request is handed to the event's task (``holder.run_async``). Keep
 ``acquire``/``produce`` light (build heavy inputs in a separate, thread-safe producer,
 as ``modules/`` does); the request itself never blocks the trio thread except in
 ``Sync`` mode, which blocks it on purpose (CMSSW's SonicClientSync).
@@ -77,9 +77,9 @@ class _Sonic(ExternalWork):
         self.acquire(event, request.input)
         mode = self.client.mode
         if mode == "Async":
-            holder.start_soon(request.infer_async)
+            holder.run_async(request.infer_async)
         elif mode == "PseudoAsync":
-            holder.start_soon(request.infer_pseudo_async)
+            holder.run_async(request.infer_pseudo_async)
         else:  # Sync: block right here, as CMSSW's SonicClientSync does
             holder.done_waiting(request.infer_sync())
 
