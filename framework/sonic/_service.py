@@ -48,9 +48,9 @@ import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 from framework._services import Service
 
-from ._client import ServerInfo, SslOptions, TritonClient
-from ._retry import FALLBACK_SERVER
+from ._client import TritonClient
 from ._server import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
+from ._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
 from ._service_stats import report_tables, snapshot, statistics
 
 if TYPE_CHECKING:
@@ -336,7 +336,7 @@ class TritonService(Service):
 
     # -- routing and health (the Router of framework.sonic._retry) ---------------------
 
-    async def pick(self, model: str, preferred: str = "") -> ServerInfo:
+    async def route(self, model: str, preferred: str = "") -> ServerInfo:
         """The server for a new request of ``model``: its own if in service, else another.
 
         May first probe an out-of-service server (on a worker thread), see the module doc.
@@ -350,8 +350,8 @@ class TritonService(Service):
                 self._probed(probe, ok)
         return self._pick(model, preferred)
 
-    def pick_blocking(self, model: str, preferred: str = "") -> ServerInfo:
-        """:meth:`pick` for Sync mode (a probe blocks the calling thread)."""
+    def route_blocking(self, model: str, preferred: str = "") -> ServerInfo:
+        """:meth:`route` for Sync mode (a probe blocks the calling thread)."""
         probe = self._probe_due(model, preferred)
         if probe is not None:
             ok = False
