@@ -480,7 +480,7 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
         await trio.to_thread.run_sync(restarted.start, 60.0)
         # New requests find the primary out of service and probe it through the shared
         # client, which must have reconnected by itself.
-        while (await svc.route("double")).name != "primary":
+        while (await svc.routing.route("double")).name != "primary":
             await trio.sleep(0.1)
         gates[1].set()
 

@@ -374,7 +374,7 @@ async def test_service_discovery_fallback_and_stop(server, repository, caplog):
             request.input["x"].to_server(np.full((2, 2), 3.0, np.float32))
             await request.infer_async()
             np.testing.assert_array_equal(request.output["y"].from_server(), np.full((2, 2), 6.0))
-        assert svc.server_for("spare").address == fallback.grpc_address
+        assert svc.routing.route_blocking("spare").address == fallback.grpc_address
     finally:
         await svc.end_job()
     assert not fallback.is_running()

@@ -23,7 +23,7 @@ from ._request import TritonRequest as TritonRequest
 from ._retry import DEFAULT_RETRIES as DEFAULT_RETRIES
 from ._retry import RetryAction as RetryAction
 from ._retry import is_recoverable as is_recoverable
+from ._routing import ServerHealth as ServerHealth
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
-from ._service import ServerHealth as ServerHealth
 from ._service import TritonService as TritonService

@@ -7,18 +7,22 @@ over several). A server started during the job (the fallback on demand) counts f
 a server that restarted during the job has counters smaller at the end than at the
 beginning and counts from its restart; a server that is gone or out of service at the end
 gives no numbers (listed as ``unavailable``).
+
+Works on what it is given (a function that opens a server's gRPC client, the assignment,
+the clients, the servers' health), not on TritonService.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._service import TritonService
+    from ._client import TritonClient
 
-__all__ = ["report_tables", "snapshot", "statistics"]
+__all__ = ["Snapshot", "report_tables", "snapshot", "statistics"]
 
 logger = logging.getLogger("pysonic.sonic")
 
@@ -28,13 +32,19 @@ STATS_TIMEOUT = 5.0  # seconds per get_inference_statistics call
 _DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
 _ZERO = {"requests": 0, "inferences": 0, "executions": 0, "queue_ns": 0, "compute_ns": 0}
 
+Snapshot = dict[tuple[str, str], dict[str, int]]  # (model, server name) -> Triton's counters
 
-def snapshot(service: TritonService, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, int]]:
-    """Triton's cumulative counters per (model, server) pair (blocking; worker thread)."""
+
+def snapshot(grpc_client: Callable[[str], Any], pairs: list[tuple[str, str]]) -> Snapshot:
+    """Triton's cumulative counters per (model, server) pair (blocking; worker thread).
+
+    Args:
+        grpc_client: server name -> its ``InferenceServerClient``.
+    """
     result = {}
     for model, server_name in pairs:
         try:
-            stats = service.grpc_client(server_name).get_inference_statistics(
+            stats = grpc_client(server_name).get_inference_statistics(
                 model, as_json=True, client_timeout=STATS_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the server may be gone
             logger.warning("TritonService: statistics of model '%s' on server '%s' unavailable: %s",
@@ -57,10 +67,11 @@ def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
-def _model_entry(service: TritonService, model: str, server_name: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"server": server_name, "modules": [label for label, _ in service.models[model]]}
-    begin = {srv: c for (m, srv), c in service._stats_begin.items() if m == model}
-    end = {srv: c for (m, srv), c in service._stats_end.items() if m == model}
+def _model_entry(model: str, server_name: str, modules: list[str], begin_all: Snapshot,
+                 end_all: Snapshot) -> dict[str, Any]:
+    entry: dict[str, Any] = {"server": server_name, "modules": modules}
+    begin = {srv: c for (m, srv), c in begin_all.items() if m == model}
+    end = {srv: c for (m, srv), c in end_all.items() if m == model}
     if not end:
         return entry
     total, servers = dict(_ZERO), {}
@@ -81,8 +92,15 @@ def _model_entry(service: TritonService, model: str, server_name: str) -> dict[s
     return entry
 
 
-def statistics(service: TritonService) -> dict[str, Any]:
+def statistics(*, assignment: Mapping[str, str], users: Mapping[str, list[str]], begin: Snapshot,
+               end: Snapshot, clients: Iterable[TritonClient], servers: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """What the job asked of Triton, JSON-ready.
+
+    Args:
+        assignment: model -> its server's name (begin_job); users: model -> module labels.
+        begin, end: the :func:`snapshot` at begin_job and at end_job.
+        clients: the modules' clients.
+        servers: per server, its health (``Routing.health_report``).
 
     Returns:
         ``{"models": {model: {...}}, "clients": {module label: {...}}, "servers": {name: {...}}}``.
@@ -97,17 +115,14 @@ def statistics(service: TritonService) -> dict[str, Any]:
         server). Per server: ``address``, ``healthy``, ``outages`` (times out of service),
         ``failures`` (consecutive, at the end) and ``last_error``.
     """
-    models = {model: _model_entry(service, model, server) for model, server in service.assignment.items()}
-    clients = {
+    models = {model: _model_entry(model, server, users[model], begin, end) for model, server in assignment.items()}
+    per_client = {
         client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
                             "mode": client.mode, **dataclasses.asdict(client.statistics()),
                             "servers": client.calls_by_server()}
-        for client in service._clients
+        for client in clients
     }
-    servers = {name: {"address": service._address(name), "healthy": h.healthy, "outages": h.outages,
-                      "failures": h.failures, "last_error": h.last_error}
-               for name, h in service.health.items()}
-    return {"models": models, "clients": clients, "servers": servers}
+    return {"models": models, "clients": per_client, "servers": dict(servers)}
 
 
 def report_tables(stats: dict[str, Any]) -> list[Any]:
