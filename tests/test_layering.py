@@ -1,29 +1,78 @@
-"""The layering written down in framework/__init__.py, checked on the import statements."""
+"""The layering written down in framework/__init__.py, checked on the import statements.
+
+Imports are compared by full dotted name, relative imports resolved (``from ._client
+import X`` in framework/sonic/_service.py is ``framework.sonic._client``), and those under
+``if TYPE_CHECKING:`` count too: a type-only import is still knowledge of the other module.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def imported_modules(path: Path) -> set[str]:
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``framework/sonic/_client.py`` -> ``framework.sonic._client`` (a package: its folder's name)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Full dotted names that ``path`` imports.
+
+    ``from m import n`` gives ``m`` and ``m.n`` (``n`` may be a submodule), so a test can
+    ask whether a file reaches ``framework.sonic`` however it spells the import.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.level > 0 and node.module:
-            names.add("." + node.module.split(".")[0])
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
+def reaches(names: set[str], prefixes: set[str]) -> set[str]:
+    """The names that are one of ``prefixes`` or inside one (``a.b`` is inside ``a``)."""
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+
+
+def test_imported_modules_resolves_relative_and_type_only_imports(tmp_path):
+    # The helper itself: a test that reads imports wrongly passes on anything.
+    package = tmp_path / "framework" / "sonic"
+    package.mkdir(parents=True)
+    source = package / "_x.py"
+    source.write_text("from typing import TYPE_CHECKING\nfrom . import _a\nfrom ._b import c\n"
+                      "from .. import _core\nimport framework.bench\n"
+                      "if TYPE_CHECKING:\n    from ._d import E\n")
+    names = imported_modules(source, tmp_path)
+    assert {"framework.sonic._a", "framework.sonic._b", "framework.sonic._b.c", "framework._core",
+            "framework.bench", "framework.sonic._d"} <= names
+    assert reaches(names, {"framework.sonic._b"}) == {"framework.sonic._b", "framework.sonic._b.c"}
+    assert not reaches(names, {"framework.sonic._"})  # a prefix of a name is not its package
+
+
 def test_config_language_is_pure_python():
-    for path in (ROOT / "framework" / "config").glob("*.py"):
-        bad = imported_modules(path) & {"trio", "uproot", "awkward", "tritonclient", "numpy"}
+    for path in python_files("framework/config"):
+        bad = reaches(imported_modules(path), {"trio", "uproot", "awkward", "tritonclient", "numpy"})
         assert not bad, f"{path.name} imports {bad}"
 
 
@@ -31,21 +80,95 @@ CORE = ["_module.py", "_event.py", "_bridge.py", "_worker.py", "_builder.py", "_
         "_services.py", "_registry.py", "_source_base.py", "_errors.py"]
 
 
-def test_core_knows_neither_root_nor_triton():
-    for name in CORE:
-        mods = imported_modules(ROOT / "framework" / name)
-        bad = mods & {"uproot", "awkward", "tritonclient", "grpc", ".sonic", "sonic"}
-        assert not bad, f"framework/{name} imports {bad}"
+@pytest.mark.parametrize("name", CORE)
+def test_core_knows_neither_root_nor_triton(name):
+    mods = imported_modules(ROOT / "framework" / name)
+    bad = reaches(mods, {"uproot", "awkward", "tritonclient", "grpc", "framework.sonic", "framework.bench",
+                         "framework._pool_source", "modules"})
+    assert not bad, f"framework/{name} imports {bad}"
 
 
 def test_only_sonic_talks_to_triton():
-    for path in (ROOT / "framework").rglob("*.py"):
-        if "sonic" in path.relative_to(ROOT / "framework").parts:
+    for path in python_files("framework"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("framework/sonic/"):
             continue
-        assert "tritonclient" not in imported_modules(path), f"{path} imports tritonclient"
+        assert not reaches(imported_modules(path), {"tritonclient"}), f"{relative} imports tritonclient"
+
+
+def sonic_import_graph() -> dict[str, set[str]]:
+    """framework.sonic's modules -> the modules of framework.sonic each imports."""
+    files = {module_name(path): path for path in python_files("framework/sonic")}
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in imported_modules(path):
+            inside = [m for m in files if imported == m or imported.startswith(m + ".")]
+            if inside:
+                targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
+        graph[name] = targets - {name}
+    return graph
+
+
+def test_sonic_modules_import_each_other_in_one_direction():
+    graph = sonic_import_graph()
+    assert {"framework.sonic._client", "framework.sonic._retry", "framework.sonic._service"} <= set(graph)
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                cycle = path[path.index(target):] + [target] if target in path else [node, target]
+                pytest.fail("import cycle in framework.sonic: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, [*path, target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_sonic_layers():
+    """The direction inside framework.sonic (see its __init__): descriptions and tensors at
+    the bottom, the client side below TritonService's parts, nothing back up."""
+    graph = sonic_import_graph()
+    sonic = "framework.sonic."
+    for bottom in ("_server_info", "_data", "_client_stats"):
+        assert not graph[sonic + bottom], f"{bottom} imports {graph[sonic + bottom]}"
+    assert graph[sonic + "_retry"] <= {sonic + "_server_info"}
+    service_side = {sonic + name for name in ("_service", "_routing", "_fallback", "_service_stats")}
+    for client_side in ("_client", "_request", "_retry", "_data", "_producer"):
+        bad = graph[sonic + client_side] & service_side
+        assert not bad, f"{client_side} imports {bad}"
+    assert not graph[sonic + "_fallback"] & {sonic + "_routing", sonic + "_service"}
+    for name, targets in graph.items():
+        assert "framework.sonic" not in targets or name == "framework.sonic", f"{name} imports the package"
 
 
 def test_torch_is_not_a_runtime_dependency():
-    for package in ("framework", "modules"):
-        for path in (ROOT / package).rglob("*.py"):
-            assert "torch" not in imported_modules(path), f"{path} imports torch"
+    for path in python_files("framework", "modules"):
+        assert not reaches(imported_modules(path), {"torch"}), f"{path} imports torch"
+
+
+def test_sonic_file_map_is_complete_and_in_import_order():
+    """framework/sonic/__init__.py lists its files in the direction of their imports: each
+    imports only files listed before it. Keeps the written file map true."""
+    import re
+
+    doc = ast.get_docstring(ast.parse((ROOT / "framework" / "sonic" / "__init__.py").read_text())) or ""
+    bullets: list[str] = []
+    for line in doc.splitlines():
+        if line.startswith("* "):
+            bullets.append(line)
+        elif line.startswith("  ") and bullets:
+            bullets[-1] += line
+    order = [f"framework.sonic.{name}" for line in bullets for name in re.findall(r"``(_?[a-z_]+)``:?", line)
+             if (ROOT / "framework" / "sonic" / f"{name}.py").is_file()]
+    graph = sonic_import_graph()
+    files = set(graph) - {"framework.sonic"}
+    assert set(order) == files, f"not in the file map of framework/sonic/__init__.py: {files - set(order)}"
+    for index, name in enumerate(order):
+        later = graph[name] & set(order[index:])
+        assert not later, f"{name} imports {later}, listed after it in the file map"

@@ -3,10 +3,31 @@
 Layering: this subpackage is the only part of the framework that knows about Triton
 (tritonclient, the tritonserver binary). It builds on the core's ExternalWork and bridge.
 
-Files: ``_client`` (TritonClient, per-event TritonRequest), ``_retry`` (retry policy and
-failover, ``Client.retries``), ``_service`` (TritonService: discovery, routing, server
-health, fallback server), ``_service_stats`` (end-of-job numbers), ``_server``
-(LocalTritonServer), ``_producer`` (SonicEDProducer/SonicEDFilter).
+Files, in the direction of their imports: each imports only files listed before it
+(``tests/test_layering.py`` checks that there is no cycle and that the client side never
+reaches TritonService's parts):
+
+* ``_server_info``: :class:`ServerInfo`, :class:`SslOptions` (where a server listens, how
+  to open a channel), the fallback server's name;
+* ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
+  the maps :class:`TritonInputMap` / :class:`TritonOutputMap` (CMSSW's names);
+* ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
+* ``_installation``, ``_processes``, ``_server``: the tritonserver binary and its
+  processes, ``LocalTritonServer``; ``_cmstriton``: the ``cmstriton`` command;
+* ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,
+  which drives the ``Router`` and the callables it is given;
+* ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
+  client through the ``RequestClient`` interface;
+* ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;
+* ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
+* ``_fallback``: the fallback server's life (start on demand, restart, load, stop);
+* ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
+  health and probes, the shared gRPC clients; it owns the fallback;
+* ``_service_stats``: the end-of-job numbers and tables;
+* ``_service``: :class:`TritonService`, thin: parameters, discovery and assignment at
+  begin_job, ``connect``, end_job;
+* ``onnx_backend``: the generic ONNX runner inside the server's Python backend (imports
+  nothing of the framework).
 """
 
 from ._client import TritonClient as TritonClient
