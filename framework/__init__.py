@@ -10,13 +10,17 @@ Layering (read this first; ``tests/test_layering.py`` keeps it true):
 * ``_pool_source``, ``samples`` - ROOT input with uproot/awkward (the only core-level
   files that import uproot).
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
-  SONIC module bases. Built on the core's ExternalWork; the core never imports it
-  (TritonService is found by name through the registry).
+  SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
+  core's ExternalWork; the core never imports it (TritonService is found by name
+  through the registry). Its own file map and import direction: its ``__init__``.
 * ``_cmsrun``, ``_summary``, ``_timing`` - the ``cmsrun`` command, the end-of-job report
   (rich) and FastTimerService (JSON summary, Perfetto trace).
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
-  it drives configs like a user, and reaches Triton only through ``modules``/``sonic``.
-* ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs.
+  it drives configs like a user (``configs/bench``, which name ``modules`` types), and
+  reaches Triton through ``framework.sonic``, except ``bench/_triton.py``: the bare
+  tritonclient loop that SONIC is measured against, and edited model configs.
+* ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
+  modules only. ``framework`` never imports ``modules``.
 
 Module authors need only the names exported here.
 """

@@ -7,6 +7,10 @@ Files, in the direction of their imports: each imports only files listed before 
 (``tests/test_layering.py`` checks that there is no cycle and that the client side never
 reaches TritonService's parts):
 
+* ``python_backend``, ``onnx_backend``, ``torch_backend``: the framework's Triton
+  Python-backend model and its ONNX (onnxruntime) and TorchScript (torch, GPU) runners;
+  they run inside the server's Python and import nothing else of the framework (the
+  direct twins use the ONNX runner in-process);
 * ``_server_info``: :class:`ServerInfo`, :class:`SslOptions` (where a server listens, how
   to open a channel), the fallback server's name;
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
@@ -20,14 +24,15 @@ reaches TritonService's parts):
   client through the ``RequestClient`` interface;
 * ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;
 * ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
+* ``_twins``: a model's SONIC producer and its direct (in-process onnxruntime) twin
+  sharing one conversion: :class:`ModelConversion`, :class:`SonicConversionProducer`,
+  :class:`OnnxDirectProducer`;
 * ``_fallback``: the fallback server's life (start on demand, restart, load, stop);
 * ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
   health and probes, the shared gRPC clients; it owns the fallback;
 * ``_service_stats``: the end-of-job numbers and tables;
 * ``_service``: :class:`TritonService`, thin: parameters, discovery and assignment at
-  begin_job, ``connect``, end_job;
-* ``onnx_backend``: the generic ONNX runner inside the server's Python backend (imports
-  nothing of the framework).
+  begin_job, ``connect``, end_job.
 """
 
 from ._client import TritonClient as TritonClient
@@ -48,3 +53,6 @@ from ._routing import ServerHealth as ServerHealth
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
 from ._service import TritonService as TritonService
+from ._twins import ModelConversion as ModelConversion
+from ._twins import OnnxDirectProducer as OnnxDirectProducer
+from ._twins import SonicConversionProducer as SonicConversionProducer
