@@ -88,9 +88,13 @@ def test_core_knows_neither_root_nor_triton(name):
     assert not bad, f"framework/{name} imports {bad}"
 
 
-# framework.bench measures SONIC against the bare tritonclient loop and edits model
-# configs: that one file may talk to Triton without framework.sonic.
-TRITON_OUTSIDE_SONIC = {"framework/bench/_triton.py"}
+# framework.bench measures SONIC against bare tritonclient clients and edits model configs:
+# these files may talk to Triton without framework.sonic.
+TRITON_OUTSIDE_SONIC = {
+    "framework/bench/_triton.py",  # the bare async_infer loop, edited model repositories
+    "framework/bench/_load.py",  # the GPU benchmarks' bare load generator (a process per client core)
+    "framework/bench/_exp_gpu.py",  # renamed/edited model variants, Triton's own counters
+}
 
 
 def test_only_sonic_talks_to_triton():
@@ -107,8 +111,18 @@ def test_framework_never_imports_modules():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}: framework must not depend on modules/"
 
 
+# The Python-backend model loads the runner a model instance needs by name, inside a
+# function (torch only for a GPU instance); the runners use its tensor specs. Known and
+# lazy, so left out of the direction checks (test_torch_runner_is_loaded_lazily keeps it lazy).
+LAZY_RUNNER_IMPORTS = {
+    ("framework.sonic.python_backend", "framework.sonic.onnx_backend"),
+    ("framework.sonic.python_backend", "framework.sonic.torch_backend"),
+}
+
+
 def sonic_import_graph() -> dict[str, set[str]]:
-    """framework.sonic's modules -> the modules of framework.sonic each imports."""
+    """framework.sonic's modules -> the modules of framework.sonic each imports (the lazy
+    runner imports left out)."""
     files = {module_name(path): path for path in python_files("framework/sonic")}
     graph = {}
     for name, path in files.items():
@@ -117,7 +131,7 @@ def sonic_import_graph() -> dict[str, set[str]]:
             inside = [m for m in files if imported == m or imported.startswith(m + ".")]
             if inside:
                 targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
-        graph[name] = targets - {name}
+        graph[name] = {t for t in targets - {name} if (name, t) not in LAZY_RUNNER_IMPORTS}
     return graph
 
 
@@ -158,9 +172,29 @@ def test_sonic_layers():
         assert "framework.sonic" not in targets or name == "framework.sonic", f"{name} imports the package"
 
 
+# The GPU runner inside the server's Python: the one file that may import torch.
+TORCH_RUNNER = "framework/sonic/torch_backend.py"
+
+
 def test_torch_is_not_a_runtime_dependency():
     for path in python_files("framework", "modules"):
-        assert not reaches(imported_modules(path), {"torch"}), f"{path} imports torch"
+        if path.relative_to(ROOT).as_posix() != TORCH_RUNNER:
+            assert not reaches(imported_modules(path), {"torch"}), f"{path} imports torch"
+
+
+def test_torch_runner_is_loaded_lazily():
+    """Nothing imports the torch runner when it is imported itself (only inside a function),
+    so the CPU path never loads torch."""
+    runner = "framework.sonic.torch_backend"
+    for path in python_files("framework", "modules"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        lazy = {id(n) for f in functions for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in lazy:
+                names = {a.name for a in node.names} | {getattr(node, "module", None) or ""}
+                text = ast.unparse(node)
+                assert "torch_backend" not in text and not reaches(names, {runner}), f"{path}: {text}"
 
 
 def test_sonic_file_map_is_complete_and_in_import_order():

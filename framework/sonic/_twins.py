@@ -12,11 +12,8 @@ them by type name, each model here has both, written once:
   ExternalWork), the direct producer the same conversion on :class:`OnnxDirectProducer`
   (the same ONNX file in-process with onnxruntime, thread-safe)::
 
-      class ParticleNetSonicProducer(ParticleNetConversion, SonicConversionProducer):
-          \"\"\"...\"\"\"
-
-      class ParticleNetDirectProducer(ParticleNetConversion, OnnxDirectProducer):
-          \"\"\"...\"\"\"
+      class ParticleNetSonicProducer(_ParticleNetConversion, SonicConversionProducer): ...
+      class ParticleNetDirectProducer(_ParticleNetConversion, OnnxDirectProducer): ...
 
 The conversion is listed first; its ``fill_descriptions``/``__init__`` call ``super()``
 first, which adds the ``Client`` PSet and sets up the client or the onnxruntime session.
