@@ -47,12 +47,16 @@ class RequestClient(Protocol):
     model_name: str
     mode: str
     max_batch_size: int
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
     requested_outputs: tuple[str, ...]
     timeout: float | None
     timeout_text: str
     counters: ClientCounters
+
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]: ...
 
     @property
     def retry_policy(self) -> RetryPolicy: ...
@@ -114,6 +118,7 @@ class TritonRequest:
 
         inputs = []
         for tensor in self.input.values():
+            assert tensor.data is not None  # _chunks() checked that every input is set
             data = tensor.data[rows]
             grpc_input = grpcclient.InferInput(tensor.name, list(data.shape), tensor.spec.datatype)
             grpc_input.set_data_from_numpy(data)
@@ -142,7 +147,8 @@ class TritonRequest:
                 ) from None
             received += tensor.data.nbytes
         client.counters.add_calls(server.name, calls=len(chunks), inferences=self.batch_size,
-                                  sent=sum(t.data.nbytes for t in self.input.values()), received=received)
+                                  sent=sum(t.data.nbytes for t in self.input.values() if t.data is not None),
+                                  received=received)
         self.server = server
         return self
 
