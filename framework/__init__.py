@@ -1,26 +1,34 @@
 """pysonic's event-processing framework: CMSSW's model on trio.
 
-Layering (read this first; ``tests/test_layering.py`` keeps it true):
+Layering (read this first; ``tests/test_layering.py`` keeps it true). Data flows
+config -> builder -> scheduler -> io -> modules -> sonic:
 
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``) - the module API and the trio scheduler. Knows trio;
-  knows nothing of ROOT files or Triton.
-* ``_pool_source``, ``samples`` - ROOT input with uproot/awkward (the only core-level
-  files that import uproot).
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``) - the module API and the
+  trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
+  ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
+  name through the registry).
+* ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource, the
+  NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
+  and work units, output names per dataset/unit and the merge of unit parts, the real
+  CMS samples (``framework.samples`` re-exports them). Built on the core's source protocol and errors only; knows nothing
+  of Triton, the scheduler or the modules.
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
   SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
-  core's ExternalWork; the core never imports it (TritonService is found by name
-  through the registry). Its own file map and import direction: its ``__init__``.
-* ``_cmsrun``, ``_summary``, ``_timing`` - the ``cmsrun`` command, the end-of-job report
-  (rich) and FastTimerService (JSON summary, Perfetto trace).
+  core's ExternalWork; knows nothing of ROOT files. Its own file map and import
+  direction: its ``__init__``.
+* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
+  ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
+  end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
   it drives configs like a user (``configs/bench``, which name ``modules`` types), and
-  reaches Triton through ``framework.sonic``, except ``bench/_triton.py``: the bare
-  tritonclient loop that SONIC is measured against, and edited model configs.
+  reaches Triton through ``framework.sonic``, except for its bare tritonclient baselines
+  (``_triton.py``, ``_load.py``) and Triton's own statistics.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
-  modules only. ``framework`` never imports ``modules``.
+  modules only, built on the names exported here, ``framework.io`` (files) and
+  ``framework.sonic``. ``framework`` never imports ``modules``.
 
 Module authors need only the names exported here.
 """

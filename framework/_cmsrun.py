@@ -1,6 +1,10 @@
 """``cmsrun``: run a config file over its events (CMSSW's ``cmsRun``).
 
     cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v]
+           [--dataset FILESET [--chunk-size N]]
+
+With ``--dataset``, the config runs over each dataset of a coffea fileset (JSON or YAML)
+in turn, with outputs and summaries per dataset (see ``framework/_datasets.py``).
 
 ``name=value`` arguments reach the config's ``cms.VarParsing``. Exit codes: 0 success,
 1 the job failed (the error names module, path, event, file or model), 2 usage errors,
@@ -43,6 +47,7 @@ from ._errors import FrameworkError
 from ._registry import available_types, find_type
 from ._scheduler import JobReport, run_job
 from ._summary import print_summary
+from .io import DEFAULT_CHUNK_SIZE, dataset_output_path, output_naming
 
 log = logging.getLogger("pysonic")
 
@@ -107,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", action="store_true", help="print the summary even if wantSummary is False")
     p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dataset", metavar="FILESET",
+                   help="run over each dataset of a coffea fileset (JSON/YAML); outputs get the dataset's name")
+    p.add_argument("--chunk-size", type=int, metavar="N",
+                   help=f"events per work unit with --dataset (default {DEFAULT_CHUNK_SIZE:,})")
     p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
@@ -130,15 +139,35 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     # As for a script: module types given as "file:Class" next to the config are importable.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.config)))
     process = cms.load_config(ns.config, ns.args)
-    job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+    if not ns.dataset:
+        job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+        _run_job(job, ns, console, process.name_(), None, ns.summary_json)
+        return 0
+    from ._datasets import plan_datasets
+
+    for dataset, units in plan_datasets(process, ns.dataset, ns.chunk_size or DEFAULT_CHUNK_SIZE):
+        job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+        job.source.set_units(units)  # type: ignore[attr-defined]
+        entries = sum(u.num_entries for u in units)
+        console.print(f"[bold]cmsrun: dataset '{dataset.name}': {len(dataset.files)} file(s), {entries:,} events "
+                      f"in {len(units)} unit(s)[/bold]")
+        summary_json = dataset_output_path(ns.summary_json, dataset.name) if ns.summary_json else None
+        with output_naming(dataset=dataset.name):  # trio.run below runs in a copy of this context
+            _run_job(job, ns, console, f"{process.name_()} {dataset.name}", entries, summary_json)
+    return 0
+
+
+def _run_job(job: Any, ns: argparse.Namespace, console: Console, title: str, entries: int | None,
+             summary_json: str | os.PathLike[str] | None) -> JobReport:
+    """Run one job with progress, then its summary (printed and/or ``summary_json``)."""
     show_progress = not ns.no_progress and console.is_terminal
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
         console=console, disable=not show_progress, transient=False,
     )
-    total = job.max_events if job.max_events >= 0 else None
-    task = progress.add_task(f"{process.name_()}", total=total, rate="")
+    limits = [x for x in (job.max_events if job.max_events >= 0 else None, entries) if x is not None]
+    task = progress.add_task(title, total=min(limits) if limits else None, rate="")
     done = 0
 
     def on_event(principal: Any, latency: float) -> None:
@@ -155,16 +184,16 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt:
         log.warning("cmsrun: stopped after %d events", done)
         raise
-    if job.want_summary or ns.summary or ns.summary_json:
+    if job.want_summary or ns.summary or summary_json:
         summary = print_summary(job, report, console) if (job.want_summary or ns.summary) else None
-        if ns.summary_json:
+        if summary_json:
             from ._summary import summary_dict
 
             summary = summary or summary_dict(job, report)
-            with open(ns.summary_json, "w") as f:
+            with open(summary_json, "w") as f:
                 json.dump(summary, f, indent=2)
-    console.print(f"[green]cmsrun: {report.events} events processed in {report.wall_time:.2f} s[/green]")
-    return 0
+    console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         if not ns.config:
             _parser().print_usage(sys.stderr)
             print("cmsrun: error: a configuration file is required", file=sys.stderr)
+            return 2
+        if ns.chunk_size is not None and (not ns.dataset or ns.chunk_size < 1):
+            _parser().print_usage(sys.stderr)
+            print("cmsrun: error: --chunk-size needs --dataset and a value >= 1", file=sys.stderr)
             return 2
         return _run(ns, console)
     except FrameworkError as exc:

@@ -31,7 +31,7 @@ ENTRY_POINT_GROUP = "pysonic.modules"
 _BUILTIN = {
     "EmptySource": "framework._source_base:EmptySource",
     "FastTimerService": "framework._timing:FastTimerService",
-    "PoolSource": "framework._pool_source:PoolSource",
+    "PoolSource": "framework.io:PoolSource",
     "TritonService": "framework.sonic._service:TritonService",
 }
 

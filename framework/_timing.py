@@ -20,8 +20,8 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from ._event import EventPrincipal
@@ -71,10 +71,10 @@ class Tracer:
 
 
 def _write_json(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    from .io import atomic_write
+
+    with atomic_write(Path(path)) as tmp:
+        tmp.write_text(json.dumps(data))
 
 
 class FastTimerService(Service):
@@ -95,8 +95,9 @@ class FastTimerService(Service):
 
     def job_finished(self, job: Any, report: Any) -> None:
         from ._summary import summary_dict
+        from .io import output_path  # per dataset when cmsrun runs datasets
 
         if self.params.writeJSONSummary:
-            _write_json(self.params.jsonFileName, summary_dict(job, report))
+            _write_json(str(output_path(self.params.jsonFileName)), summary_dict(job, report))
         if self.tracer is not None:
-            self.tracer.write(self.params.traceFile)
+            self.tracer.write(str(output_path(self.params.traceFile)))

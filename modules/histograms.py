@@ -16,10 +16,10 @@ from typing import Any
 import awkward as ak
 import hist
 import numpy as np
-import uproot
 
 import framework.config as cms
 from framework import ConfigurationError, EDAnalyzer, Event, FileOpenError
+from framework.io import output_path, write_objects
 
 __all__ = ["HistogramAnalyzer"]
 
@@ -101,6 +101,7 @@ class HistogramAnalyzer(EDAnalyzer):
 
     def __init__(self, params: cms.ParameterSet) -> None:
         self.file_name = Path(params.fileName)
+        self.target = self.file_name  # output_path(fileName), set in begin_job
         self.histograms = [_Histogram(p, self) for p in params.histograms]
         names = [h.name for h in self.histograms]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -109,12 +110,13 @@ class HistogramAnalyzer(EDAnalyzer):
 
     def begin_job(self) -> None:
         """Fail before the first event if ``fileName``'s folder is missing or not writable."""
-        folder = self.file_name.parent
+        self.target = output_path(self.file_name)  # per dataset / unit when cmsrun runs those
+        folder = self.target.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             problem = ("is not writable" if folder.is_dir()
                        else "is a file, not a folder" if folder.exists() else "does not exist")
             raise FileOpenError(
-                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' "
+                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' "
                 f"(folder '{folder}' {problem})"
             )
 
@@ -124,18 +126,17 @@ class HistogramAnalyzer(EDAnalyzer):
 
     def end_job(self) -> None:
         """Write every histogram to ``fileName`` (temporary file, then rename)."""
-        temp = self.file_name.with_name(f"{self.file_name.name}.tmp-{os.getpid()}")
         try:
-            with uproot.recreate(temp) as f:
-                for h in self.histograms:
-                    f[h.name] = h.hist
-            os.replace(temp, self.file_name)
+            write_objects(self.target, self.hists)
         except OSError as exc:
-            temp.unlink(missing_ok=True)
             raise FileOpenError(
-                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.file_name}' ({exc})"
+                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' ({exc})"
             ) from exc
-        log.info("EDAnalyzer '%s' wrote %d histograms to %s", self.label, len(self.histograms), self.file_name)
+        log.info("EDAnalyzer '%s' wrote %d histograms to %s", self.label, len(self.histograms), self.target)
+
+    def output_files(self) -> list[Path]:
+        """The file this module writes in the current run (after ``begin_job``)."""
+        return [self.target]
 
     @property
     def hists(self) -> dict[str, hist.Hist]:

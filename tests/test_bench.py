@@ -243,3 +243,45 @@ def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):
 
     monkeypatch.setitem(_cli.EXPERIMENTS, "overhead", broken)
     assert _cli.main(["overhead", "--quick", "--out", str(tmp_path)]) == 1
+
+
+# ----------------------------------------------------------------------------------------
+# The GPU machine's experiments, run here on the CPU (quick), and the capacity planner
+
+
+def test_gpu_experiments_run_on_the_cpu_and_feed_the_planner(tmp_path):
+    """gpu-batching and gpu-clients on quick settings (CPU server), then plan from their JSON."""
+    console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
+    for name in ("gpu-batching", "gpu-clients", "plan"):
+        _cli.run_experiment(name, quick=True, repeat=1, out=tmp_path, console=console)
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    batching = json.loads((tmp_path / "gpu-batching.json").read_text())
+    assert {r["batching"] for r in batching["rows"]} == {"on", "off"}
+    assert all(r["throughput"] > 0 and r["errors"] == 0 and r["exec_ms"] > 0 for r in batching["rows"])
+    assert all(r["requests_per_execution"] == 1.0 for r in batching["rows"] if r["batching"] == "off")
+    clients = json.loads((tmp_path / "gpu-clients.json").read_text())
+    assert [(r["batching"], r["clients"]) for r in clients["rows"]] == [("on", 1), ("on", 2), ("off", 1), ("off", 2)]
+    assert clients["settings"]["client_cpu_s_per_event"] > 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [r["batching"] for r in plan["rows"]] == ["on", "off"]
+    assert all(r["predicted_capacity"] > 0 for r in plan["rows"])
+
+
+def test_capacity_plan_finds_where_clients_meet_the_server():
+    from framework.bench._exp_gpu import capacity_plan, measured_knee
+
+    # one instance, 10 requests per execution of 10 ms at any concurrency: 1,000 requests/s
+    flat = [{"in_flight": c, "requests_per_execution": 10, "exec_ms": 10.0} for c in (1, 16, 256)]
+    plan = capacity_plan(0.01, flat, instances=1, requests_in_flight_per_client=4)  # 100 events/s per client
+    assert plan["knee"] == pytest.approx(10.0) and plan["capacity"] == pytest.approx(1000.0)
+    # batching that improves with load moves the knee out; two instances double it
+    rising = [{"in_flight": 4, "requests_per_execution": 1, "exec_ms": 5.0},
+              {"in_flight": 64, "requests_per_execution": 16, "exec_ms": 10.0}]
+    assert capacity_plan(0.01, rising, 2, 4)["knee"] > capacity_plan(0.01, rising, 1, 4)["knee"] > 1
+    assert capacity_plan(0.01, flat, 1, 4, max_clients=5)["knee"] is None
+
+    def rows(rates):
+        return [{"clients": n, "per_client": r / n, "server_throughput": r} for n, r in rates]
+
+    assert measured_knee(rows([(1, 100), (2, 200), (4, 300), (8, 310)]))["knee"] == pytest.approx(3.1)
+    assert measured_knee(rows([(1, 100), (2, 200), (4, 400)]))["knee"] is None  # still scaling

@@ -1,9 +1,11 @@
 """Faults: retries, failover, timeouts and server health, against REAL tritonserver processes.
 
 Test policy: every server runs on 127.0.0.1 (LocalTritonServer) and is stopped by a fixture,
-also after SIGKILL or SIGSTOP. The models are tiny Python-backend models written into
-tmp_path: ``double`` (y = 2x, 20 ms per call, so a job has calls in flight) and ``flaky``
-(fails the first N calls of a request id with a chosen gRPC status, so retries are exact).
+also after SIGKILL or SIGSTOP; once stopped, no process and no /dev/shm region of it may
+remain (``left_behind``, tests/conftest.py). The models are tiny Python-backend models
+written into tmp_path: ``double`` (y = 2x, 20 ms per call, so a job has calls in flight)
+and ``flaky`` (fails the first N calls of a request id with a chosen gRPC status, so
+retries are exact).
 
 The fault tests run real jobs (build_job/run_job, EmptySource) with a configured
 ``primary`` server and the fallback server, break the primary at a known point and
@@ -95,8 +97,9 @@ def repository(tmp_path_factory) -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def running(server: LocalTritonServer):
-    """Start ``server``; at the end SIGCONT it (it may be stopped) and stop it."""
+def running(server: LocalTritonServer, left_behind):
+    """Start ``server``; at the end SIGCONT it (it may be stopped), stop it, and check that
+    nothing of it remains (it may have been killed)."""
     server.start(60.0)
     try:
         yield server
@@ -105,19 +108,20 @@ def running(server: LocalTritonServer):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(server.pid, signal.SIGCONT)
         server.stop(10.0)
+    assert left_behind(server.region_prefix) == ([], [])
 
 
 @pytest.fixture(scope="module")
-def steady(repository):
+def steady(repository, left_behind):
     """A server nobody breaks (unit tests and the fault-free reference job)."""
-    with running(LocalTritonServer(repository)) as server:
+    with running(LocalTritonServer(repository), left_behind) as server:
         yield server
 
 
 @pytest.fixture
-def primary(repository):
+def primary(repository, left_behind):
     """A server for one fault test to break."""
-    with running(LocalTritonServer(repository, models=["double"])) as server:
+    with running(LocalTritonServer(repository, models=["double"]), left_behind) as server:
         yield server
 
 
@@ -498,23 +502,33 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
     assert any("'primary'" in r.getMessage() and "back in service" in r.getMessage() for r in caplog.records)
 
 
-async def test_killed_fallback_server_is_started_again(repository, steady, caplog):
+async def test_killed_fallback_server_is_started_again(repository, steady, caplog, left_behind):
     expected = await reference(repository, steady)
-    first = {}
+    restarted_by = K + 2 + STREAMS  # the events after K + 2 find the fallback dead and restart it
+    servers, before_kill = [], {}
 
     async def kill(progress, gates, svc):
         await progress.reached(K)
-        first["server"] = svc.fallback
+        servers.append(svc.fallback)
+        before_kill.update(zip(("processes", "regions"), left_behind(svc.fallback.region_prefix)))
         os.kill(svc.fallback.pid, signal.SIGKILL)
         gates[0].set()
+        while svc.fallback is servers[0]:
+            await trio.sleep(0.01)
+        servers.append(svc.fallback)
+        gates[1].set()
 
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        svc, records = await run_faulty(fault_process(repository, None), [K + 2], kill)
+        svc, records = await run_faulty(fault_process(repository, None), [K + 2, restarted_by], kill)
     assert_same_products(records, expected)
-    assert not first["server"].is_running() and svc.fallback is None  # the new one is stopped too
+    assert not servers[0].is_running() and svc.fallback is None  # the new one is stopped too
     assert svc.statistics()["clients"]["doubler"]["errors"] == 0
     assert any("fallback server" in r.getMessage() and "is gone, restarting it" in r.getMessage()
                for r in caplog.records)
+    # the killed server had a stub and its region; neither it nor the new one left anything
+    assert len(before_kill["processes"]) == 2 and len(before_kill["regions"]) == 1, before_kill
+    for server in servers:
+        assert left_behind(server.region_prefix) == ([], [])
 
 
 def server_requests(server: LocalTritonServer, model: str) -> int:

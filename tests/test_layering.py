@@ -1,119 +1,155 @@
 """The layering written down in framework/__init__.py, checked on the import statements.
 
 Imports are compared by full dotted name, relative imports resolved (``from ._client
-import X`` in framework/sonic/_service.py is ``framework.sonic._client``), and those under
-``if TYPE_CHECKING:`` count too: a type-only import is still knowledge of the other module.
+import X`` in framework/sonic/_service.py is ``framework.sonic._client``), and those inside
+functions or under ``if TYPE_CHECKING:`` count too: a lazy or type-only import is still
+knowledge of the other module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+FRAMEWORK = ROOT / "framework"
+ROOT_IO = {"uproot", "awkward"}
+TRITON = {"tritonclient", "grpc"}
 
 
-def module_name(path: Path, root: Path = ROOT) -> str:
-    """``framework/sonic/_client.py`` -> ``framework.sonic._client`` (a package: its folder's name)."""
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
-    """Full dotted names that ``path`` imports.
-
-    ``from m import n`` gives ``m`` and ``m.n`` (``n`` may be a submodule), so a test can
-    ask whether a file reaches ``framework.sonic`` however it spells the import.
-    """
+def qualified_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module ``path`` imports, fully qualified (relative imports resolved from the
+    file's package; ``from .. import config`` in framework/io gives ``framework.config``)."""
+    package = list(path.relative_to(root).with_suffix("").parts[:-1])
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if node.module:
+                names.add(module)
+            else:  # from . import x: x is a module of the package
+                names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
-def reaches(names: set[str], prefixes: set[str]) -> set[str]:
-    """The names that are one of ``prefixes`` or inside one (``a.b`` is inside ``a``)."""
-    return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
+def imported_modules(path: Path) -> set[str]:
+    """Top-level packages ``path`` imports (``uproot``, ``trio``, ``framework``)."""
+    return {name.split(".")[0] for name in qualified_imports(path)}
 
 
-def python_files(*folders: str) -> list[Path]:
-    return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+def framework_imports(path: Path) -> set[str]:
+    """The framework modules ``path`` imports, below ``framework`` (``io``, ``_errors``,
+    ``io._writer``, ``sonic``); ``framework`` itself for its public names."""
+    found = set()
+    for name in qualified_imports(path):
+        if name == "framework" or name.startswith("framework."):
+            found.add(name.partition(".")[2] or "framework")
+    return found
 
 
-def test_imported_modules_resolves_relative_and_type_only_imports(tmp_path):
-    # The helper itself: a test that reads imports wrongly passes on anything.
+def test_qualified_imports_resolves_relative_lazy_and_type_only_imports(tmp_path):
+    # The reader itself: a layering test that reads imports wrongly passes on anything.
     package = tmp_path / "framework" / "sonic"
     package.mkdir(parents=True)
     source = package / "_x.py"
     source.write_text("from typing import TYPE_CHECKING\nfrom . import _a\nfrom ._b import c\n"
                       "from .. import _core\nimport framework.bench\n"
-                      "if TYPE_CHECKING:\n    from ._d import E\n")
-    names = imported_modules(source, tmp_path)
-    assert {"framework.sonic._a", "framework.sonic._b", "framework.sonic._b.c", "framework._core",
-            "framework.bench", "framework.sonic._d"} <= names
-    assert reaches(names, {"framework.sonic._b"}) == {"framework.sonic._b", "framework.sonic._b.c"}
-    assert not reaches(names, {"framework.sonic._"})  # a prefix of a name is not its package
-
-
-def test_config_language_is_pure_python():
-    for path in python_files("framework/config"):
-        bad = reaches(imported_modules(path), {"trio", "uproot", "awkward", "tritonclient", "numpy"})
-        assert not bad, f"{path.name} imports {bad}"
+                      "if TYPE_CHECKING:\n    from ._d import E\n"
+                      "def f():\n    from ._e import g\n")
+    assert qualified_imports(source, tmp_path) == {
+        "typing", "framework.sonic._a", "framework.sonic._b", "framework._core", "framework.bench",
+        "framework.sonic._d", "framework.sonic._e"}
 
 
 CORE = ["_module.py", "_event.py", "_bridge.py", "_worker.py", "_builder.py", "_scheduler.py",
         "_services.py", "_registry.py", "_source_base.py", "_errors.py"]
 
 
-@pytest.mark.parametrize("name", CORE)
-def test_core_knows_neither_root_nor_triton(name):
-    mods = imported_modules(ROOT / "framework" / name)
-    bad = reaches(mods, {"uproot", "awkward", "tritonclient", "grpc", "framework.sonic", "framework.bench",
-                         "framework._pool_source", "modules"})
-    assert not bad, f"framework/{name} imports {bad}"
+def test_config_language_is_pure_python():
+    for path in (FRAMEWORK / "config").glob("*.py"):
+        bad = imported_modules(path) & {"trio", "uproot", "awkward", "tritonclient", "numpy"}
+        assert not bad, f"{path.name} imports {bad}"
 
 
-# framework.bench measures SONIC against bare tritonclient clients and edits model configs:
-# these files may talk to Triton without framework.sonic.
-TRITON_OUTSIDE_SONIC = {
-    "framework/bench/_triton.py",  # the bare async_infer loop, edited model repositories
-    "framework/bench/_load.py",  # the GPU benchmarks' bare load generator (a process per client core)
-    "framework/bench/_exp_gpu.py",  # renamed/edited model variants, Triton's own counters
-}
-
-
-def test_only_sonic_talks_to_triton():
-    for path in python_files("framework"):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith("framework/sonic/") or relative in TRITON_OUTSIDE_SONIC:
-            continue
-        assert not reaches(imported_modules(path), {"tritonclient"}), f"{relative} imports tritonclient"
+def test_core_knows_neither_root_nor_triton():
+    for name in CORE:
+        path = FRAMEWORK / name
+        bad = imported_modules(path) & (ROOT_IO | TRITON | {"modules"})
+        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", "sonic", "bench")}
+        assert not bad, f"framework/{name} imports {bad}"
 
 
 def test_framework_never_imports_modules():
-    for path in python_files("framework"):
-        bad = reaches(imported_modules(path), {"modules"})
-        assert not bad, f"{path.relative_to(ROOT)} imports {bad}: framework must not depend on modules/"
+    for path in FRAMEWORK.rglob("*.py"):
+        assert "modules" not in imported_modules(path), f"{path.relative_to(ROOT)} imports modules/"
 
 
-# The Python-backend model loads the runner a model instance needs by name, inside a
-# function (torch only for a GPU instance); the runners use its tensor specs. Known and
-# lazy, so left out of the direction checks (test_torch_runner_is_loaded_lazily keeps it lazy).
+def test_io_is_built_on_the_core_only():
+    """framework.io: no Triton, no scheduler/builder/cmsrun, no sonic, no modules."""
+    allowed = {"_errors", "_event", "_source_base", "config", "io"}
+    files = list((FRAMEWORK / "io").glob("*.py"))
+    assert len(files) >= 5
+    for path in files:
+        assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"
+        outside = {m for m in framework_imports(path) if m != "io" and not m.startswith("io.")} - allowed
+        assert not outside, f"{path.relative_to(ROOT)} imports framework modules {outside}"
+
+
+def test_only_io_and_the_benchmarks_read_or_write_root_files():
+    """uproot is imported in framework/io (and by the benchmarks' bare-uproot baselines)."""
+    for package in ("framework", "modules"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).parts
+            if parts[:2] in (("framework", "io"), ("framework", "bench")):
+                continue
+            assert "uproot" not in imported_modules(path), f"{path.relative_to(ROOT)} imports uproot"
+
+
+def test_only_sonic_talks_to_triton():
+    """framework.bench may too: its baselines are bare tritonclient loops and Triton's own statistics."""
+    for path in FRAMEWORK.rglob("*.py"):
+        if {"sonic", "bench"} & set(path.relative_to(FRAMEWORK).parts):
+            continue
+        assert "tritonclient" not in imported_modules(path), f"{path} imports tritonclient"
+
+
+def test_sonic_knows_nothing_of_root_files():
+    for path in (FRAMEWORK / "sonic").glob("*.py"):
+        assert not imported_modules(path) & {"uproot"}, f"{path} imports uproot"
+        assert not {m for m in framework_imports(path) if m.split(".")[0] == "io"}, f"{path} imports framework.io"
+
+
+TORCH_RUNNER = FRAMEWORK / "sonic" / "torch_backend.py"
+
+
+def test_torch_is_not_a_runtime_dependency():
+    """Only the torch runner imports torch, and only the Python-backend model imports the
+    runner, inside the function that picks it (tests/test_models.py checks at run time)."""
+    for package in ("framework", "modules"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path != TORCH_RUNNER:
+                assert "torch" not in imported_modules(path), f"{path} imports torch"
+    for path in (ROOT / "framework").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+        assert ".torch_backend" not in {f".{m}" for m in top_level if m} and "torch_backend" not in top_level, \
+            f"{path} imports the torch runner at module level"
+
+
+# ----------------------------------------------------------------------------------------
+# Inside framework.sonic: one direction, written down in its __init__
+
+# The Python-backend model loads the runner a model instance needs, inside the function
+# that picks it (torch only for a GPU instance); the runners use its tensor specs. Known
+# and lazy (test_torch_is_not_a_runtime_dependency keeps the torch runner lazy), so left
+# out of the direction checks.
 LAZY_RUNNER_IMPORTS = {
     ("framework.sonic.python_backend", "framework.sonic.onnx_backend"),
     ("framework.sonic.python_backend", "framework.sonic.torch_backend"),
@@ -123,11 +159,14 @@ LAZY_RUNNER_IMPORTS = {
 def sonic_import_graph() -> dict[str, set[str]]:
     """framework.sonic's modules -> the modules of framework.sonic each imports (the lazy
     runner imports left out)."""
-    files = {module_name(path): path for path in python_files("framework/sonic")}
+    files = {}
+    for path in (FRAMEWORK / "sonic").glob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
     for name, path in files.items():
         targets = set()
-        for imported in imported_modules(path):
+        for imported in qualified_imports(path):
             inside = [m for m in files if imported == m or imported.startswith(m + ".")]
             if inside:
                 targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
@@ -144,8 +183,7 @@ def test_sonic_modules_import_each_other_in_one_direction():
         state[node] = "open"
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                cycle = path[path.index(target):] + [target] if target in path else [node, target]
-                pytest.fail("import cycle in framework.sonic: " + " -> ".join(cycle))
+                pytest.fail("import cycle in framework.sonic: " + " -> ".join(path[path.index(target):] + [target]))
             if target not in state:
                 visit(target, [*path, target])
         state[node] = "done"
@@ -172,45 +210,18 @@ def test_sonic_layers():
         assert "framework.sonic" not in targets or name == "framework.sonic", f"{name} imports the package"
 
 
-# The GPU runner inside the server's Python: the one file that may import torch.
-TORCH_RUNNER = "framework/sonic/torch_backend.py"
-
-
-def test_torch_is_not_a_runtime_dependency():
-    for path in python_files("framework", "modules"):
-        if path.relative_to(ROOT).as_posix() != TORCH_RUNNER:
-            assert not reaches(imported_modules(path), {"torch"}), f"{path} imports torch"
-
-
-def test_torch_runner_is_loaded_lazily():
-    """Nothing imports the torch runner when it is imported itself (only inside a function),
-    so the CPU path never loads torch."""
-    runner = "framework.sonic.torch_backend"
-    for path in python_files("framework", "modules"):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        lazy = {id(n) for f in functions for n in ast.walk(f)}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in lazy:
-                names = {a.name for a in node.names} | {getattr(node, "module", None) or ""}
-                text = ast.unparse(node)
-                assert "torch_backend" not in text and not reaches(names, {runner}), f"{path}: {text}"
-
-
 def test_sonic_file_map_is_complete_and_in_import_order():
     """framework/sonic/__init__.py lists its files in the direction of their imports: each
     imports only files listed before it. Keeps the written file map true."""
-    import re
-
-    doc = ast.get_docstring(ast.parse((ROOT / "framework" / "sonic" / "__init__.py").read_text())) or ""
+    doc = ast.get_docstring(ast.parse((FRAMEWORK / "sonic" / "__init__.py").read_text())) or ""
     bullets: list[str] = []
     for line in doc.splitlines():
         if line.startswith("* "):
             bullets.append(line)
         elif line.startswith("  ") and bullets:
             bullets[-1] += line
-    order = [f"framework.sonic.{name}" for line in bullets for name in re.findall(r"``(_?[a-z_]+)``:?", line)
-             if (ROOT / "framework" / "sonic" / f"{name}.py").is_file()]
+    order = [f"framework.sonic.{name}" for line in bullets for name in re.findall(r"``(_?[a-z_]+)``", line)
+             if (FRAMEWORK / "sonic" / f"{name}.py").is_file()]
     graph = sonic_import_graph()
     files = set(graph) - {"framework.sonic"}
     assert set(order) == files, f"not in the file map of framework/sonic/__init__.py: {files - set(order)}"

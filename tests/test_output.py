@@ -20,7 +20,7 @@ import uproot
 import framework.config as cms
 from framework import ConfigurationError, FileOpenError, ProductDescription, ProductRegistry
 from framework._event import Event, EventID, EventPrincipal
-from framework._pool_source import PoolSource
+from framework.io import PoolSource
 from modules.histograms import HistogramAnalyzer
 from modules.output import NanoAODOutputModule
 

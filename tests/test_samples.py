@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import framework.samples as samples
+import framework.io.samples as samples
 from framework import FileOpenError
 
 SHARED = samples.REPO_ROOT.parent / "shared" / "data"

@@ -145,7 +145,10 @@ def _listening_sockets(pid: int) -> set[tuple[str, int]]:
     """(address, port) of the TCP sockets in LISTEN state owned by ``pid``, from /proc."""
     inodes = set()
     for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue  # closed since the listing (the server opens files now and then)
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     listening = set()
@@ -366,6 +369,63 @@ def test_cmstriton_round_trip(doubler_repository, tmp_path, capsys):
 
     assert cmstriton(["check", *args]) == 1
     assert "no server was started" in capsys.readouterr().err
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL ``pid``, as the out-of-memory killer would, and wait until it is dead."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid_is_tritonserver(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_killed_cmstriton_server_leaves_nothing_behind(doubler_repository, tmp_path, capsys, left_behind):
+    """A killed server's stubs outlive it (see _processes): check names them, stop removes
+    them, and so does a start after another kill; the listings of processes and /dev/shm
+    show nothing of any of these servers afterwards."""
+    args = ["--dir", str(tmp_path / "state")]
+    start = ["start", "--repository", str(doubler_repository), "--instances", "2", *args]
+
+    def start_and_kill() -> str:
+        assert cmstriton(start) == 0
+        state = json.loads((tmp_path / "state" / "state.json").read_text())
+        _started_pids.append(state["pid"])
+        processes, regions = left_behind(state["region_prefix"])
+        assert len(processes) == 3 and len(regions) == 2  # the server and a stub per instance, a region each
+        _kill(state["pid"])
+        stubs, _ = left_behind(state["region_prefix"])
+        assert len(stubs) == 2 and all("triton_python_backend_stub" in p for p in stubs)
+        capsys.readouterr()
+        return state["region_prefix"]
+
+    prefix = start_and_kill()
+    assert cmstriton(["check", *args]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "is not running" in err and "it left 2 Python-backend stub processes" in err
+    assert all(name in err for name in left_behind(prefix)[1])
+    assert cmstriton(["stop", *args]) == 0
+    assert "was not running; removed 2 Python-backend stub processes" in capsys.readouterr().out
+    assert left_behind(prefix) == ([], [])
+
+    prefix = start_and_kill()
+    assert cmstriton(start) == 0  # after removing what the dead one left
+    assert "removed 2 Python-backend stub processes" in capsys.readouterr().out
+    assert left_behind(prefix) == ([], [])
+    running = json.loads((tmp_path / "state" / "state.json").read_text())
+    _started_pids.append(running["pid"])
+    assert cmstriton(["stop", *args]) == 0
+    assert left_behind(running["region_prefix"]) == ([], [])
+
+
+def test_region_prefix_carries_the_tag(empty_repository, monkeypatch):
+    monkeypatch.setenv("PYSONIC_SHM_TAG", "job42.a_b")
+    prefix = LocalTritonServer(empty_repository).region_prefix
+    assert prefix.startswith("triton_python_backend_shm_region_pysonic-job42.a_b-")
+    assert prefix != LocalTritonServer(empty_repository).region_prefix  # one per server
+    monkeypatch.setenv("PYSONIC_SHM_TAG", "a,b=c")
+    with pytest.raises(ConfigurationError, match=r"PYSONIC_SHM_TAG='a,b=c': use 1 to 32 letters"):
+        LocalTritonServer(empty_repository)
 
 
 def test_cmstriton_start_failure_prints_log_tail(tmp_path, capsys):

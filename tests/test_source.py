@@ -17,7 +17,8 @@ import trio.testing
 import uproot
 
 from framework import FileOpenError, FileReadError
-from framework._pool_source import PoolSource, _check_interpretable
+from framework.io import PoolSource
+from framework.io._layout import check_interpretable
 from framework.samples import locate_sample
 
 
@@ -316,7 +317,7 @@ def test_uninterpretable_branch_is_a_read_error():
     unknown = uproot.interpretation.identify.UnknownInterpretation("no streamer", "f.root", "Events/weird")
     tree = {"weird": types.SimpleNamespace(interpretation=unknown, typename="TWeird")}
     with pytest.raises(FileReadError, match=r"branch 'weird' of input file 'f.root'.*TWeird"):
-        _check_interpretable(tree, ["weird"], "f.root")
+        check_interpretable(tree, ["weird"], "f.root")
 
 
 async def test_a_file_listed_several_times_is_opened_once(tmp_path):

@@ -6,8 +6,8 @@
 * :func:`write_edited_repository`: a model repository whose ``config.pbtxt`` files are
   edited (dynamic batching on/off, queue delays) through Triton's own protobuf.
 
-The one file of ``framework`` outside ``framework.sonic`` that imports tritonclient
-(``tests/test_layering.py`` names it).
+framework.bench may import tritonclient for such baselines (``tests/test_layering.py``);
+everything else reaches Triton through ``framework.sonic``.
 """
 
 from __future__ import annotations

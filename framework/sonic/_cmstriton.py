@@ -10,9 +10,16 @@ server running; its process id and addresses are kept in a state folder::
     cmstriton stop  [--dir D] [--timeout S]
 
 State folder (``--dir``, default ``$PYSONIC_CMSTRITON_DIR`` or ``~/.cache/pysonic/cmstriton``):
-``tritonserver.pid``, ``state.json`` (pid, ports, addresses, repository, log path,
-models), ``tritonserver.log`` and ``work/`` (the repository copy for ``--instances``).
+``tritonserver.pid``, ``state.json`` (pid, its start time, ports, addresses, repository,
+log path, models, the server's /dev/shm region prefix), ``tritonserver.log`` and ``work/``
+(the repository copy for ``--instances``).
 Exit status: 0 on success, 1 on failure (the reason is printed on stderr).
+
+A server that died (killed by the out-of-memory killer, say) leaves its Python-backend
+stub processes and their /dev/shm regions behind (see ``_processes``). ``check`` reports
+them and fails; ``stop`` removes them; ``start`` removes those of the dead server first.
+They are found by the region prefix kept in the state, so those of other servers are
+never touched.
 """
 
 from __future__ import annotations
@@ -29,10 +36,14 @@ from collections.abc import Sequence
 from framework._errors import FrameworkError
 from framework.sonic._server import (
     LocalTritonServer,
+    ServerRemains,
     default_cache_dir,
     default_model_repository,
+    end_server_remains,
     pid_is_tritonserver,
+    process_start_time,
     query_ready_models,
+    server_remains,
     terminate_server,
 )
 
@@ -71,6 +82,23 @@ def _clear_state(state_dir: pathlib.Path) -> None:
     shutil.rmtree(state_dir / WORK_DIR, ignore_errors=True)
 
 
+def _is_running(state: dict) -> bool:
+    """The server of ``state`` is alive (its pid, started when the state says: pids are reused)."""
+    return pid_is_tritonserver(state["pid"], state.get("start_time"))
+
+
+def _attribution(state: dict) -> tuple[str | None, int | None]:
+    """(region prefix, process group) that find the server's stubs and regions: the prefix;
+    the group (its pid) only for a state written before servers had a prefix."""
+    prefix = state.get("region_prefix")
+    return prefix, None if prefix else state["pid"]
+
+
+def _end_remains(state: dict) -> ServerRemains:
+    """SIGKILL the stubs of the dead server of ``state``, remove its /dev/shm regions."""
+    return end_server_remains(*_attribution(state))
+
+
 def _fail(message: str) -> int:
     print(f"cmstriton: {message}", file=sys.stderr)
     return 1
@@ -79,11 +107,13 @@ def _fail(message: str) -> int:
 def _start(args: argparse.Namespace) -> int:
     state_dir: pathlib.Path = args.dir
     state = _read_state(state_dir)
-    if state is not None and pid_is_tritonserver(state["pid"]):
+    if state is not None and _is_running(state):
         return _fail(
             f"a server is already running from {state_dir} (pid {state['pid']}, "
             f"gRPC {state.get('grpc_address')}): run 'cmstriton stop' first"
         )
+    if state is not None and (remains := _end_remains(state)):
+        print(f"removed {remains} left by the dead server pid {state['pid']}")
     _clear_state(state_dir)  # stale files of a server that died
     state_dir.mkdir(parents=True, exist_ok=True)
     server = LocalTritonServer(
@@ -105,6 +135,7 @@ def _start(args: argparse.Namespace) -> int:
         return _fail(str(err))
     state = {
         "pid": server.pid,
+        "start_time": process_start_time(server.pid),  # clock ticks after boot
         "ports": server.ports,
         "grpc_address": server.grpc_address,
         "http_address": server.http_address,
@@ -115,6 +146,7 @@ def _start(args: argparse.Namespace) -> int:
         "device": server.device,
         "log_path": str(server.log_path),
         "models": models,
+        "region_prefix": server.region_prefix,
     }
     _write_atomic(state_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
     _write_atomic(state_dir / PID_FILE, f"{server.pid}\n")
@@ -130,9 +162,13 @@ def _check(args: argparse.Namespace) -> int:
     state = _read_state(args.dir)
     if state is None:
         return _fail(f"no server was started from {args.dir}")
-    if not pid_is_tritonserver(state["pid"]):
+    if not _is_running(state):
         log = state.get("log_path")
-        return _fail(f"server pid {state['pid']} from {args.dir} is not running (see its log {log})")
+        dead = f"server pid {state['pid']} from {args.dir} is not running (see its log {log})"
+        remains = server_remains(*_attribution(state))
+        if remains:
+            return _fail(f"{dead}; it left {remains}: run 'cmstriton stop' to remove them")
+        return _fail(dead)
     models = query_ready_models(state["grpc_address"])
     if models is None:
         return _fail(f"server pid {state['pid']} at {state['grpc_address']} is running but not ready")
@@ -149,14 +185,16 @@ def _stop(args: argparse.Namespace) -> int:
         _clear_state(args.dir)
         return 0
     pid = state["pid"]
-    if not pid_is_tritonserver(pid):
+    if not _is_running(state):
         # dead, or its pid now belongs to another program: never signal that one
-        print(f"server pid {pid} was not running; removed its state from {args.dir}")
+        remains = _end_remains(state)
         _clear_state(args.dir)
+        left = f"removed {remains} it left, and its state" if remains else "removed its state"
+        print(f"server pid {pid} was not running; {left} from {args.dir}")
         return 0
-    terminate_server(pid, timeout=args.timeout)
+    remains = terminate_server(pid, timeout=args.timeout, region_prefix=state.get("region_prefix"))
     _clear_state(args.dir)
-    print(f"stopped tritonserver pid {pid}")
+    print(f"stopped tritonserver pid {pid}" + (f"; removed {remains} it left" if remains else ""))
     return 0
 
 
@@ -182,10 +220,11 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("-v", "--verbose", action="store_true", help="verbose server log")
     start.set_defaults(func=_start)
 
-    check = commands.add_parser("check", parents=[common], help="exit 0 if the server is ready")
+    check = commands.add_parser("check", parents=[common],
+                                help="exit 0 if the server is ready; report what a dead one left")
     check.set_defaults(func=_check)
 
-    stop = commands.add_parser("stop", parents=[common], help="stop the server")
+    stop = commands.add_parser("stop", parents=[common], help="stop the server; remove what a dead one left")
     stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
     stop.set_defaults(func=_stop)
     return parser

@@ -51,21 +51,34 @@ from ._installation import (
     visible_gpus,
     write_repository_copy,
 )
-from ._processes import _spawn, pid_is_tritonserver, terminate_server
+from ._processes import (
+    ServerRemains,
+    _spawn,
+    end_server_remains,
+    new_region_prefix,
+    pid_is_tritonserver,
+    process_start_time,
+    server_remains,
+    terminate_server,
+)
 
 __all__ = [
     "GrpcSsl",
     "LocalTritonServer",
+    "ServerRemains",
     "TritonInstallation",
     "TritonServerError",
     "default_cache_dir",
     "default_model_repository",
+    "end_server_remains",
     "find_tritonserver",
     "model_repository_models",
     "pid_is_tritonserver",
     "prepare_backend_directory",
+    "process_start_time",
     "query_ready_models",
     "server_environment",
+    "server_remains",
     "terminate_server",
     "resolve_device",
 ]
@@ -255,10 +268,17 @@ class LocalTritonServer:
             the plain HTTP endpoint (127.0.0.1 only), which needs no client certificate;
             ``ready_models()`` (plain gRPC) sees no model.
 
+    Attributes:
+        region_prefix: the names of this server's Python-backend regions in ``/dev/shm``
+            start with it (:func:`new_region_prefix`); so do the command lines of its stubs.
+
+    The server runs in a session (and process group) of its own. ``stop()`` ends it with
+    everything it started, also when it was killed: its stubs and its /dev/shm regions.
+
     Raises:
         ConfigurationError: unknown ``device``, ``device="gpu"`` without a visible GPU,
-            negative ``instances``, missing repository folder, or a model of ``models``
-            absent from it.
+            negative ``instances``, missing repository folder, a model of ``models``
+            absent from it, or a bad ``$PYSONIC_SHM_TAG``.
     """
 
     def __init__(
@@ -295,6 +315,7 @@ class LocalTritonServer:
         self.verbose = verbose
         self.die_with_parent = die_with_parent
         self.grpc_ssl = grpc_ssl
+        self.region_prefix = new_region_prefix()
         self._requested_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
         self._ports: dict[str, int] | None = None
         self._user_log = pathlib.Path(log_path).absolute() if log_path is not None else None
@@ -437,6 +458,7 @@ class LocalTritonServer:
             str(installation.binary),
             f"--model-repository={self.served_repository}",
             f"--backend-directory={backend_dir}",
+            f"--backend-config=python,shm-region-prefix-name={self.region_prefix}",
         ]
         for kind, port in self._ports.items():
             args += [f"--{kind}-address={LOCALHOST}", f"--{kind}-port={port}"]
@@ -539,6 +561,8 @@ class LocalTritonServer:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the server, SIGKILL it after ``timeout`` seconds; remove temporary folders.
 
+        Whatever the server left (it may have been killed): its Python-backend stubs get
+        SIGKILL and its /dev/shm regions are removed (:func:`end_server_remains`).
         Idempotent; a no-op after ``detach()``.
         """
         with self._lock:
@@ -547,7 +571,10 @@ class LocalTritonServer:
     def _shutdown(self, timeout: float, *, keep_log: bool) -> None:
         process, self._process = self._process, None
         if process is not None:
-            terminate_server(process.pid, timeout)
+            if process.poll() is None:  # not reaped: its pid is still the server's
+                terminate_server(process.pid, timeout, region_prefix=self.region_prefix)
+            else:  # reaped (its pid may be another process's now): only what its prefix names
+                end_server_remains(self.region_prefix)
             process.wait()
         _owned_servers.discard(self)
         for path in self._created:
@@ -571,7 +598,8 @@ class LocalTritonServer:
     def detach(self) -> int:
         """Give up the running server: it outlives this object and this Python process.
 
-        Only for ``die_with_parent=False``. Stop it later with ``terminate_server(pid)``.
+        Only for ``die_with_parent=False``. Stop it later with
+        ``terminate_server(pid, region_prefix=server.region_prefix)``.
 
         Returns:
             The server's process id.

@@ -1,0 +1,152 @@
+"""Chunk-wide collections built from one read of a tree, and per-event views into them.
+
+A chunk is entries [start, stop) of one file, read with one ``tree.arrays`` call and turned
+into collections without copying: modules see each event as a lazy view into its chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import awkward as ak
+import numpy as np
+
+from .._errors import FileReadError
+from ._layout import Collection
+
+__all__ = ["Chunk", "EventView", "JaggedChunk", "SingletonChunk", "build_collections", "common_entry_offsets"]
+
+
+@dataclass
+class Chunk:
+    """Entries [start, stop) of one file, read and turned into collections."""
+
+    file_name: str
+    start: int
+    collections: dict[str, Any]
+    ids: list[tuple[int, int, int]]  # per entry of the range
+    kept: list[int] = field(default_factory=list)  # offsets in the range to deliver
+
+
+class EventView(Mapping):
+    """The source collections of one event: lazy per-event views into a chunk."""
+
+    __slots__ = ("_collections", "_i")
+
+    def __init__(self, collections: dict[str, Any], i: int) -> None:
+        self._collections = collections
+        self._i = i
+
+    def __getitem__(self, name: str) -> Any:
+        return self._collections[name][self._i]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._collections
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._collections)
+
+    def __len__(self) -> int:
+        return len(self._collections)
+
+
+class JaggedChunk:
+    """A jagged collection over a chunk: ``chunk[i]`` is entry i's objects (a view).
+
+    Built without copying: one record array over the fields' contents (``records``) and
+    the offsets from the counter branch (``offsets``, int64, shape (n_entries + 1,)).
+    Slicing the layout directly is ~3x faster than indexing a jagged ``ak.Array``.
+    """
+
+    __slots__ = ("records", "offsets")
+
+    def __init__(self, records: ak.contents.RecordArray, offsets: np.ndarray) -> None:
+        self.records = records
+        self.offsets = offsets
+
+    def __getitem__(self, i: int) -> ak.Array:
+        return ak.Array(self.records[self.offsets[i]:self.offsets[i + 1]])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def to_array(self) -> ak.Array:
+        """The whole chunk as one jagged ``ak.Array`` (no copy)."""
+        return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(self.offsets), self.records))
+
+
+class SingletonChunk:
+    """A collection with one object per entry: ``chunk[i]`` is an ``ak.Record`` (a view)."""
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: ak.contents.RecordArray) -> None:
+        self.records = records
+
+    def __getitem__(self, i: int) -> ak.Record:
+        return ak.Record(ak.record.Record(self.records, i))
+
+    def __len__(self) -> int:
+        return self.records.length
+
+
+def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, Any],
+                  file_name: str, where: str) -> JaggedChunk:
+    counts = np.asarray(arrays[coll.counter]).astype(np.int64, copy=False)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    contents = []
+    for f in fields:
+        layout = arrays[f"{coll.name}_{f}"].layout.to_ListOffsetArray64(True)
+        if not np.array_equal(np.asarray(layout.offsets), offsets):
+            raise FileReadError(
+                f"branch '{coll.name}_{f}' of input file '{file_name}' {where} has per-entry "
+                f"lengths different from its counter '{coll.counter}'"
+            )
+        contents.append(layout.content)
+    # Zero-copy: the record array shares the fields' contents; one offsets array for all.
+    records = ak.contents.RecordArray(contents, list(fields), length=int(offsets[-1]))
+    return JaggedChunk(records, offsets)
+
+
+def build_collections(
+    layout: dict[str, Collection], request: dict[str, tuple[str, ...] | None],
+    arrays: dict[str, Any], n: int, file_name: str, where: str,
+) -> dict[str, Any]:
+    """Chunk-wide collections from ``tree.arrays(how=dict)``; ``result[name][i]`` is entry i's view.
+
+    Plain flat branches become 1-D NumPy arrays (``[i]`` is a NumPy scalar), plain jagged
+    ones stay ``ak.Array``; collections become :class:`JaggedChunk` / :class:`SingletonChunk`.
+    """
+    result: dict[str, Any] = {}
+    for name, fields in request.items():
+        coll = layout[name]
+        chosen = coll.fields if fields is None else fields
+        if coll.kind == "plain":
+            arr = arrays[name]
+            is_flat = isinstance(arr.layout, ak.contents.NumpyArray) and arr.ndim == 1
+            result[name] = np.asarray(arr) if is_flat else arr
+        elif coll.kind == "jagged":
+            result[name] = _build_jagged(coll, chosen, arrays, file_name, where)
+        else:
+            contents = [arrays[f"{name}_{f}"].layout for f in chosen]
+            result[name] = SingletonChunk(ak.contents.RecordArray(contents, list(chosen), length=n))
+    return result
+
+
+def common_entry_offsets(tree: Any, branches: list[str]) -> list[int]:
+    """Entry numbers where every branch of ``branches`` starts a basket (cluster bounds).
+
+    uproot's ``tree.common_entry_offsets(filter_name=...)`` gives the same, but matches the
+    names against every branch of the tree: ~65 ms per call on a 2,000-branch NanoAOD tree.
+    """
+    common: set[int] | None = None
+    for name in branches:
+        branch = tree[name]
+        if branch.num_baskets:
+            own = {int(x) for x in branch.entry_offsets}
+            common = own if common is None else common & own
+    return [0] if common is None else sorted(common)
+

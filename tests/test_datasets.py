@@ -1,0 +1,215 @@
+"""Datasets end to end on the real NanoAOD samples: ``cmsrun --dataset``, per-dataset
+outputs, and unit parts merged into the same output as one full run.
+
+The fileset is ``configs/datasets/nano_fileset.yaml`` with each file located through
+``framework.samples`` (the example's relative paths assume the samples beside the
+repository); ``nano_dy.root`` is in two datasets. The config is ``configs/dataset_cfg.py``
+(CPU only: HT, a filter, histograms, a slim NanoAOD output). Outputs are compared event
+by event: ids (run, luminosityBlock, event) and every product branch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+import yaml
+
+import framework.config as cms
+from framework import FileOpenError, FileReadError
+from framework._cmsrun import main as cmsrun_main
+from framework._datasets import plan_datasets, run_unit
+from framework.io import (WorkUnit, dataset_output_path, merge_parts, merge_unit_parts, part_path, parts_folder,
+                          preprocess_file, split_units)
+from framework.samples import locate_sample
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "dataset_cfg.py"
+EXAMPLE = ROOT / "configs" / "datasets" / "nano_fileset.yaml"
+ID = ["run", "luminosityBlock", "event"]
+
+
+@pytest.fixture
+def fileset(tmp_path):
+    """The example fileset, its paths replaced by the located samples (as relative paths)."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    folder = tmp_path / "filesets"
+    folder.mkdir()
+    samples = folder / "samples"
+    samples.mkdir()
+
+    def local(path):
+        name = Path(path.split(":")[0]).name
+        try:
+            target = locate_sample(name, fetch=False)
+        except FileOpenError as exc:
+            pytest.skip(f"no local {name} ({exc})")
+        link = samples / name
+        if not link.exists():
+            link.symlink_to(target)
+        return f"samples/{name}" + (path[path.index(".root:") + 5:] if ".root:" in path else "")
+
+    for value in data.values():
+        files = value if isinstance(value, list) else value["files"]
+        if isinstance(files, dict):
+            value["files"] = {local(k): v for k, v in files.items()}
+        else:
+            files[:] = [local(f) for f in files]
+    path = folder / "nano.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def read_tree(path):
+    with uproot.open(path) as f:
+        return f["Events"].arrays(library="ak")
+
+
+def by_id(arrays):
+    order = np.lexsort([np.asarray(arrays[b]) for b in reversed(ID)])
+    return arrays[order]
+
+
+def assert_same_events(a, b):
+    assert a.fields == b.fields
+    assert ak.to_list(a) == ak.to_list(b)
+
+
+def hists_of(path):
+    with uproot.open(path) as f:
+        return {k: (f[k].values(flow=True).tolist(), f[k].member("fTitle")) for k in f.keys(cycle=False)}
+
+
+def test_cmsrun_dataset_writes_one_output_per_dataset(fileset, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "run"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cmsrun_main([str(CONFIG), "--dataset", str(fileset), "--chunk-size", "15", "--no-progress",
+                        "--summary-json", "summary.json"]) == 0
+    err = capsys.readouterr().err
+    assert "dataset 'DYJets': 1 file(s), 40 events in 3 unit(s)" in err
+    assert "dataset 'TTbar': 2 file(s), 400 events" in err and "dataset 'DoubleMuon': 2 file(s), 80 events" in err
+    expected = {"DYJets": ["nano_dy.root"], "TTbar": ["nano_tt_v12.root", "nano_tt_v15.root"],
+                "DoubleMuon": ["nano_dimuon.root", "nano_dy.root"]}
+    for dataset, names in expected.items():
+        out = read_tree(work / f"dataset_{dataset}.root")
+        # The same events as the config run by hand over the dataset's files.
+        files = ",".join(str(locate_sample(n)) for n in names)
+        single = tmp_path / f"single_{dataset}"
+        single.mkdir()
+        monkeypatch.chdir(single)
+        assert cmsrun_main([str(CONFIG), f"inputFiles={files}", "--no-progress"]) == 0
+        monkeypatch.chdir(work)
+        assert_same_events(by_id(out), by_id(read_tree(single / "dataset.root")))
+        assert hists_of(work / f"dataset_hists_{dataset}.root") == hists_of(single / "dataset_hists.root")
+        assert json.loads((work / f"summary_{dataset}.json").read_text())["events"] == len(out)
+    # The preprocessing is cached next to the output; a second run reads no file for it.
+    cache = work / "nano.preprocessed.json"
+    assert len(json.loads(cache.read_text())["files"]) == 4  # nano_dy.root once
+    assert not list(work.glob("*.tmp-*"))
+
+
+def test_parts_merged_equal_one_full_run(fileset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    process = cms.load_config(str(CONFIG), ["streams=1"])  # one stream: rows in input order
+    plan = dict((d.name, units) for d, units in plan_datasets(process, fileset, 60))
+    units = plan["TTbar"]
+    assert len(units) > 4 and {u.file for u in units} == {str(fileset.parent / "samples" / n)
+                                                            for n in ("nano_tt_v12.root", "nano_tt_v15.root")}
+    results = [run_unit(process, u) for u in units]
+    for r in results:
+        out = dataset_output_path("dataset.root", "TTbar")
+        assert set(r.parts) == {part_path(out, r.unit), part_path(dataset_output_path("dataset_hists.root", "TTbar"), r.unit)}
+        assert all(p.exists() for p in r.parts)
+    assert not list(tmp_path.rglob("*.tmp-*"))
+    reports = merge_unit_parts([r.parts for r in results], remove_parts=False)
+    reports = {r.target: r for r in reports}
+    assert set(reports) == {Path("dataset_TTbar.root"), Path("dataset_hists_TTbar.root")}
+    assert reports[Path("dataset_TTbar.root")].entries == {"Events": 400}
+    assert reports[Path("dataset_hists_TTbar.root")].histograms == ("jet_pt", "ht")
+
+    # The same config over the whole dataset in one job.
+    full = tmp_path / "full"
+    full.mkdir()
+    monkeypatch.chdir(full)
+    files = ",".join(str(locate_sample(n)) for n in ("nano_tt_v12.root", "nano_tt_v15.root"))
+    assert cmsrun_main([str(CONFIG), f"inputFiles={files}", "streams=1", "--no-progress"]) == 0
+    monkeypatch.chdir(tmp_path)
+    merged, single = read_tree("dataset_TTbar.root"), read_tree(full / "dataset.root")
+    assert len(merged) == 400 and set(merged.fields) >= {"nJet", "Jet_pt", "Jet_eta", "jetHT", *ID}
+    assert_same_events(merged, single)  # row by row, in input order
+    with uproot.open("dataset_TTbar.root") as a, uproot.open(full / "dataset.root") as b:
+        assert {k: v.typename for k, v in a["Events"].items()} == {k: v.typename for k, v in b["Events"].items()}
+    assert hists_of("dataset_hists_TTbar.root") == hists_of(full / "dataset_hists.root")
+
+    # Merging again removes the parts and their folders.
+    merge_unit_parts([r.parts for r in results])
+    assert not parts_folder("dataset_TTbar.root").exists() and not parts_folder("dataset_hists_TTbar.root").exists()
+    assert_same_events(read_tree("dataset_TTbar.root"), single)
+
+
+def test_a_unit_of_a_corrupt_file_names_file_and_range(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.root"
+    data = locate_sample("nano_dy.root").read_bytes()
+    bad.write_bytes(data[: len(data) // 3])
+    process = cms.load_config(str(CONFIG), [])
+    with pytest.raises(FileOpenError) as info:
+        run_unit(process, WorkUnit("DY", str(bad), "Events", 0, 40))
+    message = str(info.value)
+    assert f"input file '{bad}' is truncated" in message and "entries [0, 40) of tree 'Events'" in message
+    assert "\n" not in message
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p != bad]  # no part, no temporary file
+
+
+def test_merge_errors_and_empty_parts(tmp_path):
+    src = str(locate_sample("nano_dy.root"))
+    units = split_units("DY", preprocess_file(src, "Events"), 10)
+    a, b = (tmp_path / "x.root.parts" / f"{u.part_name}.root" for u in units[:2])
+    a.parent.mkdir()
+    first = {"run": np.ones(3, np.uint32), "Jet": ak.Array([[{"pt": 1.0}], [], [{"pt": 2.0}]])}
+    with uproot.recreate(a) as f:
+        f.mktree("Events", {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in first.items()})
+        f["Events"].extend(first)
+    with uproot.recreate(b) as f:
+        f.mktree("Events", {"run": np.uint32})  # an empty part knows fewer branches: fine
+    report = merge_parts([a, b], tmp_path / "x.root", remove_parts=False)
+    assert report.entries == {"Events": 3}
+    assert ak.to_list(read_tree(tmp_path / "x.root").Jet_pt) == [[1.0], [], [2.0]]
+    with uproot.recreate(b) as f:
+        f.mktree("Events", {"run": np.uint32}).extend({"run": np.ones(2, np.uint32)})
+    with pytest.raises(FileReadError, match=rf"tree 'Events' of part '{b}' has other branches than in part '{a}'"):
+        merge_parts([a, b], tmp_path / "y.root")
+    with uproot.recreate(b) as f:
+        f.mktree("other", {"x": np.float64})
+    with pytest.raises(FileReadError, match=rf"part '{b}' holds 'other' \(TTree\), but part '{a}' holds 'Events'"):
+        merge_parts([a, b], tmp_path / "y.root")
+    with pytest.raises(ValueError, match="no parts to merge"):
+        merge_parts([], tmp_path / "y.root")
+    assert not (tmp_path / "y.root").exists() and a.exists() and b.exists()
+
+
+def test_dataset_usage_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(CONFIG), "--chunk-size", "5"]) == 2
+    assert "--chunk-size needs --dataset" in capsys.readouterr().err
+    config = tmp_path / "empty_cfg.py"
+    config.write_text("import framework.config as cms\nprocess = cms.Process('X')\n"
+                      "process.source = cms.Source('EmptySource')\nprocess.maxEvents.input = 3\n")
+    fs = tmp_path / "fs.json"
+    fs.write_text('{"A": ["x.root"]}')
+    assert cmsrun_main([str(config), "--dataset", str(fs)]) == 1
+    assert "--dataset needs process.source = cms.Source('PoolSource', ...); the config has source type 'EmptySource'" in \
+        capsys.readouterr().err
+
+
+def test_units_and_file_facts_are_picklable():
+    import pickle
+
+    info = preprocess_file(str(locate_sample("nano_dy.root")), "Events")
+    [unit] = split_units("DY", info, 100)
+    assert pickle.loads(pickle.dumps(info)) == info and pickle.loads(pickle.dumps(unit)).id == unit.id
