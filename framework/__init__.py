@@ -16,14 +16,19 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   CMS samples (``framework.samples`` re-exports them). Built on the core's source protocol and errors only; knows nothing
   of Triton, the scheduler or the modules.
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
-  SONIC module bases. Built on the core's ExternalWork; knows nothing of ROOT files.
+  SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
+  core's ExternalWork; knows nothing of ROOT files. Its own file map and import
+  direction: its ``__init__``.
 * ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
   ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
   end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
-  it drives configs like a user, and reaches Triton only through ``modules``/``sonic``.
+  it drives configs like a user (``configs/bench``, which name ``modules`` types), and
+  reaches Triton through ``framework.sonic``, except for its bare tritonclient baselines
+  (``_triton.py``, ``_load.py``) and Triton's own statistics.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
-  built on the names exported here, ``framework.io`` (files) and ``framework.sonic``.
+  modules only, built on the names exported here, ``framework.io`` (files) and
+  ``framework.sonic``. ``framework`` never imports ``modules``.
 
 Module authors need only the names exported here.
 """

@@ -104,10 +104,11 @@ class WaitingTaskHolder:
     CMSSW's ``edm::WaitingTaskWithArenaHolder``: the module starts non-blocking work and
     tells the framework when it is done, from any thread, with :meth:`done_waiting`. The
     value given there is passed to the module's ``produce(event, result)``. Work that is
-    itself trio-native (or a blocking call to run on a worker thread) can be handed to the
-    framework with :meth:`start_soon` instead; its return value becomes the result.
+    itself trio-native (or a blocking call to run on a worker thread) is handed to the
+    framework with :meth:`run_async` instead: the event's own task awaits it in place of
+    the ``done_waiting`` signal, and its return value becomes the result.
 
-    Exactly one of ``done_waiting`` or ``start_soon`` must be used per acquire.
+    Exactly one of ``done_waiting`` or ``run_async`` must be used per acquire.
     """
 
     def __init__(self) -> None:
@@ -129,12 +130,15 @@ class WaitingTaskHolder:
         else:
             self._future.set_result(result)
 
-    def start_soon(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``await async_fn(*args)`` as this event's external work; its return is the result.
+    def run_async(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Make ``await async_fn(*args)`` this event's external work; its return is the result.
 
-        Must be called on the trio thread, from ``acquire``.
+        Nothing starts here (unlike trio's ``nursery.start_soon``, no task is spawned): the
+        function is stored, and the event's own task awaits it once ``acquire`` has
+        returned, where it would otherwise wait for ``done_waiting``. Cancelling the event
+        cancels it there. Call it from ``acquire``.
         """
-        self._claim("start_soon")
+        self._claim("run_async")
         self._async_fn = lambda: async_fn(*args)
 
     def on_cancel(self, fn: Callable[[], object]) -> None:
@@ -148,7 +152,7 @@ class WaitingTaskHolder:
 
     @property
     def used(self) -> bool:
-        """True once ``done_waiting`` or ``start_soon`` was called."""
+        """True once ``done_waiting`` or ``run_async`` was called."""
         return self._used
 
     async def wait(self) -> Any:

@@ -181,7 +181,7 @@ class ExternalWork:
 
     Implement ``acquire(event, holder)``: synchronous, prepares inputs, starts the work
     and returns at once. Finish the work with ``holder.done_waiting(result)`` from any
-    thread, or hand an async function to ``holder.start_soon`` (see
+    thread, or hand an async function to ``holder.run_async`` (see
     :class:`~framework.WaitingTaskHolder`). Then ``produce(event, result)`` (or
     ``filter(event, result)``) runs on a stream with the result. Other events are served
     during the wait.

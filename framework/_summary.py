@@ -17,6 +17,7 @@ from array import array
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ._builder import Job, PathSpec
 from ._scheduler import JobReport
@@ -109,32 +110,34 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
 
 def _trig_tables(summary: dict[str, Any]) -> list[Table]:
     tables = []
-    paths = Table(title="TrigReport ---------- Path / EndPath Summary ------------", title_justify="left")
+    paths = Table(title=Text("TrigReport ---------- Path / EndPath Summary ------------"), title_justify="left")
     for col in ("Trig Bit#", "Executed", "Passed", "Failed", "Error", "Name"):
-        paths.add_column(col, justify="right" if col != "Name" else "left")
+        paths.add_column(Text(col), justify="right" if col != "Name" else "left")
     for bit, p in enumerate(summary["paths"] + summary["endpaths"]):
         kind = "EndPath" if bit >= len(summary["paths"]) else "Path"
         paths.add_row(str(bit), str(p["visited"]), str(p["passed"]), str(p["failed"]), str(p["errors"]),
-                      f"{p['name']} ({kind})")
+                      Text(f"{p['name']} ({kind})"))
     tables.append(paths)
     for p in summary["paths"] + summary["endpaths"]:
-        t = Table(title=f"TrigReport ---------- Modules in Path: {p['name']} ------------",
+        t = Table(title=Text(f"TrigReport ---------- Modules in Path: {p['name']} ------------"),
                   title_justify="left")
         for col in ("Visited", "Passed", "Failed", "Error", "Name"):
-            t.add_column(col, justify="right" if col != "Name" else "left")
+            t.add_column(Text(col), justify="right" if col != "Name" else "left")
         for m in p["modules"]:
             name = ("~" if m["inverted"] else "") + f"{m['label']} ({m['type']})"
-            t.add_row(str(m["visited"]), str(m["passed"]), str(m["failed"]), str(m["errors"]), name)
+            t.add_row(str(m["visited"]), str(m["passed"]), str(m["failed"]), str(m["errors"]), Text(name))
         tables.append(t)
     return tables
 
 
 def _time_tables(summary: dict[str, Any]) -> list[Table]:
+    # Text, not str, wherever a string could hold "[...]": rich would read it as markup
+    # and drop it (a unit such as "[ms]", or a label).
     ms = 1e3
-    mods = Table(title="TimeReport ---------- Module Summary ---[ms per call]----", title_justify="left")
-    for col in ("Calls", "acquire", "ext. wait", "produce", "own mean", "own p50", "own p99",
-                "Errors", "Skipped", "Name"):
-        mods.add_column(col, justify="right" if col != "Name" else "left")
+    mods = Table(title=Text("TimeReport ---------- Module Summary ---[ms per call]----"), title_justify="left")
+    for col in ("Calls", "acquire [ms]", "ext. wait [ms]", "produce [ms]", "own mean [ms]", "own p50 [ms]",
+                "own p99 [ms]", "Errors", "Skipped", "Name"):
+        mods.add_column(Text(col), justify="right" if col != "Name" else "left")
     for label, m in summary["modules"].items():
         ext = m["external_work"]
         mods.add_row(
@@ -147,19 +150,19 @@ def _time_tables(summary: dict[str, Any]) -> list[Table]:
             f"{m['own']['p99'] * ms:.3f}",
             str(m["errors"]),
             str(m["skipped"]),
-            f"{label} ({m['type']})",
+            Text(f"{label} ({m['type']})"),
         )
     lat = summary["latency"]
-    ev = Table(title="TimeReport ---------- Event Summary ------------", title_justify="left")
-    ev.add_column("Quantity")
-    ev.add_column("Value", justify="right")
+    ev = Table(title=Text("TimeReport ---------- Event Summary ------------"), title_justify="left")
+    ev.add_column(Text("Quantity"))
+    ev.add_column(Text("Value"), justify="right")
     ev.add_row("events", str(summary["events"]))
     ev.add_row("events with errors", str(summary["events_with_errors"]))
     ev.add_row("streams / threads", f"{summary['streams']} / {summary['threads']}")
-    ev.add_row("wall time [s]", f"{summary['wall_time']:.3f}")
-    ev.add_row("throughput [events/s]", f"{summary['throughput']:.2f}")
+    ev.add_row(Text("wall time [s]"), f"{summary['wall_time']:.3f}")
+    ev.add_row(Text("throughput [events/s]"), f"{summary['throughput']:.2f}")
     for key in ("mean", "p50", "p90", "p99", "max"):
-        ev.add_row(f"event latency {key} [ms]", f"{lat[key] * ms:.2f}")
+        ev.add_row(Text(f"event latency {key} [ms]"), f"{lat[key] * ms:.2f}")
     return [mods, ev]
 
 

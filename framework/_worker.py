@@ -119,7 +119,7 @@ class Worker:
                 _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
                 if not holder.used:
                     raise RuntimeError("acquire() returned without starting external work "
-                                       "(call holder.done_waiting or holder.start_soon)")
+                                       "(call holder.done_waiting or holder.run_async)")
                 w0 = time.perf_counter()
                 result = await holder.wait()
                 w1 = time.perf_counter()

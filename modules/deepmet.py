@@ -1,17 +1,21 @@
-"""DeepMET-style missing transverse momentum as a service: input builder and SONIC producer.
+"""DeepMET-style missing transverse momentum: input builder, SONIC producer and direct producer.
 
 The input producer turns each event's PF candidates into the ``deepmet`` model's
 fixed-size arrays (up to 4,500 candidates, see :mod:`modules.deepmet_inputs`); the SONIC
-producer gets one weight per candidate from Triton and computes MET as the weighted
-vector sum (CMS DeepMET, arXiv:2105.12773). The model in ``data/models`` has UNTRAINED
-(random, fixed-seed) weights: the MET it gives is not a physics measurement.
+producer gets one weight per candidate from Triton, the direct producer from the same ONNX
+file in-process (one conversion, :class:`~framework.sonic.ModelConversion`), and both put
+MET as the weighted vector sum (CMS DeepMET, arXiv:2105.12773). The model in
+``data/models`` has UNTRAINED (random, fixed-seed) weights: the MET it gives is not a
+physics measurement.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import SonicEDProducer
+from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .deepmet_inputs import DEEPMET_MAX_CANDIDATES, build_deepmet_inputs, met_from_weights
 
@@ -43,32 +47,40 @@ class DeepMETInputProducer(EDProducer):
         event.put({**inputs, "n": n})
 
 
-class DeepMETSonicProducer(SonicEDProducer):
+class _DeepMETConversion(ModelConversion):
+    """``src``'s arrays in, per-candidate weights out, MET put (shared by the SONIC and the direct producer)."""
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)  # the Client PSet (and the direct producer's options)
+        desc.add("src", cms.InputTag("deepMETInputs"), "DeepMETInputProducer label")
+        desc.add("pfCands", cms.InputTag("PFCands"), "the PF candidates the inputs came from")
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.pfcands = self.consumes(params.pfCands, branches=["pt", "phi"])
+        self.produces(doc="MET pt [GeV], phi [rad]")
+
+    def fill_inputs(self, event: Any, input: Any) -> None:
+        inputs = event.get(self.src)
+        input["pf_cont"].to_server(inputs["pf_cont"])
+        input["pf_cat"].to_server(inputs["pf_cat"])
+
+    def read_outputs(self, event: Any, output: Any) -> None:
+        weights = output["weights"].from_server()  # float32 (1, N)
+        n = event.get(self.src)["n"]
+        pt, phi = met_from_weights(weights[0], event.get(self.pfcands), n)
+        event.put({"pt": pt, "phi": phi})
+
+
+class DeepMETSonicProducer(_DeepMETConversion, SonicConversionProducer):
     """MET from per-candidate DeepMET weights served by Triton (ExternalWork).
 
     Product (instance ""): dict ``{"pt": float (GeV), "phi": float (rad)}``, written as
     ``<label>_pt`` and ``<label>_phi``. One request per event (batch 1).
     """
 
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        desc.add("src", cms.InputTag("deepMETInputs"), "DeepMETInputProducer label")
-        desc.add("pfCands", cms.InputTag("PFCands"), "the PF candidates the inputs came from")
 
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.src = self.consumes(params.src)
-        self.pfcands = self.consumes(params.pfCands, branches=["pt", "phi"])
-        self.produces(doc="MET pt [GeV], phi [rad]")
-
-    def acquire(self, event, input) -> None:
-        inputs = event.get(self.src)
-        input["pf_cont"].to_server(inputs["pf_cont"])
-        input["pf_cat"].to_server(inputs["pf_cat"])
-
-    def produce(self, event, output) -> None:
-        weights = output["weights"].from_server()  # float32 (1, N)
-        n = event.get(self.src)["n"]
-        pt, phi = met_from_weights(weights[0], event.get(self.pfcands), n)
-        event.put({"pt": pt, "phi": phi})
+class DeepMETDirectProducer(_DeepMETConversion, OnnxDirectProducer):
+    """Direct twin of :class:`DeepMETSonicProducer` (onnxruntime in-process, thread-safe)."""

@@ -13,8 +13,8 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
+from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
-from .bench import ConversionSonicProducer, OnnxDirectProducer
 from .deeptau_inputs import DEEPTAU_CLASSES, TAU_FEATURES, build_deeptau_inputs
 
 _PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "pdgId"]
@@ -55,20 +55,18 @@ class DeepTauInputProducer(EDProducer):
         event.put({**inputs, "n": len(inputs["tau_features"])})
 
 
-class _DeepTauConversion:
-    """Inputs and outputs shared by the SONIC and the direct producer."""
-
-    src: Any
+class _DeepTauConversion(ModelConversion):
+    """``src``'s arrays in, per-tau class scores out (shared by the SONIC and the direct producer)."""
 
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)  # type: ignore[misc]  # the SONIC or direct base's
+        super().fill_descriptions(desc)  # the Client PSet (and the direct producer's options)
         desc.add("src", cms.InputTag("deepTauInputs"), "DeepTauInputProducer label")
 
     def __init__(self, params: Any) -> None:
-        super().__init__(params)  # type: ignore[call-arg]
-        self.src = self.consumes(params.src)  # type: ignore[attr-defined]
-        self.produces(doc="per-tau class scores, fields prob<class>")  # type: ignore[attr-defined]
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.produces(doc="per-tau class scores, fields prob<class>")
 
     def fill_inputs(self, event: Any, input: Any) -> None:
         arrays = event.get(self.src)
@@ -80,7 +78,7 @@ class _DeepTauConversion:
         event.put({f"prob{c}": scores[:, i] for i, c in enumerate(DEEPTAU_CLASSES)})
 
 
-class DeepTauSonicProducer(_DeepTauConversion, ConversionSonicProducer):
+class DeepTauSonicProducer(_DeepTauConversion, SonicConversionProducer):
     """Per-tau DeepTau scores from Triton (ExternalWork). One request per event, batch = taus.
 
     Product (instance ""): dict ``{"prob<class>": float32 (n,)}`` for classes e, mu, tau, jet.

@@ -15,8 +15,8 @@ import numpy as np
 
 import framework.config as cms
 from framework import EDProducer
+from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
-from .bench import ConversionSonicProducer, OnnxDirectProducer
 from .facile_inputs import FACILE_N_CHANNELS, build_facile_inputs
 
 
@@ -37,18 +37,18 @@ class FacileInputProducer(EDProducer):
         event.put(build_facile_inputs(tuple(event.id), self.n_channels))
 
 
-class _FacileConversion:
-    src: Any
+class _FacileConversion(ModelConversion):
+    """``src``'s rows in, per-channel energies out (shared by the SONIC and the direct producer)."""
 
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)  # type: ignore[misc]  # the SONIC or direct base's
+        super().fill_descriptions(desc)  # the Client PSet (and the direct producer's options)
         desc.add("src", cms.InputTag("facileInputs"), "FacileInputProducer label")
 
     def __init__(self, params: Any) -> None:
-        super().__init__(params)  # type: ignore[call-arg]
-        self.src = self.consumes(params.src)  # type: ignore[attr-defined]
-        self.produces(doc="per-channel energy and its sum")  # type: ignore[attr-defined]
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.produces(doc="per-channel energy and its sum")
 
     def fill_inputs(self, event: Any, input: Any) -> None:
         input["rechit_inputs"].to_server(event.get(self.src))
@@ -58,7 +58,7 @@ class _FacileConversion:
         event.put({"energy": energy, "sumEnergy": float(np.sum(energy, dtype=np.float64))})
 
 
-class FacileSonicProducer(_FacileConversion, ConversionSonicProducer):
+class FacileSonicProducer(_FacileConversion, SonicConversionProducer):
     """Per-channel FACILE energies from Triton (ExternalWork); one request per event (split
     by the client if larger than the model's ``max_batch_size``).
 

@@ -1,18 +1,21 @@
-"""ParticleNet-style AK4 jet tagging as a service: input builder and SONIC producer.
+"""ParticleNet-style AK4 jet tagging: input builder, SONIC producer and direct producer.
 
-Two modules, as in CMSSW (a TagInfo producer, then the tagger): the input producer turns
+Two steps, as in CMSSW (a TagInfo producer, then the tagger): the input producer turns
 each event's PFNano ``Jet``/``JetPFCands``/``PFCands`` into the model's fixed-size
 per-jet arrays (see :mod:`modules.particlenet_inputs`); the SONIC producer sends them to
-the ``particlenet_ak4`` model on Triton and puts per-jet class scores. The model in
-``data/models`` has the ParticleNet architecture with UNTRAINED (random, fixed-seed)
-weights: its scores exercise the data flow, they carry no physics meaning.
+the ``particlenet_ak4`` model on Triton, the direct producer runs the same ONNX file
+in-process (one conversion, :class:`~framework.sonic.ModelConversion`). Both put per-jet
+class scores. The model in ``data/models`` has the ParticleNet architecture with UNTRAINED
+(random, fixed-seed) weights: its scores exercise the data flow, they carry no physics meaning.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import SonicEDProducer
+from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
 
@@ -56,7 +59,30 @@ class ParticleNetInputProducer(EDProducer):
         ))
 
 
-class ParticleNetSonicProducer(SonicEDProducer):
+class _ParticleNetConversion(ModelConversion):
+    """``src``'s arrays in, per-jet class scores out (shared by the SONIC and the direct producer)."""
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)  # the Client PSet (and the direct producer's options)
+        desc.add("src", cms.InputTag("particleNetInputs"), "ParticleNetInputProducer label")
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.src = self.consumes(params.src)
+        self.produces(doc="per-jet class scores, fields prob<class>")
+
+    def fill_inputs(self, event: Any, input: Any) -> None:
+        arrays = event.get(self.src)
+        for name in INPUT_NAMES:
+            input[name].to_server(arrays[name])
+
+    def read_outputs(self, event: Any, output: Any) -> None:
+        scores = output["softmax"].from_server()  # float32 (n_jets, n_classes)
+        event.put({f"prob{c}": scores[:, i] for i, c in enumerate(PARTICLENET_CLASSES)})
+
+
+class ParticleNetSonicProducer(_ParticleNetConversion, SonicConversionProducer):
     """Per-jet ParticleNet scores from Triton (ExternalWork: other events run meanwhile).
 
     Consumes the :class:`ParticleNetInputProducer` product (``src``). One request per
@@ -65,21 +91,6 @@ class ParticleNetSonicProducer(SonicEDProducer):
     ``b, c, uds, g, pileup``, written as ``<label>_prob<class>`` branches.
     """
 
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        desc.add("src", cms.InputTag("particleNetInputs"), "ParticleNetInputProducer label")
 
-    def __init__(self, params: cms.ParameterSet) -> None:
-        super().__init__(params)
-        self.src = self.consumes(params.src)
-        self.produces(doc="per-jet class scores, fields prob<class>")
-
-    def acquire(self, event, input) -> None:
-        arrays = event.get(self.src)
-        for name in INPUT_NAMES:
-            input[name].to_server(arrays[name])
-
-    def produce(self, event, output) -> None:
-        scores = output["softmax"].from_server()  # float32 (n_jets, n_classes)
-        event.put({f"prob{c}": scores[:, i] for i, c in enumerate(PARTICLENET_CLASSES)})
+class ParticleNetDirectProducer(_ParticleNetConversion, OnnxDirectProducer):
+    """Direct twin of :class:`ParticleNetSonicProducer` (onnxruntime in-process, thread-safe)."""

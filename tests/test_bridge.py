@@ -140,7 +140,7 @@ async def test_holder_done_waiting_with_an_exception():
         await holder.wait()
 
 
-async def test_holder_start_soon_runs_the_function_and_returns_its_value():
+async def test_holder_run_async_runs_the_function_in_the_wait_and_returns_its_value():
     holder = WaitingTaskHolder()
     calls = []
 
@@ -149,21 +149,22 @@ async def test_holder_start_soon_runs_the_function_and_returns_its_value():
         await trio.sleep(0)
         return 2 * x
 
-    holder.start_soon(work, 21)
-    assert calls == []  # only started by the framework's wait
+    holder.run_async(work, 21)
+    assert calls == []  # only run by the framework's wait
     assert await holder.wait() == 42
     assert calls == [21]
+    assert not hasattr(holder, "start_soon")  # the old, misleading name is gone (issue 11)
 
 
-@pytest.mark.parametrize("first", ["done_waiting", "start_soon"])
-@pytest.mark.parametrize("second", ["done_waiting", "start_soon"])
+@pytest.mark.parametrize("first", ["done_waiting", "run_async"])
+@pytest.mark.parametrize("second", ["done_waiting", "run_async"])
 async def test_holder_used_twice_is_an_error(first, second):
     holder = WaitingTaskHolder()
 
     async def work():
         return 1
 
-    use = {"done_waiting": lambda: holder.done_waiting(1), "start_soon": lambda: holder.start_soon(work)}
+    use = {"done_waiting": lambda: holder.done_waiting(1), "run_async": lambda: holder.run_async(work)}
     use[first]()
     with pytest.raises(RuntimeError, match="already completed"):
         use[second]()

@@ -287,7 +287,7 @@ class Gate(ExternalWork, EDFilter):
     """Lets an event through once every gate for its number is open (always passes)."""
 
     def acquire(self, event, holder):
-        holder.start_soon(self._wait, event.id.event)
+        holder.run_async(self._wait, event.id.event)
 
     @staticmethod
     async def _wait(number: int) -> None:
@@ -484,7 +484,7 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
         await trio.to_thread.run_sync(restarted.start, 60.0)
         # New requests find the primary out of service and probe it through the shared
         # client, which must have reconnected by itself.
-        while (await svc.pick("double")).name != "primary":
+        while (await svc.routing.route("double")).name != "primary":
             await trio.sleep(0.1)
         gates[1].set()
 

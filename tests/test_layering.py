@@ -1,9 +1,18 @@
-"""The layering written down in framework/__init__.py, checked on the import statements."""
+"""The layering written down in framework/__init__.py, checked on the import statements.
+
+Imports are compared by full dotted name, relative imports resolved (``from ._client
+import X`` in framework/sonic/_service.py is ``framework.sonic._client``), and those inside
+functions or under ``if TYPE_CHECKING:`` count too: a lazy or type-only import is still
+knowledge of the other module.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORK = ROOT / "framework"
@@ -11,10 +20,10 @@ ROOT_IO = {"uproot", "awkward"}
 TRITON = {"tritonclient", "grpc"}
 
 
-def qualified_imports(path: Path) -> set[str]:
+def qualified_imports(path: Path, root: Path = ROOT) -> set[str]:
     """Every module ``path`` imports, fully qualified (relative imports resolved from the
     file's package; ``from .. import config`` in framework/io gives ``framework.config``)."""
-    package = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    package = list(path.relative_to(root).with_suffix("").parts[:-1])
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -45,6 +54,20 @@ def framework_imports(path: Path) -> set[str]:
     return found
 
 
+def test_qualified_imports_resolves_relative_lazy_and_type_only_imports(tmp_path):
+    # The reader itself: a layering test that reads imports wrongly passes on anything.
+    package = tmp_path / "framework" / "sonic"
+    package.mkdir(parents=True)
+    source = package / "_x.py"
+    source.write_text("from typing import TYPE_CHECKING\nfrom . import _a\nfrom ._b import c\n"
+                      "from .. import _core\nimport framework.bench\n"
+                      "if TYPE_CHECKING:\n    from ._d import E\n"
+                      "def f():\n    from ._e import g\n")
+    assert qualified_imports(source, tmp_path) == {
+        "typing", "framework.sonic._a", "framework.sonic._b", "framework._core", "framework.bench",
+        "framework.sonic._d", "framework.sonic._e"}
+
+
 CORE = ["_module.py", "_event.py", "_bridge.py", "_worker.py", "_builder.py", "_scheduler.py",
         "_services.py", "_registry.py", "_source_base.py", "_errors.py"]
 
@@ -58,9 +81,14 @@ def test_config_language_is_pure_python():
 def test_core_knows_neither_root_nor_triton():
     for name in CORE:
         path = FRAMEWORK / name
-        bad = imported_modules(path) & (ROOT_IO | TRITON)
-        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", "sonic")}
+        bad = imported_modules(path) & (ROOT_IO | TRITON | {"modules"})
+        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", "sonic", "bench")}
         assert not bad, f"framework/{name} imports {bad}"
+
+
+def test_framework_never_imports_modules():
+    for path in FRAMEWORK.rglob("*.py"):
+        assert "modules" not in imported_modules(path), f"{path.relative_to(ROOT)} imports modules/"
 
 
 def test_io_is_built_on_the_core_only():
@@ -113,3 +141,90 @@ def test_torch_is_not_a_runtime_dependency():
         top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
         assert ".torch_backend" not in {f".{m}" for m in top_level if m} and "torch_backend" not in top_level, \
             f"{path} imports the torch runner at module level"
+
+
+# ----------------------------------------------------------------------------------------
+# Inside framework.sonic: one direction, written down in its __init__
+
+# The Python-backend model loads the runner a model instance needs, inside the function
+# that picks it (torch only for a GPU instance); the runners use its tensor specs. Known
+# and lazy (test_torch_is_not_a_runtime_dependency keeps the torch runner lazy), so left
+# out of the direction checks.
+LAZY_RUNNER_IMPORTS = {
+    ("framework.sonic.python_backend", "framework.sonic.onnx_backend"),
+    ("framework.sonic.python_backend", "framework.sonic.torch_backend"),
+}
+
+
+def sonic_import_graph() -> dict[str, set[str]]:
+    """framework.sonic's modules -> the modules of framework.sonic each imports (the lazy
+    runner imports left out)."""
+    files = {}
+    for path in (FRAMEWORK / "sonic").glob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in qualified_imports(path):
+            inside = [m for m in files if imported == m or imported.startswith(m + ".")]
+            if inside:
+                targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
+        graph[name] = {t for t in targets - {name} if (name, t) not in LAZY_RUNNER_IMPORTS}
+    return graph
+
+
+def test_sonic_modules_import_each_other_in_one_direction():
+    graph = sonic_import_graph()
+    assert {"framework.sonic._client", "framework.sonic._retry", "framework.sonic._service"} <= set(graph)
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                pytest.fail("import cycle in framework.sonic: " + " -> ".join(path[path.index(target):] + [target]))
+            if target not in state:
+                visit(target, [*path, target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_sonic_layers():
+    """The direction inside framework.sonic (see its __init__): descriptions and tensors at
+    the bottom, the client side below TritonService's parts, nothing back up."""
+    graph = sonic_import_graph()
+    sonic = "framework.sonic."
+    for bottom in ("_server_info", "_data", "_client_stats"):
+        assert not graph[sonic + bottom], f"{bottom} imports {graph[sonic + bottom]}"
+    assert graph[sonic + "_retry"] <= {sonic + "_server_info"}
+    service_side = {sonic + name for name in ("_service", "_routing", "_fallback", "_service_stats")}
+    for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_twins"):
+        bad = graph[sonic + client_side] & service_side
+        assert not bad, f"{client_side} imports {bad}"
+    assert not graph[sonic + "_fallback"] & {sonic + "_routing", sonic + "_service"}
+    for name, targets in graph.items():
+        assert "framework.sonic" not in targets or name == "framework.sonic", f"{name} imports the package"
+
+
+def test_sonic_file_map_is_complete_and_in_import_order():
+    """framework/sonic/__init__.py lists its files in the direction of their imports: each
+    imports only files listed before it. Keeps the written file map true."""
+    doc = ast.get_docstring(ast.parse((FRAMEWORK / "sonic" / "__init__.py").read_text())) or ""
+    bullets: list[str] = []
+    for line in doc.splitlines():
+        if line.startswith("* "):
+            bullets.append(line)
+        elif line.startswith("  ") and bullets:
+            bullets[-1] += line
+    order = [f"framework.sonic.{name}" for line in bullets for name in re.findall(r"``(_?[a-z_]+)``", line)
+             if (FRAMEWORK / "sonic" / f"{name}.py").is_file()]
+    graph = sonic_import_graph()
+    files = set(graph) - {"framework.sonic"}
+    assert set(order) == files, f"not in the file map of framework/sonic/__init__.py: {files - set(order)}"
+    for index, name in enumerate(order):
+        later = graph[name] & set(order[index:])
+        assert not later, f"{name} imports {later}, listed after it in the file map"

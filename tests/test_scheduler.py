@@ -47,7 +47,7 @@ class Sleeper(ExternalWork, EDProducer):
 
     def acquire(self, event, holder):
         record(self.label + ".acquire", event.id.event)
-        holder.start_soon(self._work, event.id.event)
+        holder.run_async(self._work, event.id.event)
 
     async def _work(self, n):
         await trio.sleep(LATENCY)
@@ -70,7 +70,7 @@ class GatedWork(ExternalWork, EDProducer):
 
     def acquire(self, event, holder):
         record("acquire", event.id.event)
-        holder.start_soon(Gate.event.wait)
+        holder.run_async(Gate.event.wait)
 
     def produce(self, event, result):
         record("produce", event.id.event)
@@ -399,3 +399,24 @@ async def test_fast_timer_service_writes_summary_and_trace(tmp_path):
     for e in spans:
         outer = events[(e["tid"], e["args"]["event"])]
         assert outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + 1e-3
+
+
+async def test_time_report_columns_carry_their_units(autojump_clock):
+    from rich.console import Console
+
+    from framework._summary import print_summary
+
+    process = make_process(4, streams=2)
+    process.ext = cms.EDProducer("testSleeper")
+    process.p = cms.Path(process.ext)
+    job, report = await run(process)
+    console = Console(record=True, width=250)
+    print_summary(job, report, console)
+    text = console.export_text()
+    for header in ("acquire [ms]", "ext. wait [ms]", "produce [ms]", "own mean [ms]", "own p50 [ms]",
+                   "own p99 [ms]", "wall time [s]", "throughput [events/s]", "event latency p99 [ms]"):
+        assert header in text
+    assert "[ms per call]" in text  # the title's unit too: as rich markup it would vanish
+    # 4 events on 2 streams, 1 s of (virtual) external latency each.
+    latency_row = next(line for line in text.splitlines() if "event latency p99 [ms]" in line)
+    assert "1000.00" in latency_row

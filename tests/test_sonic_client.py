@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 import pytest
+from rich.console import Console
 import trio
 
 import framework
@@ -373,7 +374,7 @@ async def test_service_discovery_fallback_and_stop(server, repository, caplog):
             request.input["x"].to_server(np.full((2, 2), 3.0, np.float32))
             await request.infer_async()
             np.testing.assert_array_equal(request.output["y"].from_server(), np.full((2, 2), 6.0))
-        assert svc.server_for("spare").address == fallback.grpc_address
+        assert svc.routing.route_blocking("spare").address == fallback.grpc_address
     finally:
         await svc.end_job()
     assert not fallback.is_running()
@@ -382,6 +383,12 @@ async def test_service_discovery_fallback_and_stop(server, repository, caplog):
     assert stats["clients"]["doubleUser"]["calls"] == 1
     assert stats["clients"]["spareUser"]["server"] == "fallback"
     assert len(svc.report()) == 2
+    console = Console(record=True, width=250)
+    for table in svc.report():
+        console.print(table)
+    text = console.export_text()
+    for header in ("[ms per request]", "queue [ms]", "compute [ms]", "sent [MB]", "received [MB]"):
+        assert header in text
 
 
 async def test_service_with_fallback_disabled_names_the_model(server):

@@ -82,9 +82,9 @@ def twin(sonic_type, direct_type):
 
 producers = {
     "particlenet": (cms.EDProducer("ParticleNetInputProducer"),
-                    twin("ParticleNetSonicProducer", "modules.bench:ParticleNetDirectProducer"), "particlenet_ak4"),
+                    twin("ParticleNetSonicProducer", "modules.particlenet:ParticleNetDirectProducer"), "particlenet_ak4"),
     "deepmet": (cms.EDProducer("DeepMETInputProducer"),
-                twin("DeepMETSonicProducer", "modules.bench:DeepMETDirectProducer"), "deepmet"),
+                twin("DeepMETSonicProducer", "modules.deepmet:DeepMETDirectProducer"), "deepmet"),
     "deeptau": (cms.EDProducer("modules.deeptau:DeepTauInputProducer", minTaus=cms.uint32(options.minTaus)),
                 twin("modules.deeptau:DeepTauSonicProducer", "modules.deeptau:DeepTauDirectProducer"), "deeptau"),
     "facile": (cms.EDProducer("modules.facile:FacileInputProducer", nChannels=cms.uint32(options.nChannels)),

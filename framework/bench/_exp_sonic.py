@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from modules.bench import bare_async_loop
-
 from ._harness import (
     CONFIGS,
     REPO,
@@ -30,9 +28,9 @@ from ._harness import (
     median_of,
     run_config,
     temporary_folder,
-    write_edited_repository,
 )
 from ._proxy import DelayProxy
+from ._triton import bare_async_loop, write_edited_repository
 
 MS = 1e3
 

@@ -23,7 +23,6 @@ import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework._summary import summary_dict
-from modules.bench import write_edited_repository as write_edited_repository
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "bench"

@@ -27,53 +27,38 @@ in the event's own task, never in a gRPC callback.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pathlib
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
 
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 
-from ._retry import default_retries_pset, parse_retries, retry_description
-from ._data import TensorSpec, _spec_from_metadata
-from ._request import DEADLINE_STATUS, TritonRequest
+from ._client_stats import ClientCounters, ClientStatistics
+from ._data import TensorSpec, spec_from_metadata
+from ._request import TritonRequest
+from ._retry import (
+    DEADLINE_STATUS,
+    RetryPolicy,
+    Router,
+    SingleServer,
+    default_retries_pset,
+    parse_retries,
+    retry_description,
+)
 from ._server import default_model_repository
+from ._server_info import ServerInfo
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = [
-    "ClientStatistics",
-    "ServerInfo",
-    "SslOptions",
-    "TritonClient",
-    "client_description",
-]
+__all__ = ["TritonClient", "client_description"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 MODES = ("Async", "Sync", "PseudoAsync")
 TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # -> seconds
-
-# tritonclient's default channel options (unlimited messages, its keepalive defaults) plus
-# a short reconnect backoff: gRPC's default grows to 120 s, so a server back after a
-# restart would stay unused for up to two minutes.
-CHANNEL_ARGS = [
-    ("grpc.max_send_message_length", 2**31 - 1),
-    ("grpc.max_receive_message_length", 2**31 - 1),
-    ("grpc.keepalive_time_ms", 2**31 - 1),
-    ("grpc.keepalive_timeout_ms", 20000),
-    ("grpc.keepalive_permit_without_calls", False),
-    ("grpc.http2.max_pings_without_data", 2),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-
 
 def client_description() -> cms.ParameterSetDescription:
     """The ``Client`` PSet of a SONIC module (CMSSW ``TritonClient::fillPSetDescription``).
@@ -101,81 +86,6 @@ def client_description() -> cms.ParameterSetDescription:
 
 
 # ----------------------------------------------------------------------------------------
-# Where to connect
-
-
-@dataclasses.dataclass(frozen=True)
-class SslOptions:
-    """PEM files for a TLS gRPC channel (None: gRPC's defaults / no client certificate).
-
-    Only the paths are kept; tritonclient reads the files when a channel is opened, so no
-    key material is held here or shown in messages.
-    """
-
-    root_certificates: str | None = None
-    private_key: str | None = None
-    certificate_chain: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerInfo:
-    """A Triton server as the TritonService knows it.
-
-    Attributes:
-        name: the ``servers`` entry name, or ``"fallback"`` for the local fallback server.
-        address: gRPC ``"host:port"``.
-        ssl: TLS options; None for a plain channel.
-    """
-
-    name: str
-    address: str
-    ssl: SslOptions | None = None
-
-    def open_client(self, verbose: bool = False) -> grpcclient.InferenceServerClient:
-        """A new ``InferenceServerClient`` for this server (the caller closes it)."""
-        import tritonclient.grpc as grpcclient
-
-        ssl = self.ssl or SslOptions()
-        return grpcclient.InferenceServerClient(
-            self.address, verbose=verbose, ssl=self.ssl is not None,
-            root_certificates=ssl.root_certificates, private_key=ssl.private_key,
-            certificate_chain=ssl.certificate_chain, channel_args=CHANNEL_ARGS,
-        )
-
-
-# ----------------------------------------------------------------------------------------
-# Tensors
-
-
-# ----------------------------------------------------------------------------------------
-# Statistics
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientStatistics:
-    """Client-side counters of one TritonClient (all streams together).
-
-    Attributes:
-        calls: gRPC inference calls answered successfully (a batch split in k parts
-            counts k; failed tries count in ``retries`` or ``errors``).
-        inferences: batch rows sent (events x rows).
-        bytes_sent, bytes_received: tensor payload bytes (not gRPC framing).
-        errors: requests that failed for good (after their retries), i.e. events that
-            failed in this module.
-        retries: tries re-sent after a recoverable failure (see ``Client.retries``).
-        failovers: those of the retries that went to a different server.
-    """
-
-    calls: int = 0
-    inferences: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    errors: int = 0
-    retries: int = 0
-    failovers: int = 0
-
-
-# ----------------------------------------------------------------------------------------
 # The client
 
 
@@ -189,9 +99,12 @@ class TritonClient:
     Attributes (after :meth:`connect`):
         server: the :class:`ServerInfo` the model was assigned to (requests may go elsewhere
             while it is out of service; see ``request.server``).
-        router: the TritonService that routes requests and starts the fallback server
-            (None for a client connected by hand: it retries on its one server only).
-        retries: the retry policy, ``Client.retries`` as :class:`~framework.sonic.RetryAction`.
+        router: TritonService's routing, which routes requests and starts the fallback
+            server (None for a client connected by hand: it retries on its one server only).
+        retries: ``Client.retries`` as :class:`~framework.sonic.RetryAction`; applied by
+            :attr:`retry_policy`.
+        counters: the :class:`~framework.sonic._client_stats.ClientCounters` behind
+            :meth:`statistics`.
         max_batch_size: the model's ``max_batch_size`` (0 = no batching).
         inputs, outputs: name -> :class:`TensorSpec`, in model order.
         requested_outputs: the outputs requested from the server (``Client.outputs``).
@@ -231,15 +144,14 @@ class TritonClient:
         self.requested_outputs: tuple[str, ...] = ()
         self._client: grpcclient.InferenceServerClient | None = None
         self._owns_client = False
-        self.router: Any = None
-        self._lock = threading.Lock()
-        self._stats = ClientStatistics()
-        self._server_calls: dict[str, int] = {}
+        self.router: Router | None = None
+        self._retry_policy: RetryPolicy | None = None
+        self.counters = ClientCounters()
 
     # -- setup -------------------------------------------------------------------------
 
     def connect(self, server: ServerInfo | str,
-                grpc_client: grpcclient.InferenceServerClient | None = None, router: Any = None) -> None:
+                grpc_client: grpcclient.InferenceServerClient | None = None, router: Router | None = None) -> None:
         """Fetch the model's metadata and config from ``server``; blocking (begin_job).
 
         Args:
@@ -247,8 +159,8 @@ class TritonClient:
             grpc_client: a shared ``InferenceServerClient`` of that server (TritonService
                 passes one per server); None: the client opens its own and closes it in
                 :meth:`close`.
-            router: the TritonService (a :class:`~framework.sonic._retry.Router`): picks the
-                server of each request by health, provides other servers and the fallback.
+            router: TritonService's routing (a :class:`~framework.sonic._retry.Router`): routes
+                each request by server health, provides other servers and the fallback.
 
         Raises:
             ExternalFailure: the server does not answer or does not serve the model
@@ -265,6 +177,10 @@ class TritonClient:
         if grpc_client is None:
             grpc_client, self._owns_client = server.open_client(), True
         self._client = grpc_client
+        self._retry_policy = RetryPolicy(
+            self.retries, router or SingleServer(server, grpc_client), self.model_name, self.preferred_server,
+            count_retry=self.counters.add_retry, count_error=self.counters.add_error, failure=self._failure,
+        )
         try:
             metadata = grpc_client.get_model_metadata(self.model_name, self.model_version, as_json=True,
                                                       client_timeout=self.timeout)
@@ -277,8 +193,8 @@ class TritonClient:
     def _setup(self, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> None:
         self.max_batch_size = int(config.get("max_batch_size", 0))
         batched = self.max_batch_size > 0
-        self.inputs = {e["name"]: _spec_from_metadata(e, batched) for e in metadata.get("inputs", [])}
-        self.outputs = {e["name"]: _spec_from_metadata(e, batched) for e in metadata.get("outputs", [])}
+        self.inputs = {e["name"]: spec_from_metadata(e, batched) for e in metadata.get("inputs", [])}
+        self.outputs = {e["name"]: spec_from_metadata(e, batched) for e in metadata.get("outputs", [])}
         if not self.inputs or not self.outputs:
             # CMSSW: "Model on server appears malformed"
             raise ExternalFailure(f"{self.what} on {self._where()} appears malformed: "
@@ -298,7 +214,7 @@ class TritonClient:
         """Close the gRPC client if this client opened it (not a TritonService's shared one)."""
         if self._client is not None and self._owns_client:
             self._client.close()
-        self._client, self._owns_client = None, False
+        self._client, self._owns_client, self._retry_policy = None, False, None
 
     @property
     def connected(self) -> bool:
@@ -312,24 +228,15 @@ class TritonClient:
             raise ExternalFailure(f"{self.what}: the client is not connected (TritonService begin_job has not run)")
         return TritonRequest(self, event_id)
 
-    def statistics(self) -> ClientStatistics:
-        """A snapshot of the client-side counters."""
-        with self._lock:
-            return self._stats
-
-    def calls_by_server(self) -> dict[str, int]:
-        """gRPC calls that succeeded, per server name (failover shows up here)."""
-        with self._lock:
-            return dict(self._server_calls)
-
-    # -- internals used by TritonRequest -----------------------------------------------
-
-    def _grpc(self) -> grpcclient.InferenceServerClient:
-        if self._client is None:
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """How this client's requests are tried and retried (set by :meth:`connect`)."""
+        if self._retry_policy is None:
             raise ExternalFailure(f"{self.what}: the client is not connected")
-        return self._client
+        return self._retry_policy
 
-    def _call_options(self) -> dict[str, Any]:
+    def call_options(self) -> dict[str, Any]:
+        """Keyword arguments of every ``infer``/``async_infer`` call: version, outputs, deadline."""
         outputs = None
         if self._wanted_outputs:
             import tritonclient.grpc as grpcclient
@@ -337,33 +244,26 @@ class TritonClient:
             outputs = [grpcclient.InferRequestedOutput(name) for name in self.requested_outputs]
         return {"model_version": self.model_version, "outputs": outputs, "client_timeout": self.timeout}
 
-    def _count(self, server: ServerInfo, *, calls: int, inferences: int, sent: int, received: int) -> None:
-        with self._lock:
-            self._server_calls[server.name] = self._server_calls.get(server.name, 0) + calls
-            s = self._stats
-            self._stats = dataclasses.replace(
-                s, calls=s.calls + calls, inferences=s.inferences + inferences,
-                bytes_sent=s.bytes_sent + sent, bytes_received=s.bytes_received + received,
-            )
+    def statistics(self) -> ClientStatistics:
+        """A snapshot of the client-side counters."""
+        return self.counters.snapshot()
 
-    def _count_error(self) -> None:
-        with self._lock:
-            self._stats = dataclasses.replace(self._stats, errors=self._stats.errors + 1)
+    def calls_by_server(self) -> dict[str, int]:
+        """gRPC calls that succeeded, per server name (failover shows up here)."""
+        return self.counters.calls_by_server()
 
-    def _count_retry(self, failover: bool) -> None:
-        with self._lock:
-            s = self._stats
-            self._stats = dataclasses.replace(s, retries=s.retries + 1, failovers=s.failovers + failover)
+    # -- messages ----------------------------------------------------------------------
 
     def _where(self, server: ServerInfo | None = None) -> str:
         server = server or self.server
-        if server is None:
-            return "no server"
-        return f"server '{server.name}' ({server.address})" if server.name != server.address else server.address
+        return "no server" if server is None else server.describe()
 
-    def _failure(self, exc: Exception, during: str = "inference", where: ServerInfo | None = None,
-                 what: str = "") -> Exception:
-        """An ExternalFailure naming model (module, event), server, status and message for ``exc``."""
+    def _failure(self, exc: BaseException, where: ServerInfo | None = None, what: str = "",
+                 during: str = "inference") -> Exception:
+        """An ExternalFailure naming model (module, event), server, status and message for ``exc``.
+
+        Also the retry policy's ``failure(exc, server, what)``.
+        """
         from tritonclient.utils import InferenceServerException
 
         if isinstance(exc, ExternalFailure):

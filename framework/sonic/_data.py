@@ -1,24 +1,33 @@
 """The tensors of one request: what the model expects, and the event's inputs and outputs.
 
-CMSSW counterparts: ``TritonData`` (``TritonInputData``, ``TritonOutputData``) of
-HeterogeneousCore/SonicTriton. A :class:`TensorSpec` is fixed for the job (from the
-model metadata); :class:`TritonInputData` / :class:`TritonOutputData` hold one event's
-arrays and check them against it.
+CMSSW counterparts: ``TritonData`` (``TritonInputData``, ``TritonOutputData``) and the
+``TritonInputMap`` / ``TritonOutputMap`` of HeterogeneousCore/SonicTriton. A
+:class:`TensorSpec` is fixed for the job (from the model metadata);
+:class:`TritonInputData` / :class:`TritonOutputData` hold one event's arrays and check
+them against it. Imports no other file of framework.sonic: a tensor knows its spec and
+the text naming its request, not the request.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from framework._errors import ExternalFailure
 
+__all__ = [
+    "BatchRows",
+    "TensorSpec",
+    "TritonInputData",
+    "TritonInputMap",
+    "TritonOutputData",
+    "TritonOutputMap",
+    "spec_from_metadata",
+]
 
-if TYPE_CHECKING:
-    from ._request import TritonRequest
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -56,7 +65,8 @@ class TensorSpec:
         return all(d < 0 or d == s for d, s in zip(self.dims, inner))
 
 
-def _spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
+def spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
+    """The :class:`TensorSpec` of one ``inputs``/``outputs`` entry of Triton's model metadata (JSON)."""
     from tritonclient.utils import triton_to_np_dtype
 
     shape = tuple(int(s) for s in entry["shape"])
@@ -66,13 +76,18 @@ def _spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
                       shape, batched)
 
 
-class _TensorMap(Mapping):
-    """``request.input`` / ``request.output``: name -> tensor; unknown names name the known ones."""
+T = TypeVar("T", bound="_TensorData")
 
-    def __init__(self, what: str, kind: str, tensors: dict[str, Any]) -> None:
-        self._what, self._kind, self._tensors = what, kind, tensors
 
-    def __getitem__(self, name: str) -> Any:
+class _TensorMap(Mapping[str, T], Generic[T]):
+    """name -> tensor, in model order; an unknown name is an error that lists the known ones."""
+
+    _kind: ClassVar[str]
+
+    def __init__(self, what: str, tensors: dict[str, T]) -> None:
+        self._what, self._tensors = what, tensors
+
+    def __getitem__(self, name: str) -> T:
         try:
             return self._tensors[name]
         except KeyError:
@@ -97,11 +112,14 @@ class _UnknownTensor(ExternalFailure, KeyError):
 
 
 class _TensorData:
-    """One tensor of one request: its :class:`TensorSpec` and this event's array (or None)."""
+    """One tensor of one request: its :class:`TensorSpec` and this event's array (or None).
 
-    def __init__(self, request: TritonRequest, spec: TensorSpec) -> None:
-        self._request = request
+    ``what`` names the request (model, module, event) in messages.
+    """
+
+    def __init__(self, spec: TensorSpec, what: str) -> None:
         self.spec = spec
+        self.what = what
         self.data: np.ndarray | None = None
 
     @property
@@ -109,8 +127,35 @@ class _TensorData:
         return self.spec.name
 
 
+class BatchRows:
+    """The batch size the inputs of one request agree on: the first input set fixes it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.rows: int | None = None
+        self._from = ""
+
+    def agree(self, name: str, rows: int) -> None:
+        """Record that input ``name`` has ``rows`` rows.
+
+        Raises:
+            ExternalFailure: another input has a different number of rows (names both).
+        """
+        if self.rows is None:
+            self.rows, self._from = rows, name
+        elif rows != self.rows:
+            raise ExternalFailure(
+                f"{self.what}: input '{name}' has batch size {rows}, but input "
+                f"'{self._from}' has {self.rows} (all inputs must agree)"
+            )
+
+
 class TritonInputData(_TensorData):
     """One input of one request (CMSSW ``TritonInputData``): fill it with :meth:`to_server`."""
+
+    def __init__(self, spec: TensorSpec, what: str, rows: BatchRows) -> None:
+        super().__init__(spec, what)
+        self._rows = rows
 
     def to_server(self, array: Any) -> None:
         """Set this input's data for the request.
@@ -129,16 +174,23 @@ class TritonInputData(_TensorData):
         spec = self.spec
         if array.dtype != spec.dtype or not spec.matches(array.shape):
             raise ExternalFailure(
-                f"{self._request.what}: input '{spec.name}' expects {spec.describe()}, "
+                f"{self.what}: input '{spec.name}' expects {spec.describe()}, "
                 f"got {tuple(array.shape)} {array.dtype}"
             )
         if spec.batched:
-            self._request._agree_batch(spec.name, array.shape[0])
+            self._rows.agree(spec.name, array.shape[0])
         self.data = np.ascontiguousarray(array)
 
 
 class TritonOutputData(_TensorData):
-    """One output of one request (CMSSW ``TritonOutputData``): read it with :meth:`from_server`."""
+    """One output of one request (CMSSW ``TritonOutputData``): read it with :meth:`from_server`.
+
+    ``requested``: whether the client asks the server for it (``Client.outputs``).
+    """
+
+    def __init__(self, spec: TensorSpec, what: str, requested: bool) -> None:
+        super().__init__(spec, what)
+        self.requested = requested
 
     def from_server(self) -> np.ndarray:
         """The output array: ``(batch, *dims)`` for a batching model, else ``dims``.
@@ -151,7 +203,26 @@ class TritonOutputData(_TensorData):
                 model and the output.
         """
         if self.data is None:
-            requested = self._request.client.requested_outputs
-            why = "it was not requested (Client.outputs)" if self.name not in requested else "no inference ran yet"
-            raise ExternalFailure(f"{self._request.what}: output '{self.name}' has no data: {why}")
+            why = "no inference ran yet" if self.requested else "it was not requested (Client.outputs)"
+            raise ExternalFailure(f"{self.what}: output '{self.name}' has no data: {why}")
         return self.data
+
+
+class TritonInputMap(_TensorMap[TritonInputData]):
+    """``request.input`` (CMSSW ``TritonInputMap``): input name -> :class:`TritonInputData`, in model order.
+
+    What a SONIC module's ``acquire(event, input)`` receives. An unknown name raises
+    :class:`~framework.ExternalFailure` (also a ``KeyError``) listing the model's inputs.
+    """
+
+    _kind = "input"
+
+
+class TritonOutputMap(_TensorMap[TritonOutputData]):
+    """``request.output`` (CMSSW ``TritonOutputMap``): output name -> :class:`TritonOutputData`, in model order.
+
+    What a SONIC module's ``produce(event, output)`` receives. An unknown name raises
+    :class:`~framework.ExternalFailure` (also a ``KeyError``) listing the model's outputs.
+    """
+
+    _kind = "output"

@@ -25,7 +25,7 @@ while the request is in flight. Retries and failover (``Client.retries``) happen
 that wait, in the event's own task: ``produce`` sees only the final answer, once.
 
 Threads: SONIC modules are NOT ``thread_safe``: ``acquire`` runs on the trio thread,
-because starting the async call (``holder.start_soon``) must happen there. Keep
+where the request is handed to the event's task (``holder.run_async``). Keep
 ``acquire``/``produce`` light (build heavy inputs in a separate, thread-safe producer,
 as ``modules/`` does); the request itself never blocks the trio thread except in
 ``Sync`` mode, which blocks it on purpose (CMSSW's SonicClientSync).
@@ -42,7 +42,7 @@ from framework._module import EDFilter, EDProducer, ExternalWork
 from framework._services import get_service
 
 from ._client import TritonClient, client_description
-from ._data import _TensorMap
+from ._data import TritonInputMap, TritonOutputMap
 from ._request import TritonRequest
 
 __all__ = ["SonicEDFilter", "SonicEDProducer"]
@@ -77,13 +77,13 @@ class _Sonic(ExternalWork):
         self.acquire(event, request.input)
         mode = self.client.mode
         if mode == "Async":
-            holder.start_soon(request.infer_async)
+            holder.run_async(request.infer_async)
         elif mode == "PseudoAsync":
-            holder.start_soon(request.infer_pseudo_async)
+            holder.run_async(request.infer_pseudo_async)
         else:  # Sync: block right here, as CMSSW's SonicClientSync does
             holder.done_waiting(request.infer_sync())
 
-    def acquire(self, event: Event, input: _TensorMap) -> None:  # type: ignore[override]
+    def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]
         """Fill ``input["<name>"].to_server(array)`` for every model input. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement acquire(event, input)")
 
@@ -98,7 +98,7 @@ class SonicEDProducer(_Sonic, EDProducer):
     def _fw_complete(self, event: Event, request: TritonRequest) -> None:
         self.produce(event, request.output)
 
-    def produce(self, event: Event, output: _TensorMap) -> None:  # type: ignore[override]
+    def produce(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]
         """Read ``output["<name>"].from_server()`` and put products. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement produce(event, output)")
 
@@ -112,6 +112,6 @@ class SonicEDFilter(_Sonic, EDFilter):
     def _fw_complete(self, event: Event, request: TritonRequest) -> bool:
         return self.filter(event, request.output)
 
-    def filter(self, event: Event, output: _TensorMap) -> bool:  # type: ignore[override]
+    def filter(self, event: Event, output: TritonOutputMap) -> bool:  # type: ignore[override]
         """Decide from ``output["<name>"].from_server()``. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement filter(event, output)")

@@ -1,6 +1,8 @@
 """TritonRequest: one event's inference on Triton, under the client's retry policy.
 
 Made by :meth:`TritonClient.new_request`; see ``_client`` for the threading and fault rules.
+The request sees its client only through :class:`RequestClient` (public attributes); it
+tries each server through the client's :class:`~framework.sonic._retry.RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import trio
@@ -16,19 +19,49 @@ import trio
 from framework._bridge import ThreadSafeFuture
 from framework._errors import ExternalFailure
 
-from ._retry import run_async as _run_async
-from ._retry import run_blocking as _run_blocking
-from ._data import TensorSpec, TritonInputData, TritonOutputData, _TensorMap
+from ._data import BatchRows, TensorSpec, TritonInputData, TritonInputMap, TritonOutputData, TritonOutputMap
+from ._retry import DEADLINE_STATUS
 
 if TYPE_CHECKING:
-    from ._client import ServerInfo, TritonClient
+    from ._client_stats import ClientCounters
+    from ._retry import RetryPolicy
+    from ._server_info import ServerInfo
+
+__all__ = ["RequestClient", "TIMEOUT_GRACE", "TritonRequest"]
 
 logger = logging.getLogger("pysonic.sonic")
 
-DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
 # Async mode: seconds past Client.timeout after which the client cancels a call itself, in
 # case gRPC's own deadline never calls back.
 TIMEOUT_GRACE = 1.0
+
+
+class RequestClient(Protocol):
+    """What a :class:`TritonRequest` uses of its :class:`~framework.sonic.TritonClient`.
+
+    The job-fixed side of one model: its metadata, the client's options, its counters and
+    its retry policy (all set by ``connect``).
+    """
+
+    what: str
+    model_name: str
+    mode: str
+    max_batch_size: int
+    requested_outputs: tuple[str, ...]
+    timeout: float | None
+    timeout_text: str
+    counters: ClientCounters
+
+    @property
+    def inputs(self) -> Mapping[str, TensorSpec]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, TensorSpec]: ...
+
+    @property
+    def retry_policy(self) -> RetryPolicy: ...
+
+    def call_options(self) -> dict[str, Any]: ...
 
 
 
@@ -43,19 +76,20 @@ class TritonRequest:
             ones get data).
         event_id: the event this request belongs to (for logs and errors), or None.
         server: the :class:`ServerInfo` that answered (after a successful inference).
-        tries: tries it took (1 = no retry).
+        tries: tries made so far (1 after a success without retry).
     """
 
-    def __init__(self, client: TritonClient, event_id: Any = None) -> None:
+    def __init__(self, client: RequestClient, event_id: Any = None) -> None:
         self.client = client
         self.event_id = event_id
-        self.what = client.what + (f", event {event_id}" if event_id is not None else "")
+        what = self.what = client.what + (f", event {event_id}" if event_id is not None else "")
         self.server: ServerInfo | None = None
         self.tries = 0
-        self._batch: int | None = None
-        self._batch_from = ""
-        self.input = _TensorMap(self.what, "input", {n: TritonInputData(self, s) for n, s in client.inputs.items()})
-        self.output = _TensorMap(self.what, "output", {n: TritonOutputData(self, s) for n, s in client.outputs.items()})
+        self._rows = BatchRows(what)
+        self.input = TritonInputMap(what, {n: TritonInputData(s, what, self._rows) for n, s in client.inputs.items()})
+        requested = client.requested_outputs
+        self.output = TritonOutputMap(
+            what, {n: TritonOutputData(s, what, n in requested) for n, s in client.outputs.items()})
 
     @property
     def batch_size(self) -> int:
@@ -63,16 +97,7 @@ class TritonRequest:
         any input is set), or 1 (models without batching)."""
         if self.client.max_batch_size == 0:
             return 1
-        return self._batch or 0
-
-    def _agree_batch(self, name: str, rows: int) -> None:
-        if self._batch is None:
-            self._batch, self._batch_from = rows, name
-        elif rows != self._batch:
-            raise ExternalFailure(
-                f"{self.what}: input '{name}' has batch size {rows}, but input "
-                f"'{self._batch_from}' has {self._batch} (all inputs must agree)"
-            )
+        return self._rows.rows or 0
 
     # -- preparing the calls -----------------------------------------------------------
 
@@ -93,6 +118,7 @@ class TritonRequest:
 
         inputs = []
         for tensor in self.input.values():
+            assert tensor.data is not None  # _chunks() checked that every input is set
             data = tensor.data[rows]
             grpc_input = grpcclient.InferInput(tensor.name, list(data.shape), tensor.spec.datatype)
             grpc_input.set_data_from_numpy(data)
@@ -120,8 +146,10 @@ class TritonRequest:
                     f"{self.what}: output '{name}' of the {len(parts)} split requests cannot be joined: {err}"
                 ) from None
             received += tensor.data.nbytes
-        client._count(server, calls=len(chunks), inferences=self.batch_size,
-                      sent=sum(t.data.nbytes for t in self.input.values()), received=received)
+        client.counters.add_calls(server.name, calls=len(chunks), inferences=self.batch_size,
+                                  sent=sum(t.data.nbytes for t in self.input.values() if t.data is not None),
+                                  received=received)
+        self.server = server
         return self
 
     def _check_output(self, result: Any, spec: TensorSpec, chunk: slice) -> np.ndarray:
@@ -184,12 +212,14 @@ class TritonRequest:
         chunks = self._chunks()
         if self.batch_size == 0:
             return self._finish_empty()
-        return await _run_async(self, lambda server, grpc_client: self._try_async(server, grpc_client, chunks))
+        return await self.client.retry_policy.run(
+            self.what, lambda server, grpc_client: self._try_async(server, grpc_client, chunks))
 
     async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
         from tritonclient.utils import InferenceServerException
 
         client = self.client
+        self.tries += 1
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
 
@@ -204,7 +234,7 @@ class TritonRequest:
                     future = ThreadSafeFuture()
                     contexts.append(grpc_client.async_infer(
                         client.model_name, self._grpc_inputs(chunk),
-                        callback=functools.partial(_deliver, future), **client._call_options(),
+                        callback=functools.partial(_deliver, future), **client.call_options(),
                     ))
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
@@ -231,11 +261,13 @@ class TritonRequest:
         chunks = self._chunks()
         if self.batch_size == 0:
             return self._finish_empty()
-        return _run_blocking(self, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
+        return self.client.retry_policy.run_blocking(
+            self.what, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
 
     def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
         client = self.client
-        results = [grpc_client.infer(client.model_name, self._grpc_inputs(chunk), **client._call_options())
+        self.tries += 1
+        results = [grpc_client.infer(client.model_name, self._grpc_inputs(chunk), **client.call_options())
                    for chunk in chunks]
         return self._finish(results, chunks, server)
 
@@ -254,7 +286,7 @@ class TritonRequest:
             return await trio.to_thread.run_sync(self._try_sync, server, grpc_client, chunks,
                                                  abandon_on_cancel=False)
 
-        return await _run_async(self, attempt)
+        return await self.client.retry_policy.run(self.what, attempt)
 
 
 def _deliver(future: ThreadSafeFuture, result: Any = None, error: Any = None) -> None:

@@ -27,6 +27,12 @@ shape/dtype mismatches found by the client, malformed outputs).
 tenacity (>= 8.4 detects trio) was considered; its model of one callable retried under one
 stop/wait rule does not express an ordered chain of actions each with its own target, and
 Sync mode needs the same policy without an event loop, so the policy is kept here, small.
+
+Direction: the loop knows servers (:class:`ServerInfo`) and nothing else of the package.
+A :class:`RetryPolicy` is built once per client and hands the loop what it drives: a
+:class:`Router` (TritonService's routing, or :class:`SingleServer` for a client connected
+by hand) and the callables that count and describe failures. The try itself is a callable
+``attempt(server, grpc_client)`` given by the request.
 """
 
 from __future__ import annotations
@@ -42,31 +48,30 @@ import trio
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 
+from ._server_info import FALLBACK_SERVER, ServerInfo
+
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-    from ._client import ServerInfo
-    from ._request import TritonRequest
-
 __all__ = [
     "ACTIONS",
+    "DEADLINE_STATUS",
     "DEFAULT_RETRIES",
-    "FALLBACK_SERVER",
     "RECOVERABLE_STATUSES",
     "RetryAction",
+    "RetryPolicy",
     "Router",
+    "SingleServer",
     "is_recoverable",
     "parse_retries",
     "reason",
     "retry_description",
-    "run_async",
-    "run_blocking",
 ]
 
 logger = logging.getLogger("pysonic.sonic")
 
 ACTIONS = ("sameServer", "otherServer", "fallback")
-FALLBACK_SERVER = "fallback"  # server name of the local fallback server (CMSSW: "fallback")
+DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
 RECOVERABLE_STATUSES = frozenset(
     f"StatusCode.{name}" for name in
     ("UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
@@ -164,20 +169,139 @@ def reason(exc: BaseException) -> str:
 
 
 class Router(Protocol):
-    """What the retry loop asks of TritonService (see its methods of the same names)."""
+    """What the retry loop asks of the servers: routing, health and the fallback.
 
-    def pick_blocking(self, model: str, preferred: str) -> ServerInfo: ...
-    async def pick(self, model: str, preferred: str) -> ServerInfo: ...
+    Implemented by TritonService's routing (``framework.sonic._routing.Routing``) and, for
+    a client connected by hand, by :class:`SingleServer`.
+    """
+
+    async def route(self, model: str, preferred: str) -> ServerInfo: ...
+    def route_blocking(self, model: str, preferred: str) -> ServerInfo: ...
     def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient: ...
     def may_retry(self, server_name: str, model: str) -> bool: ...
     def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None: ...
     def fallback_possible(self) -> bool: ...
-    def fallback_server_blocking(self, model: str) -> ServerInfo | None: ...
     async def fallback_server(self, model: str) -> ServerInfo | None: ...
+    def fallback_server_blocking(self, model: str) -> ServerInfo | None: ...
     def record(self, server_name: str, ok: bool, why: str = "") -> None: ...
 
 
-_FALLBACK = object()  # a step whose server TritonService must provide (maybe start) first
+class SingleServer:
+    """The :class:`Router` of a client connected by hand: one server, no health, no fallback.
+
+    Every request goes to ``server``; ``sameServer`` retries go there too, other actions
+    have no target.
+    """
+
+    def __init__(self, server: ServerInfo, grpc_client: grpcclient.InferenceServerClient) -> None:
+        self.server = server
+        self._grpc_client = grpc_client
+
+    async def route(self, model: str, preferred: str) -> ServerInfo:
+        return self.server
+
+    def route_blocking(self, model: str, preferred: str) -> ServerInfo:
+        return self.server
+
+    def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient:
+        return self._grpc_client
+
+    def may_retry(self, server_name: str, model: str) -> bool:
+        return True
+
+    def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None:
+        return None
+
+    def fallback_possible(self) -> bool:
+        return False
+
+    async def fallback_server(self, model: str) -> ServerInfo | None:
+        return None
+
+    def fallback_server_blocking(self, model: str) -> ServerInfo | None:
+        return None
+
+    def record(self, server_name: str, ok: bool, why: str = "") -> None:
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """A client's ``Client.retries`` and what the retry loop drives; built once per client.
+
+    Attributes:
+        actions: the retry actions, in order.
+        router: chooses each try's server, records outcomes, provides the fallback.
+        model: the model name; preferred: ``Client.preferredServer`` (asked of the router).
+        count_retry: called with ``failover`` (a different server) for every retry.
+        count_error: called once for every request that fails for good.
+        failure: ``failure(exc, server, what)``: the ExternalFailure for the last error of a
+            request (``what`` names model, module and event).
+    """
+
+    actions: tuple[RetryAction, ...]
+    router: Router
+    model: str
+    preferred: str
+    count_retry: Callable[[bool], None]
+    count_error: Callable[[], None]
+    failure: Callable[[BaseException, ServerInfo, str], Exception]
+
+    async def run(self, what: str, attempt: Callable[[ServerInfo, Any], Awaitable[T]]) -> T:
+        """``await attempt(server, grpc_client)`` under this policy (trio).
+
+        Args:
+            what: names model, module and event, for logs and errors.
+
+        Raises:
+            ExternalFailure: a non-recoverable error, the tries are exhausted, or the fallback
+                server needed for a retry cannot start.
+            trio.Cancelled: propagated unchanged (the attempt cancels its calls).
+        """
+        retrier = _Retrier(self, what)
+        server = await self.router.route(self.model, self.preferred)
+        while True:
+            try:
+                result = await attempt(server, self.router.grpc_client(server.name))
+            except trio.Cancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+                step = retrier.failed_on(server, exc)
+            else:
+                self.router.record(server.name, True)
+                return result
+            while step.target is _FALLBACK:
+                try:
+                    target = await self.router.fallback_server(self.model)
+                except ExternalFailure as err:
+                    raise retrier.fallback_failed(err) from None
+                step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
+            await trio.sleep(step.delay)
+            server = step.target
+
+    def run_blocking(self, what: str, attempt: Callable[[ServerInfo, Any], T]) -> T:
+        """:meth:`run` for Sync mode: the same policy, blocking (``time.sleep``)."""
+        retrier = _Retrier(self, what)
+        server = self.router.route_blocking(self.model, self.preferred)
+        while True:
+            try:
+                result = attempt(server, self.router.grpc_client(server.name))
+            except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+                step = retrier.failed_on(server, exc)
+            else:
+                self.router.record(server.name, True)
+                return result
+            while step.target is _FALLBACK:
+                try:
+                    target = self.router.fallback_server_blocking(self.model)
+                except ExternalFailure as err:
+                    raise retrier.fallback_failed(err) from None
+                step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
+            time.sleep(step.delay)
+            server = step.target
+
+
+_FALLBACK = object()  # a step whose server the router must provide (maybe start) first
 
 
 @dataclasses.dataclass
@@ -190,38 +314,14 @@ class _Step:
 class _Retrier:
     """The retry state of one request: which action is next and how many tries it has left."""
 
-    def __init__(self, request: TritonRequest) -> None:
-        client = request.client
-        self.request = request
-        self.client = client
-        self.router: Router | None = client.router
-        self.actions = client.retries
+    def __init__(self, policy: RetryPolicy, what: str) -> None:
+        self.policy = policy
+        self.what = what
         self.index = 0  # the action in use
         self.used = 0  # tries of that action so far
         self.tries = 0  # failed tries so far
         self.failed: list[str] = []  # servers that failed this request, in order
         self.last: tuple[ServerInfo, BaseException] | None = None  # the last failure
-
-    def first_blocking(self) -> ServerInfo:
-        if self.router is None:
-            return self.client.server
-        return self.router.pick_blocking(self.client.model_name, self.client.preferred_server)
-
-    async def first(self) -> ServerInfo:
-        if self.router is None:
-            return self.client.server
-        return await self.router.pick(self.client.model_name, self.client.preferred_server)
-
-    def grpc(self, server: ServerInfo) -> grpcclient.InferenceServerClient:
-        if self.router is None:
-            return self.client._grpc()
-        return self.router.grpc_client(server.name)
-
-    def succeeded(self, server: ServerInfo) -> None:
-        self.request.server = server
-        self.request.tries = self.tries + 1  # the failed ones and this one
-        if self.router is not None:
-            self.router.record(server.name, True)
 
     def failed_on(self, server: ServerInfo, exc: BaseException) -> _Step:
         """Record the failure of a try on ``server``; log and return the next step, or
@@ -229,8 +329,8 @@ class _Retrier:
         self.tries += 1
         self.last = (server, exc)
         recoverable = is_recoverable(exc)
-        if self.router is not None and recoverable:
-            self.router.record(server.name, False, reason(exc))
+        if recoverable:
+            self.policy.router.record(server.name, False, reason(exc))
         self.failed.append(server.name)
         if not recoverable:
             raise self._final(False) from None
@@ -239,8 +339,9 @@ class _Retrier:
     def next_step(self) -> _Step:
         """The next action's step (logged and counted), or raise the final error."""
         server, exc = self.last  # type: ignore[misc]
-        while self.index < len(self.actions):
-            action = self.actions[self.index]
+        actions = self.policy.actions
+        while self.index < len(actions):
+            action = actions[self.index]
             target = self._target(action, server) if self.used < action.max_tries else None
             if target is None:
                 self.index, self.used = self.index + 1, 0
@@ -257,11 +358,9 @@ class _Retrier:
         return self.next_step()
 
     def _target(self, action: RetryAction, server: ServerInfo) -> Any:
-        model, router = self.client.model_name, self.router
+        model, router = self.policy.model, self.policy.router
         if action.action == "sameServer":
-            return server if router is None or router.may_retry(server.name, model) else None
-        if router is None:
-            return None  # a client without TritonService knows no other server
+            return server if router.may_retry(server.name, model) else None
         if action.action == "otherServer":
             return router.other_server(model, set(self.failed))
         return _FALLBACK if router.fallback_possible() else None
@@ -271,81 +370,26 @@ class _Retrier:
             failover, where = server.name != FALLBACK_SERVER, "the fallback server"
         else:
             failover = step.target.name != server.name
-            where = _where(step.target) if failover else "the same server"
-        self.client._count_retry(failover)
-        logger.warning("%s: try %d on %s failed (%s); retry on %s (%s) in %.3g s", self.request.what,
-                       self.tries, _where(server), reason(exc), where, step.action, step.delay)
+            where = step.target.describe() if failover else "the same server"
+        self.policy.count_retry(failover)
+        logger.warning("%s: try %d on %s failed (%s); retry on %s (%s) in %.3g s", self.what,
+                       self.tries, server.describe(), reason(exc), where, step.action, step.delay)
 
     def _final(self, recoverable: bool) -> Exception:
         server, exc = self.last  # type: ignore[misc]
-        self.client._count_error()
-        error = self.client._failure(exc, where=server, what=self.request.what)
-        if not recoverable or self.tries == 1 and not self.actions:
+        self.policy.count_error()
+        error = self.policy.failure(exc, server, self.what)
+        actions = self.policy.actions
+        if not recoverable or self.tries == 1 and not actions:
             return error
         servers = ", ".join(dict.fromkeys(self.failed))
-        policy = ", ".join(a.describe() for a in self.actions) or "none"
+        policy = ", ".join(a.describe() for a in actions) or "none"
         return ExternalFailure(f"{error.args[0]}; gave up after {self.tries} tries "
                                f"(servers: {servers}; Client.retries: {policy})")
 
     def fallback_failed(self, err: ExternalFailure) -> ExternalFailure:
         """The final error when the fallback server needed for a retry cannot serve."""
         _, exc = self.last  # type: ignore[misc]
-        self.client._count_error()
-        return ExternalFailure(f"{self.request.what}: failover to the fallback server after {self.tries} "
+        self.policy.count_error()
+        return ExternalFailure(f"{self.what}: failover to the fallback server after {self.tries} "
                                f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}")
-
-
-def _where(server: ServerInfo) -> str:
-    return f"server '{server.name}' ({server.address})" if server.name != server.address else server.address
-
-
-async def run_async(request: TritonRequest, attempt: Callable[[ServerInfo, Any], Awaitable[T]]) -> T:
-    """Run ``await attempt(server, grpc_client)`` under the client's retry policy (trio).
-
-    Raises:
-        ExternalFailure: a non-recoverable error, the tries are exhausted, or the fallback
-            server needed for a retry cannot start.
-        trio.Cancelled: propagated unchanged (the attempt cancels its calls).
-    """
-    retrier = _Retrier(request)
-    server = await retrier.first()
-    while True:
-        try:
-            result = await attempt(server, retrier.grpc(server))
-        except trio.Cancelled:
-            raise
-        except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
-            step = retrier.failed_on(server, exc)
-        else:
-            retrier.succeeded(server)
-            return result
-        while step.target is _FALLBACK:
-            try:
-                target = await retrier.router.fallback_server(retrier.client.model_name)  # type: ignore[union-attr]
-            except ExternalFailure as err:
-                raise retrier.fallback_failed(err) from None
-            step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
-        await trio.sleep(step.delay)
-        server = step.target
-
-
-def run_blocking(request: TritonRequest, attempt: Callable[[ServerInfo, Any], T]) -> T:
-    """:func:`run_async` for Sync mode: the same policy, blocking (``time.sleep``)."""
-    retrier = _Retrier(request)
-    server = retrier.first_blocking()
-    while True:
-        try:
-            result = attempt(server, retrier.grpc(server))
-        except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
-            step = retrier.failed_on(server, exc)
-        else:
-            retrier.succeeded(server)
-            return result
-        while step.target is _FALLBACK:
-            try:
-                target = retrier.router.fallback_server_blocking(retrier.client.model_name)  # type: ignore[union-attr]
-            except ExternalFailure as err:
-                raise retrier.fallback_failed(err) from None
-            step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
-        time.sleep(step.delay)
-        server = step.target

@@ -7,18 +7,22 @@ over several). A server started during the job (the fallback on demand) counts f
 a server that restarted during the job has counters smaller at the end than at the
 beginning and counts from its restart; a server that is gone or out of service at the end
 gives no numbers (listed as ``unavailable``).
+
+Works on what it is given (a function that opens a server's gRPC client, the assignment,
+the clients, the servers' health), not on TritonService.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._service import TritonService
+    from ._client import TritonClient
 
-__all__ = ["report_tables", "snapshot", "statistics"]
+__all__ = ["Snapshot", "report_tables", "snapshot", "statistics"]
 
 logger = logging.getLogger("pysonic.sonic")
 
@@ -28,13 +32,19 @@ STATS_TIMEOUT = 5.0  # seconds per get_inference_statistics call
 _DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
 _ZERO = {"requests": 0, "inferences": 0, "executions": 0, "queue_ns": 0, "compute_ns": 0}
 
+Snapshot = dict[tuple[str, str], dict[str, int]]  # (model, server name) -> Triton's counters
 
-def snapshot(service: TritonService, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, int]]:
-    """Triton's cumulative counters per (model, server) pair (blocking; worker thread)."""
+
+def snapshot(grpc_client: Callable[[str], Any], pairs: list[tuple[str, str]]) -> Snapshot:
+    """Triton's cumulative counters per (model, server) pair (blocking; worker thread).
+
+    Args:
+        grpc_client: server name -> its ``InferenceServerClient``.
+    """
     result = {}
     for model, server_name in pairs:
         try:
-            stats = service.grpc_client(server_name).get_inference_statistics(
+            stats = grpc_client(server_name).get_inference_statistics(
                 model, as_json=True, client_timeout=STATS_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the server may be gone
             logger.warning("TritonService: statistics of model '%s' on server '%s' unavailable: %s",
@@ -57,10 +67,11 @@ def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
-def _model_entry(service: TritonService, model: str, server_name: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"server": server_name, "modules": [label for label, _ in service.models[model]]}
-    begin = {srv: c for (m, srv), c in service._stats_begin.items() if m == model}
-    end = {srv: c for (m, srv), c in service._stats_end.items() if m == model}
+def _model_entry(model: str, server_name: str, modules: list[str], begin_all: Snapshot,
+                 end_all: Snapshot) -> dict[str, Any]:
+    entry: dict[str, Any] = {"server": server_name, "modules": modules}
+    begin = {srv: c for (m, srv), c in begin_all.items() if m == model}
+    end = {srv: c for (m, srv), c in end_all.items() if m == model}
     if not end:
         return entry
     total, servers = dict(_ZERO), {}
@@ -81,8 +92,15 @@ def _model_entry(service: TritonService, model: str, server_name: str) -> dict[s
     return entry
 
 
-def statistics(service: TritonService) -> dict[str, Any]:
+def statistics(*, assignment: Mapping[str, str], users: Mapping[str, list[str]], begin: Snapshot,
+               end: Snapshot, clients: Iterable[TritonClient], servers: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """What the job asked of Triton, JSON-ready.
+
+    Args:
+        assignment: model -> its server's name (begin_job); users: model -> module labels.
+        begin, end: the :func:`snapshot` at begin_job and at end_job.
+        clients: the modules' clients.
+        servers: per server, its health (``Routing.health_report``).
 
     Returns:
         ``{"models": {model: {...}}, "clients": {module label: {...}}, "servers": {name: {...}}}``.
@@ -97,55 +115,54 @@ def statistics(service: TritonService) -> dict[str, Any]:
         server). Per server: ``address``, ``healthy``, ``outages`` (times out of service),
         ``failures`` (consecutive, at the end) and ``last_error``.
     """
-    models = {model: _model_entry(service, model, server) for model, server in service.assignment.items()}
-    clients = {
+    models = {model: _model_entry(model, server, users[model], begin, end) for model, server in assignment.items()}
+    per_client = {
         client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
                             "mode": client.mode, **dataclasses.asdict(client.statistics()),
                             "servers": client.calls_by_server()}
-        for client in service._clients
+        for client in clients
     }
-    servers = {name: {"address": service._address(name), "healthy": h.healthy, "outages": h.outages,
-                      "failures": h.failures, "last_error": h.last_error}
-               for name, h in service.health.items()}
-    return {"models": models, "clients": clients, "servers": servers}
+    return {"models": models, "clients": per_client, "servers": dict(servers)}
 
 
 def report_tables(stats: dict[str, Any]) -> list[Any]:
     """Rich tables of :func:`statistics` for the end-of-job summary ([] if no model).
 
-    Models and clients always; a server table only if a server failed during the job.
+    Models and clients always; a server table only if a server failed during the job. Every
+    string is a ``Text``: as markup, rich would drop a ``[ms]`` or an error's ``[...]``.
     """
     from rich.table import Table
+    from rich.text import Text
 
     if not stats["models"]:
         return []
-    models = Table(title="TritonService ---------- Model Summary (server side) ---[ms per request]----",
+    models = Table(title=Text("TritonService ---------- Model Summary (server side) ---[ms per request]----"),
                    title_justify="left")
-    for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue", "compute"):
-        models.add_column(col, justify="left" if col in ("Model", "Server") else "right")
+    for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue [ms]", "compute [ms]"):
+        models.add_column(Text(col), justify="left" if col in ("Model", "Server") else "right")
     for model, s in stats["models"].items():
         numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
                     f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
         used = [name for name, n in s.get("servers", {}).items() if n] or [s["server"]]
         where = ", ".join(used) + "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
-        models.add_row(model, where, *numbers)
-    clients = Table(title="TritonService ---------- Client Summary ---[MB of tensor data]----",
+        models.add_row(*map(Text, [model, where, *numbers]))
+    clients = Table(title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"),
                     title_justify="left")
-    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent", "received", "Retries", "Failovers",
-                "Errors"):
-        clients.add_column(col, justify="left" if col in ("Module", "Model", "Mode") else "right")
+    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent [MB]", "received [MB]", "Retries",
+                "Failovers", "Errors"):
+        clients.add_column(Text(col), justify="left" if col in ("Module", "Model", "Mode") else "right")
     for label, c in stats["clients"].items():
-        clients.add_row(label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
-                        f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
-                        str(c["retries"]), str(c["failovers"]), str(c["errors"]))
+        clients.add_row(*map(Text, [label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
+                                    f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
+                                    str(c["retries"]), str(c["failovers"]), str(c["errors"])]))
     tables = [models, clients]
     troubled = {name: h for name, h in stats["servers"].items() if h["outages"] or h["failures"]}
     if troubled:
-        servers = Table(title="TritonService ---------- Server Health ----", title_justify="left")
+        servers = Table(title=Text("TritonService ---------- Server Health ----"), title_justify="left")
         for col in ("Server", "Address", "In service", "Outages", "Failures", "Last error"):
-            servers.add_column(col, justify="right" if col in ("Outages", "Failures") else "left")
+            servers.add_column(Text(col), justify="right" if col in ("Outages", "Failures") else "left")
         for name, h in troubled.items():
-            servers.add_row(name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
-                            str(h["failures"]), h["last_error"][:80])
+            servers.add_row(*map(Text, [name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
+                                        str(h["failures"]), h["last_error"][:80]]))
         tables.append(servers)
     return tables

@@ -1,0 +1,180 @@
+"""The fallback server's life: TritonService's local server for models no server serves.
+
+CMSSW counterpart: the fallback server of ``TritonService`` (HeterogeneousCore/SonicTriton),
+there a container, here a :class:`~framework.sonic._server.LocalTritonServer`. It is
+started at begin_job for the models that no configured server serves, or on demand for a
+``fallback`` retry (once, however many requests need it at the same time); restarted if
+its process died; further models are loaded into the running server
+(``--model-control-mode=explicit``); it is stopped at end_job. If it cannot start, the
+error (with the end of its log) is kept and given to every later request at once.
+
+Knows servers and the local server, nothing of routing: whoever owns it passes
+``on_start``, called when a new process serves (health and channels of the old one are
+then stale).
+
+Threads: :meth:`FallbackServer.ensure` blocks (worker thread, or the trio thread in
+``Sync`` mode) and holds a lock; what it changes is replaced, not mutated, so readers on
+the trio thread never see a set change under them.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import trio
+
+from framework._errors import ConfigurationError, ExternalFailure
+
+from ._server import LocalTritonServer, TritonServerError, default_model_repository
+from ._server_info import FALLBACK_SERVER, ServerInfo
+
+__all__ = ["STOP_TIMEOUT", "FallbackServer"]
+
+logger = logging.getLogger("pysonic.sonic")
+
+STOP_TIMEOUT = 30.0  # seconds for the fallback server to exit after SIGTERM
+
+
+class FallbackServer:
+    """The local fallback server of one job: started, restarted, loaded and stopped here.
+
+    Args:
+        params: TritonService's validated ``fallback`` PSet (``enable``, ``verbose``,
+            ``device``, ``instances``, ``wait`` in seconds, ``modelRepository``).
+        config_paths: model name -> its ``config.pbtxt`` (the modules' ``Client.modelConfigPath``),
+            read when the server starts: the repository is the folder two levels up.
+        on_start: called (under the lock, on the starting thread) once a new process serves,
+            before its models are published.
+
+    Attributes:
+        server: the running (or died) :class:`LocalTritonServer`; None before the first
+            start and after :meth:`stop`.
+        models: the models it was made to serve (kept if its process dies).
+        error: why it cannot start; non-empty once a start failed (later calls fail at once).
+    """
+
+    def __init__(self, params: Any, config_paths: Mapping[str, pathlib.Path],
+                 on_start: Callable[[], None] = lambda: None) -> None:
+        self.params = params
+        self.enabled: bool = params.enable
+        self.server: LocalTritonServer | None = None
+        self.models: frozenset[str] = frozenset()
+        self.error = ""
+        self._config_paths = config_paths
+        self._on_start = on_start
+        self._lock = threading.Lock()  # one start at a time, whatever the thread
+        self._trio_lock = trio.Lock()  # concurrent requests wait here, not in threads
+
+    def info(self) -> ServerInfo | None:
+        """The fallback as a :class:`ServerInfo` (its current address), or None if never started."""
+        server = self.server
+        return None if server is None else ServerInfo(FALLBACK_SERVER, server.grpc_address)
+
+    def is_running(self) -> bool:
+        server = self.server
+        return server is not None and server.is_running()
+
+    def serves(self, model: str) -> bool:
+        """Whether its process runs and serves ``model``."""
+        return self.is_running() and model in self.models
+
+    # -- starting and loading ----------------------------------------------------------
+
+    def ensure(self, models: Iterable[str]) -> None:
+        """Blocking: make the fallback server serve ``models`` (start, restart or load).
+
+        Raises:
+            ExternalFailure: it cannot start or load a model (with the end of its log);
+                remembered, so later calls fail at once.
+            ConfigurationError: the models' config paths point to several repositories.
+        """
+        models = list(models)
+        with self._lock:
+            if self.error:
+                raise ExternalFailure(self.error)
+            try:
+                self._ensure_locked(models)
+            except (TritonServerError, ExternalFailure) as err:  # ConfigurationError passes as it is
+                message = err.args[0]
+                if not message.startswith("TritonService"):
+                    message = f"TritonService: fallback server for {', '.join(models)} did not start: {message}"
+                self.error = message
+                raise ExternalFailure(message) from err
+
+    async def serve(self, model: str) -> None:
+        """:meth:`ensure` for one model from trio: concurrent callers wait for one start.
+
+        The start runs on a worker thread and is not abandoned on cancellation.
+        """
+        if not self.serves(model):
+            async with self._trio_lock:
+                if not self.serves(model):
+                    await trio.to_thread.run_sync(self.ensure, [model], abandon_on_cancel=False)
+
+    def serve_blocking(self, model: str) -> None:
+        """:meth:`serve` for Sync mode (blocks the calling thread while the server starts)."""
+        if not self.serves(model):
+            self.ensure([model])
+
+    def _ensure_locked(self, models: list[str]) -> None:
+        server = self.server
+        if server is not None and server.is_running():
+            for model in (m for m in models if m not in self.models):
+                self._load(server, model)
+                self.models = self.models | {model}
+            return
+        wanted = sorted(set(models) | self.models)
+        if server is not None:  # it died: the end of its log tells why
+            logger.warning("TritonService: the fallback server (pid %s) is gone, restarting it; last lines "
+                           "of its log:\n%s", server.pid, server.log_tail(10))
+            server.stop(STOP_TIMEOUT)
+        params = self.params
+        repository = self._repository(wanted)
+        server = LocalTritonServer(repository, instances=params.instances, device=params.device,
+                                   verbose=params.verbose, models=wanted)
+        logger.info("TritonService: starting the fallback server for %s (repository %s, models on %s)",
+                    ", ".join(wanted), repository, server.device)
+        server.start(float(params.wait))
+        # Replace, never mutate: the trio thread may be reading these right now. The
+        # models come last: until then no request is routed to the new process.
+        self.server = server
+        self._on_start()
+        self.models = frozenset(wanted)
+
+    def _repository(self, models: Iterable[str]) -> pathlib.Path:
+        if self.params.modelRepository:
+            return pathlib.Path(self.params.modelRepository)
+        default = default_model_repository()
+        repositories = {m: self._config_paths[m].parent.parent if m in self._config_paths else default
+                        for m in models}
+        if len(set(repositories.values())) > 1:
+            found = ", ".join(f"{m}: {r}" for m, r in repositories.items())
+            raise ConfigurationError("TritonService: the fallback server serves one repository, but the "
+                                     f"models' Client.modelConfigPath point to several ({found}); "
+                                     "set fallback.modelRepository")
+        return next(iter(repositories.values()))
+
+    def _load(self, server: LocalTritonServer, model: str) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        logger.info("TritonService: loading model '%s' into the fallback server", model)
+        client = ServerInfo(FALLBACK_SERVER, server.grpc_address).open_client()
+        try:
+            client.load_model(model, client_timeout=float(self.params.wait))
+        except InferenceServerException as exc:
+            raise ExternalFailure(f"TritonService: the fallback server cannot load model '{model}': "
+                                  f"{exc.message()}; last lines of its log:\n{server.log_tail()}") from None
+        finally:
+            client.close()
+
+    # -- end_job -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Blocking: stop the server (SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT` s), if any."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop(STOP_TIMEOUT)

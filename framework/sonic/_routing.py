@@ -1,0 +1,367 @@
+"""Routing and health: which server each request goes to (TritonService's part during the job).
+
+CMSSW counterpart: the server choice of ``TritonService`` (HeterogeneousCore/SonicTriton).
+:class:`Routing` is the clients' :class:`~framework.sonic._retry.Router`; its one verb
+is **route**: :meth:`Routing.route` (trio), :meth:`Routing.route_blocking` (``Sync`` mode)
+and :meth:`Routing.route_nowait` (no probe, never blocks). A model's *home* server
+(:meth:`Routing.home`) is its module's ``preferredServer`` if that serves the model, else
+the one assigned at begin_job (the first configured server that serves it, else the
+fallback). A request goes to its home server while it is in service, else to another in
+service that serves the model.
+
+* health: each server counts its consecutive recoverable failures; at
+  ``health.unhealthyAfter`` it is out of service and new requests go to another healthy
+  server that serves the model, or to the fallback server once it runs;
+* probes, lazily (no background task): when a request would go to an out-of-service
+  server, at most every ``health.probeInterval`` seconds one request first asks it
+  ``is_server_ready``/``is_model_ready`` through the shared client; a success (or any
+  successful call) puts it back in service. gRPC reconnects the shared channel by itself
+  after a restart on the same address (short reconnect backoff: ``CHANNEL_ARGS``);
+* the fallback server (:mod:`framework.sonic._fallback`, owned here) is asked for when a
+  ``fallback`` retry needs it.
+
+Threads: the trio thread, except the blocking probes (worker thread in trio, the calling
+thread in Sync mode) and the fallback's start (see ``_fallback``), whose ``on_start``
+replaces the health map and the shared clients rather than mutating them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pathlib
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from framework._errors import ExternalFailure
+
+from ._fallback import FallbackServer
+from ._server_info import FALLBACK_SERVER, ServerInfo
+
+if TYPE_CHECKING:
+    import tritonclient.grpc as grpcclient
+
+__all__ = ["PROBE_TIMEOUT", "Routing", "ServerHealth", "ready_models"]
+
+logger = logging.getLogger("pysonic.sonic")
+
+PROBE_TIMEOUT = 5.0  # seconds per gRPC call when asking a configured server what it serves
+
+
+@dataclasses.dataclass
+class ServerHealth:
+    """What TritonService knows of one server's health (trio thread only).
+
+    Attributes:
+        healthy: in service (requests are sent to it).
+        failures: consecutive recoverable failures (reset by any success).
+        outages: times it was taken out of service during the job.
+        last_error: the reason of the last failure.
+        last_probe: ``time.monotonic()`` of the last probe (or of the outage start).
+        probing: a probe is under way (others do not start one).
+    """
+
+    healthy: bool = True
+    failures: int = 0
+    outages: int = 0
+    last_error: str = ""
+    last_probe: float = 0.0
+    probing: bool = False
+
+
+class Routing:
+    """The job's servers as the clients see them: models served, assignment, health, channels.
+
+    Args:
+        servers: the configured servers, in order of preference.
+        health: TritonService's validated ``health`` PSet (``unhealthyAfter``,
+            ``probeInterval`` and ``probeTimeout`` in seconds).
+        fallback: its ``fallback`` PSet; config_paths: model -> ``config.pbtxt`` (for the
+            fallback's repository).
+
+    Attributes:
+        servers: name -> :class:`ServerInfo` of the configured servers.
+        served: configured server name -> its READY models (begin_job; unreachable ones absent).
+        assignment: model -> the name of its server at begin_job.
+        health: server name -> :class:`ServerHealth`.
+        fallback: the :class:`~framework.sonic._fallback.FallbackServer`.
+    """
+
+    def __init__(self, servers: Mapping[str, ServerInfo], health: Any, fallback: Any,
+                 config_paths: Mapping[str, pathlib.Path]) -> None:
+        self.servers = dict(servers)
+        self.unhealthy_after = max(1, health.unhealthyAfter)
+        self.probe_interval: float = health.probeInterval
+        self.probe_timeout: float = health.probeTimeout
+        self.served: dict[str, set[str]] = {}
+        self.assignment: dict[str, str] = {}
+        self.health: dict[str, ServerHealth] = {}
+        self.fallback = FallbackServer(fallback, config_paths, on_start=self._fallback_started)
+        self._grpc_clients: dict[str, grpcclient.InferenceServerClient] = {}
+
+    # -- begin_job ---------------------------------------------------------------------
+
+    def add_served(self, name: str, models: set[str]) -> None:
+        """Record that configured server ``name`` answers and serves ``models`` (begin_job)."""
+        self.served[name] = models
+        self.health[name] = ServerHealth()
+
+    def assign(self, model: str, preferred: str) -> str:
+        """Fix the server of ``model`` for the job (begin_job): its home for ``preferred``.
+
+        Raises:
+            ExternalFailure: no server serves it.
+        """
+        self.assignment[model] = name = self.home(model, preferred)
+        return name
+
+    # -- the one verb: route -----------------------------------------------------------
+
+    def home(self, model: str, preferred: str = "") -> str:
+        """Name of the model's own server: ``preferred`` if that serves it, else its assigned
+        server, else the first that serves it (configured servers first, the fallback last).
+
+        Raises:
+            ExternalFailure: no server serves it (names the servers tried).
+        """
+        if preferred and model in self._served(preferred):
+            return preferred
+        if model in self.assignment:
+            return self.assignment[model]
+        for name in [*self.served, FALLBACK_SERVER]:
+            if model in self._served(name):
+                return name
+        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})")
+
+    def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
+        """The server for a new request of ``model``, from what is known now (no probe):
+        its home if in service, else another in service, else its home (the retries decide)."""
+        home = self.home(model, preferred)
+        if self.healthy(home):
+            return self.server(home)
+        for name in self.candidates(model):
+            if name != home and self.healthy(name):
+                return self.server(name)
+        return self.server(home)
+
+    async def route(self, model: str, preferred: str = "") -> ServerInfo:
+        """:meth:`route_nowait`, after probing an out-of-service server whose probe is due
+        (on a worker thread; see the module docstring)."""
+        probe = self._probe_due(model, preferred)
+        if probe is not None:
+            ok = False
+            try:
+                ok = await trio.to_thread.run_sync(_probe, self.grpc_client(probe), model, self.probe_timeout)
+            finally:
+                self._probed(probe, ok)
+        return self.route_nowait(model, preferred)
+
+    def route_blocking(self, model: str, preferred: str = "") -> ServerInfo:
+        """:meth:`route` for Sync mode (a probe blocks the calling thread)."""
+        probe = self._probe_due(model, preferred)
+        if probe is not None:
+            ok = False
+            try:
+                ok = _probe(self.grpc_client(probe), model, self.probe_timeout)
+            finally:
+                self._probed(probe, ok)
+        return self.route_nowait(model, preferred)
+
+    def candidates(self, model: str) -> list[str]:
+        """Servers that serve ``model``: configured ones in order, then a running fallback."""
+        names = [name for name in self.servers if model in self.served.get(name, ())]
+        if self.fallback.serves(model):
+            names.append(FALLBACK_SERVER)
+        return names
+
+    def _served(self, name: str) -> frozenset[str] | set[str]:
+        return self.fallback.models if name == FALLBACK_SERVER else self.served.get(name, set())
+
+    # -- servers and channels ----------------------------------------------------------
+
+    def server(self, name: str) -> ServerInfo:
+        """The :class:`ServerInfo` of a configured server or of the fallback.
+
+        Raises:
+            ExternalFailure: ``name`` is the fallback and it is not running.
+        """
+        if name == FALLBACK_SERVER:
+            info = self.fallback.info()
+            if info is None:
+                raise ExternalFailure("TritonService: the fallback server is not running")
+            return info
+        return self.servers[name]
+
+    def address(self, name: str) -> str:
+        """``host:port`` of a server, or ``"not running"`` (a fallback never started)."""
+        try:
+            return self.server(name).address
+        except ExternalFailure:
+            return "not running"
+
+    def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient:
+        """The shared ``InferenceServerClient`` of a server (its methods are thread-safe)."""
+        client = self._grpc_clients.get(server_name)
+        if client is None:
+            client = self._grpc_clients[server_name] = self.server(server_name).open_client()
+        return client
+
+    def close(self) -> None:
+        """Close the shared clients. Never raises."""
+        for grpc_client in self._grpc_clients.values():
+            try:
+                grpc_client.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._grpc_clients = {}
+
+    # -- retries (the rest of the Router of framework.sonic._retry) --------------------
+
+    def may_retry(self, server_name: str, model: str) -> bool:
+        """Whether a ``sameServer`` retry may go to ``server_name``: in service, or nothing else."""
+        if self.healthy(server_name):
+            return True
+        others = [n for n in self.candidates(model) if n != server_name and self.healthy(n)]
+        fallback_possible = (server_name != FALLBACK_SERVER and self.fallback.enabled
+                             and not self.fallback.error)
+        return not others and not fallback_possible
+
+    def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None:
+        """A configured server in service that serves ``model`` and is not in ``exclude``."""
+        for name in self.servers:
+            if name not in exclude and model in self.served.get(name, ()) and self.healthy(name):
+                return self.server(name)
+        return None
+
+    def fallback_possible(self) -> bool:
+        """Whether a ``fallback`` retry may be tried: enabled, not failed to start, not hung."""
+        fallback = self.fallback
+        if not fallback.enabled or fallback.error:
+            return False
+        return not fallback.is_running() or self.healthy(FALLBACK_SERVER)
+
+    async def fallback_server(self, model: str) -> ServerInfo | None:
+        """The fallback server, made to serve ``model`` (started or loaded on demand).
+
+        Concurrent callers wait for one start. Returns None if the fallback is disabled or
+        running but out of service (hung).
+
+        Raises:
+            ExternalFailure: it cannot start (with its log tail); the same at every call.
+        """
+        if not self.fallback.enabled:
+            return None
+        await self.fallback.serve(model)
+        return self._fallback_if_healthy()
+
+    def fallback_server_blocking(self, model: str) -> ServerInfo | None:
+        """:meth:`fallback_server` for Sync mode (blocks the calling thread while the server starts)."""
+        if not self.fallback.enabled:
+            return None
+        self.fallback.serve_blocking(model)
+        return self._fallback_if_healthy()
+
+    def _fallback_if_healthy(self) -> ServerInfo | None:
+        return self.server(FALLBACK_SERVER) if self.healthy(FALLBACK_SERVER) else None
+
+    def _fallback_started(self) -> None:
+        # A new fallback process: its old channel and health are stale. Replace, never mutate.
+        self._grpc_clients = {k: v for k, v in self._grpc_clients.items() if k != FALLBACK_SERVER}
+        self.health = {**self.health, FALLBACK_SERVER: ServerHealth()}
+
+    # -- health ------------------------------------------------------------------------
+
+    def record(self, server_name: str, ok: bool, why: str = "") -> None:
+        """Record the outcome of a call or probe on ``server_name`` (trio thread)."""
+        health = self.health.setdefault(server_name, ServerHealth())
+        if ok:
+            if not health.healthy:
+                logger.warning("TritonService: server '%s' (%s) is back in service", server_name,
+                               self.address(server_name))
+            health.healthy, health.failures = True, 0
+            return
+        health.failures += 1
+        health.last_error = why
+        if health.healthy and health.failures >= self.unhealthy_after:
+            health.healthy, health.outages, health.last_probe = False, health.outages + 1, time.monotonic()
+            logger.warning("TritonService: server '%s' (%s) is out of service after %d consecutive failures "
+                           "(last: %s); its requests go elsewhere, probe every %g s", server_name,
+                           self.address(server_name), health.failures, why, self.probe_interval)
+
+    def healthy(self, name: str) -> bool:
+        """Whether ``name`` is in service (a server without record is)."""
+        health = self.health.get(name)
+        return health is None or health.healthy
+
+    def _probe_due(self, model: str, preferred: str) -> str | None:
+        """An out-of-service server of ``model`` whose probe is due (marked as probing), or None."""
+        now = time.monotonic()
+        home = self.home(model, preferred)
+        for name in [home, *self.candidates(model)]:
+            health = self.health.get(name)
+            if health is None or health.healthy or health.probing or now - health.last_probe < self.probe_interval:
+                continue
+            if name == FALLBACK_SERVER and not self.fallback.serves(model):
+                continue  # a dead fallback is restarted by the fallback action, not probed
+            health.probing, health.last_probe = True, now
+            return name
+        return None
+
+    def _probed(self, name: str, ok: bool) -> None:
+        health = self.health[name]
+        health.probing = False
+        if ok:
+            self.record(name, True)
+        else:
+            logger.debug("TritonService: server '%s' still out of service (probe failed)", name)
+
+    # -- for statistics and messages ---------------------------------------------------
+
+    def health_report(self) -> dict[str, dict[str, Any]]:
+        """Per server with a health record: ``address``, ``healthy``, ``outages``, ``failures``
+        (consecutive, now) and ``last_error`` (JSON-ready)."""
+        return {name: {"address": self.address(name), "healthy": h.healthy, "outages": h.outages,
+                       "failures": h.failures, "last_error": h.last_error}
+                for name, h in self.health.items()}
+
+    def tried(self) -> str:
+        """What each configured server serves, for messages (``"tried 'a' at host:port: serves x"``)."""
+        if not self.servers:
+            return "no server configured"
+        parts = []
+        for name, server in self.servers.items():
+            served = self.served.get(name)
+            what = "unreachable" if served is None else f"serves {', '.join(sorted(served)) or 'nothing'}"
+            parts.append(f"'{name}' at {server.address}: {what}")
+        return "tried " + "; ".join(parts)
+
+
+def ready_models(server: ServerInfo) -> set[str] | str:
+    """The READY models of ``server`` (blocking), or the reason it cannot be asked."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        client = server.open_client()
+    except Exception as exc:  # noqa: BLE001 - e.g. unreadable certificate files
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        index = client.get_model_repository_index(as_json=True, client_timeout=PROBE_TIMEOUT)
+    except InferenceServerException as exc:
+        return f"{exc.status()}: {exc.message()}"
+    finally:
+        client.close()
+    return {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
+
+
+def _probe(client: grpcclient.InferenceServerClient, model: str, timeout: float) -> bool:
+    """Blocking: is the server ready and ``model`` on it ready? (False if it does not answer)."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        return bool(client.is_server_ready(client_timeout=timeout)
+                    and client.is_model_ready(model, client_timeout=timeout))
+    except InferenceServerException:
+        return False
