@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 import awkward as ak
 import numpy as np
@@ -20,7 +22,7 @@ import uproot
 
 from framework import ConfigurationError
 from framework.samples import locate_sample
-from framework.sonic._installation import write_repository_copy
+from framework.bench._triton import write_edited_repository
 from framework.sonic._server import LocalTritonServer, resolve_device
 from framework.sonic.python_backend import choose_runner, parse_model_config, run_batched
 from modules.deepmet_inputs import build_deepmet_inputs
@@ -35,30 +37,18 @@ MODELS = ("particlenet_ak4", "deepmet", "deeptau", "facile")
 EVENTS = 4  # real events per model, sent concurrently
 
 
-def _edit_config(path: pathlib.Path, name: str, runner: str) -> None:
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    config.name = name
-    config.parameters["runner"].string_value = runner
-    path.unlink()  # a symlink-free file of its own
-    path.write_text(text_format.MessageToString(config))
+def _runner(name: str) -> Callable[[Any], None]:
+    def edit(config: Any) -> None:
+        config.parameters["runner"].string_value = name
+    return edit
 
 
 @pytest.fixture(scope="module")
 def twin_repository(tmp_path_factory) -> pathlib.Path:
     """Every model as ``<name>`` (ONNX runner) and ``<name>_torch`` (torch runner)."""
-    source = REPO / "data" / "models"
     folder = tmp_path_factory.mktemp("twins")
-    write_repository_copy(source, folder, MODELS)
-    for name in MODELS:
-        twin = folder / f"{name}_torch"
-        write_repository_copy(source, folder / "staging", [name])
-        (folder / "staging" / name).rename(twin)
-        _edit_config(folder / name / "config.pbtxt", name, "onnx")
-        _edit_config(twin / "config.pbtxt", f"{name}_torch", "torch")
-    (folder / "staging").rmdir()
+    write_edited_repository(folder, MODELS, _runner("onnx"))
+    write_edited_repository(folder, {f"{name}_torch": name for name in MODELS}, _runner("torch"))
     return folder
 
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from ._harness import CONFIGS, REPO, config_args, model_seconds, run_config, temporary_folder
 from ._load import load_requests
+from ._triton import write_edited_repository
 
 MS = 1e3
 DEVICE_ENV = "PYSONIC_BENCH_DEVICE"
@@ -86,24 +87,17 @@ def _env() -> dict[str, str]:
 
 
 def _variant_repository(folder: pathlib.Path, variants: dict[str, tuple[str, Callable[[Any], None] | None]]) -> pathlib.Path:
-    """Models of ``data/models`` under new names: ``{new name: (model, edit(config) or None)}``."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
+    """Models of ``data/models`` under new names: ``{new name: (model, edit(config) or None)}``;
+    every copy also gets :func:`bench_runner`'s ``runner`` when it is set."""
 
-    source = REPO / "data" / "models"
-    for name, (model, edit) in variants.items():
-        target = folder / name
-        target.mkdir(parents=True)
-        for entry in (source / model).iterdir():
-            if entry.name != "config.pbtxt":
-                (target / entry.name).symlink_to(entry.absolute())
-        config = text_format.Parse((source / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-        config.name = name
+    def edited(config: Any, edit: Callable[[Any], None] | None) -> None:
         if bench_runner():
             config.parameters["runner"].string_value = bench_runner()
         if edit is not None:
             edit(config)
-        (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+    for name, (model, edit) in variants.items():
+        write_edited_repository(folder, {name: model}, lambda config, e=edit: edited(config, e))
     return folder
 
 

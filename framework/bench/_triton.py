@@ -15,7 +15,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,25 +27,31 @@ from ._harness import percentiles
 __all__ = ["bare_async_loop", "write_edited_repository"]
 
 
-def write_edited_repository(folder: pathlib.Path, models: Sequence[str], edit: Callable[[Any], None],
+def write_edited_repository(folder: pathlib.Path, models: Sequence[str] | Mapping[str, str],
+                            edit: Callable[[Any], None] | None = None,
                             source: pathlib.Path | None = None) -> pathlib.Path:
     """A copy of ``models`` of ``source`` (default ``data/models``) with ``edit(config)`` applied.
 
-    Version folders are symlinks; only ``config.pbtxt`` is rewritten. ``edit`` receives the
-    parsed ``ModelConfig`` protobuf and changes it in place.
+    ``models`` lists model names, or maps new names to source models (``{"pn_nobatching":
+    "particlenet_ak4"}``: the copy's ``config.name`` is the new name). Version folders are
+    symlinks; only ``config.pbtxt`` is rewritten. ``edit`` receives the parsed
+    ``ModelConfig`` protobuf and changes it in place.
     """
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     source = source or default_model_repository()
-    for name in models:
+    names = models if isinstance(models, Mapping) else {name: name for name in models}
+    for name, model in names.items():
         target = folder / name
         target.mkdir(parents=True, exist_ok=True)
-        for entry in (source / name).iterdir():
+        for entry in (source / model).iterdir():
             if entry.name != "config.pbtxt" and not (target / entry.name).exists():
                 (target / entry.name).symlink_to(entry.absolute())
-        config = text_format.Parse((source / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-        edit(config)
+        config = text_format.Parse((source / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        config.name = name
+        if edit is not None:
+            edit(config)
         (target / "config.pbtxt").write_text(text_format.MessageToString(config))
     return folder
 
