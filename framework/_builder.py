@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from . import config as cms
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, FileReadError
 from ._module import EDFilter, EDModule, OutputModule
 from ._registry import find_type
 from ._services import ServiceRegistry, _current
@@ -106,6 +106,57 @@ class Job:
             for inst in sorted(w.produces)
         ]
         return ProductRegistry(dict(source_collections), products)
+
+    def assemble(self, source_collections: dict[str, tuple[str, ...]]) -> None:
+        """The last construction step, once the source knows its collections (first file).
+
+        Output modules choose what they write from the product registry
+        (``OutputModule.select``), and what they consume becomes a dependency; the source
+        is told which collections and fields any module consumes, so it reads only those.
+
+        Raises:
+            FileReadError: a consumed collection or field is not in the input; the message
+                also names the modules that consume it.
+        """
+        registry = self.product_registry(source_collections)
+        for worker in self.workers.values():
+            if worker.kind == "OutputModule":
+                worker.module.select(registry)  # type: ignore[attr-defined]
+                worker.consumes = list(worker.module._fw_consumes)
+        try:
+            self.source.set_branch_request(self.branch_request())
+        except FileReadError as err:
+            raise self._name_consumers(err) from err
+
+    def branch_request(self) -> dict[str, set[str] | None]:
+        """Source collections consumed by any module: name -> fields (None = all fields)."""
+        request: dict[str, set[str] | None] = {}
+        for worker in self.workers.values():
+            for c in worker.consumes:
+                if c.label in self.workers:
+                    continue
+                fields = request.get(c.label, set())
+                request[c.label] = None if c.branches is None or fields is None else fields | set(c.branches)
+        return request
+
+    def _name_consumers(self, err: FileReadError) -> FileReadError:
+        """The source's error about a collection or branch, plus the modules that consume it.
+
+        The source knows files and branches, not modules; the job knows who consumed which
+        collection, so it completes the message here, from the error's fields.
+        """
+
+        def concerned(label: str) -> bool:
+            branch = err.branch or ""
+            return label == err.collection or branch == label or branch.startswith(label + "_")
+
+        culprits = [w.describe() for w in self.workers.values()
+                    if any(concerned(c.label) for c in w.consumes if c.label not in self.workers)]
+        if not culprits:
+            return err
+        return FileReadError(f"{err.args[0]}; consumed by {', '.join(culprits)}", file=err.file,
+                             collection=err.collection, branch=err.branch, nearest=err.nearest,
+                             entries=err.entries)
 
 
 def _construct(obj: Any, expected_kind: str, label: str) -> Any:

@@ -41,15 +41,45 @@ class ProductNotFound(FrameworkError):
 
 
 class FileOpenError(FrameworkError):
-    """An input file cannot be opened or is not a usable ROOT file."""
+    """An input file cannot be opened or is not a usable ROOT file.
+
+    Attributes:
+        file: the file name or URL, when known (None otherwise).
+    """
 
     category = "FileOpenError"
 
+    def __init__(self, message: str, *, file: str | None = None, category: str | None = None) -> None:
+        super().__init__(message, category=category)
+        self.file = file
+
 
 class FileReadError(FrameworkError):
-    """An input file opened, but reading a branch failed (truncated, wrong type, ...)."""
+    """An input file opened, but reading a branch failed (truncated, wrong type, ...).
+
+    The message says it all in one line; the same facts are attributes, as uproot's
+    ``KeyInFileError`` carries its key, so that callers never parse the message (the
+    scheduler names the modules that consume ``collection``).
+
+    Attributes:
+        file: the file name or URL (None when not about one file, e.g. a merge).
+        collection: the source collection concerned (``"Jet"`` for ``Jet_pt``), or None.
+        branch: the branch concerned (``"Jet_pt"``), or None.
+        nearest: names that do exist and are closest to a missing one (may be empty).
+        entries: the half-open entry range ``(start, stop)`` being read, or None.
+    """
 
     category = "FileReadError"
+
+    def __init__(self, message: str, *, file: str | None = None, collection: str | None = None,
+                 branch: str | None = None, nearest: tuple[str, ...] = (),
+                 entries: tuple[int, int] | None = None, category: str | None = None) -> None:
+        super().__init__(message, category=category)
+        self.file = file
+        self.collection = collection
+        self.branch = branch
+        self.nearest = tuple(nearest)
+        self.entries = entries
 
 
 class ExternalFailure(FrameworkError):

@@ -21,7 +21,6 @@ can assert exact times); module timers use ``time.perf_counter()`` (see ``_worke
 from __future__ import annotations
 
 import logging
-import re
 import time
 from array import array
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from typing import Any
 import trio
 
 from ._builder import Job, PathSpec
-from ._errors import EventProcessingError, FileReadError, FrameworkError
+from ._errors import EventProcessingError, FrameworkError
 from ._event import EventPrincipal
 from ._source_base import SourceEvent
 from ._worker import Worker
@@ -241,39 +240,6 @@ class _Scheduler:
             self.on_event(principal, t1 - t0)
 
 
-def _branch_request(job: Job) -> dict[str, set[str] | None]:
-    """Source collections consumed by any module: name -> fields (None = all fields)."""
-    request: dict[str, set[str] | None] = {}
-    for worker in job.workers.values():
-        for c in worker.consumes:
-            if c.label in job.workers:
-                continue
-            if c.branches is None:
-                request[c.label] = None
-            elif c.label not in request:
-                request[c.label] = set(c.branches)
-            elif request[c.label] is not None:
-                request[c.label] |= set(c.branches)  # type: ignore[operator]
-    return request
-
-
-def _name_consumers(err: FileReadError, job: Job) -> FileReadError:
-    """The source's error about a missing/unreadable branch, plus the modules that consume it.
-
-    The source knows files and branches, not modules; the framework knows which module
-    consumed which collection (``consumes``), so it completes the message here.
-    """
-    quoted = set(re.findall(r"'([^']+)'", err.args[0]))
-    culprits = [
-        w.describe() for w in job.workers.values()
-        if any(c.label in quoted or any(q.startswith(c.label + "_") for q in quoted)
-               for c in w.consumes if c.label not in job.workers)
-    ]
-    if not culprits:
-        return err
-    return FileReadError(f"{err.args[0]}; consumed by {', '.join(culprits)}")
-
-
 def first_error(exc: BaseException) -> BaseException:
     """The most informative leaf of a (possibly nested) exception group.
 
@@ -324,17 +290,8 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
         try:
             for svc in job.services.services.values():
                 await svc.begin_job()
-            collections = await trio.to_thread.run_sync(job.source.collections)
-            registry = job.product_registry(collections)
-            for worker in job.workers.values():
-                if worker.kind == "OutputModule":
-                    worker.module.select(registry)  # type: ignore[attr-defined]
-                    worker.consumes = list(worker.module._fw_consumes)
-            try:
-                job.source.set_branch_request(_branch_request(job))
-            except FileReadError as err:
-                raise _name_consumers(err, job) from err
-            # Built after select(): output modules' consumes count as dependencies too.
+            job.assemble(await trio.to_thread.run_sync(job.source.collections))
+            # Built after assemble(): output modules' consumes count as dependencies too.
             scheduler = _Scheduler(job, on_event, report)
             for module in modules:
                 module.begin_job()

@@ -296,8 +296,11 @@ def test_missing_collection_and_field_name_the_nearest(tmp_path):
     source = make_source([write_nano(tmp_path / "a.root", 3)])
     with pytest.raises(FileReadError, match=r"'Jets'.*nearest: 'Jet'"):
         source.set_branch_request({"Jets": None})
-    with pytest.raises(FileReadError, match=r"a.root.*'Jet_ptt'.*nearest: 'Jet_pt'"):
+    with pytest.raises(FileReadError, match=r"a.root.*'Jet_ptt'.*nearest: 'Jet_pt'") as info:
         source.set_branch_request({"Jet": {"ptt"}})
+    error = info.value  # the same facts as fields, as uproot's KeyInFileError carries its key
+    assert (error.collection, error.branch, error.file) == ("Jet", "Jet_ptt", str(tmp_path / "a.root"))
+    assert error.nearest[0] == "Jet_pt" and error.entries is None
 
 
 async def test_missing_branch_in_a_later_file(tmp_path):

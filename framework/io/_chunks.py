@@ -103,7 +103,8 @@ def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, A
         if not np.array_equal(np.asarray(layout.offsets), offsets):
             raise FileReadError(
                 f"branch '{coll.name}_{f}' of input file '{file_name}' {where} has per-entry "
-                f"lengths different from its counter '{coll.counter}'"
+                f"lengths different from its counter '{coll.counter}'",
+                file=file_name, collection=coll.name, branch=f"{coll.name}_{f}",
             )
         contents.append(layout.content)
     # Zero-copy: the record array shares the fields' contents; one offsets array for all.

@@ -143,7 +143,7 @@ def check_types(tree: Any, layout: dict[str, Collection], request: dict[str, tup
     for name, fields in request.items():
         coll = layout[name]
         branches = coll.branches(fields)
-        check_interpretable(tree, branches, file_name)
+        check_interpretable(tree, branches, file_name, collection=name)
         if coll.kind == "plain":
             continue
         for branch_name in branches:
@@ -152,23 +152,29 @@ def check_types(tree: Any, layout: dict[str, Collection], request: dict[str, tup
             if expected is not None:
                 raise FileReadError(
                     f"branch '{branch_name}' of input file '{file_name}' is {branch.typename} "
-                    f"(uproot {type(branch.interpretation).__name__}), expected {expected}"
+                    f"(uproot {type(branch.interpretation).__name__}), expected {expected}",
+                    file=file_name, collection=name, branch=branch_name,
                 )
 
 
-def check_interpretable(tree: Any, branches: list[str], file_name: str) -> None:
+def check_interpretable(tree: Any, branches: list[str], file_name: str, *, collection: str | None = None) -> None:
+    """Raises FileReadError (with ``file``, ``collection``, ``branch``) for a branch uproot cannot read."""
     for name in branches:
         interpretation = tree[name].interpretation
         if isinstance(interpretation, uproot.interpretation.identify.UnknownInterpretation):
             raise FileReadError(
                 f"branch '{name}' of input file '{file_name}' has a type uproot cannot read "
-                f"({tree[name].typename}): {' '.join(str(interpretation).split())}"
+                f"({tree[name].typename}): {' '.join(str(interpretation).split())}",
+                file=file_name, collection=collection, branch=name,
             )
 
 
-def _nearest(name: str, names: list[str]) -> str:
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    return ", ".join(repr(c) for c in close) if close else "none close"
+def _nearest(name: str, names: list[str]) -> tuple[str, ...]:
+    return tuple(difflib.get_close_matches(name, names, n=3, cutoff=0.6))
+
+
+def _quoted(names: tuple[str, ...]) -> str:
+    return ", ".join(repr(c) for c in names) if names else "none close"
 
 
 def resolve_request(
@@ -186,15 +192,16 @@ def resolve_request(
     for name, fields in request.items():
         coll = layout.get(name)
         if coll is None:
+            nearest = _nearest(name, list(layout))
             raise FileReadError(
-                f"input file '{file_name}' has no collection or branch '{name}' "
-                f"(nearest: {_nearest(name, list(layout))})"
+                f"input file '{file_name}' has no collection or branch '{name}' (nearest: {_quoted(nearest)})",
+                file=file_name, collection=name, branch=name, nearest=nearest,
             )
         if fields is None or coll.kind == "plain":
             if fields and coll.kind == "plain":
                 raise FileReadError(
                     f"branch '{name}' of input file '{file_name}' is a plain branch, it has no "
-                    f"fields {sorted(fields)}"
+                    f"fields {sorted(fields)}", file=file_name, collection=name, branch=name,
                 )
             resolved[name] = None
             continue
@@ -203,7 +210,8 @@ def resolve_request(
                 branch = f"{name}_{f}"
                 nearest = _nearest(branch, [f"{name}_{x}" for x in coll.fields])
                 raise FileReadError(
-                    f"input file '{file_name}' has no branch '{branch}' (nearest: {nearest})"
+                    f"input file '{file_name}' has no branch '{branch}' (nearest: {_quoted(nearest)})",
+                    file=file_name, collection=name, branch=branch, nearest=nearest,
                 )
         resolved[name] = tuple(f for f in coll.fields if f in fields)  # file order
     return resolved

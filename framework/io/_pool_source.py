@@ -315,7 +315,7 @@ class PoolSource(Source):
         if not 0 <= source.start <= stop <= n:
             raise FileReadError(
                 f"entries [{source.start}, {stop}) of tree '{source.tree}' in input file '{source.name}' "
-                f"are out of range: the tree has {n} entries"
+                f"are out of range: the tree has {n} entries", file=source.name, entries=(source.start, stop),
             )
         return source.start, stop
 
@@ -361,7 +361,7 @@ class PoolSource(Source):
             what = f"branch '{culprit}', " if culprit else ""
             raise FileReadError(
                 local_file_problem(name) or f"cannot read {what}{where} of tree '{tree.name}' in input "
-                f"file '{name}': {one_line(exc)}"
+                f"file '{name}': {one_line(exc)}", file=name, branch=culprit, entries=(lo, hi),
             ) from exc
         self._entries_read += hi - lo
         self._last_branches = tuple(branches)
