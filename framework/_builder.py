@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from . import config as cms
+from ._activity import ActivityRegistry
 from ._errors import ConfigurationError, FileReadError
 from ._module import EDFilter, EDModule, OutputModule
 from ._registry import find_type
@@ -88,7 +89,7 @@ class Job:
     want_summary: bool
     limiter: trio.CapacityLimiter | None = None
     exception_actions: dict[str, str] = field(default_factory=dict)
-    tracer: Any = None
+    activity: ActivityRegistry = field(default_factory=ActivityRegistry)
 
     def action_for(self, category: str) -> str:
         """The exception policy's action for a category: Rethrow, TryToContinue or IgnoreCompletely."""
@@ -240,11 +241,10 @@ def build_job(process: Any, *, max_events: int | None = None, streams: int | Non
     mx = max_events if max_events is not None else process.maxEvents_()
     job = Job(process.name_(), source, registry, workers, paths, endpaths, mx, streams, threads,
               bool(options["wantSummary"]), limiter, _exception_actions(options))
-    timer = registry.services.get("FastTimerService")
-    if timer is not None and timer.tracer is not None:
-        job.tracer = timer.tracer
-        for worker in workers.values():
-            worker.tracer = timer.tracer
+    for worker in workers.values():
+        worker.activity = job.activity
+    for service in registry.services.values():
+        service.subscribe(job.activity)
     return job
 
 

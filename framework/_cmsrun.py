@@ -184,14 +184,13 @@ def _run_job(job: Any, ns: argparse.Namespace, console: Console, title: str, ent
     except KeyboardInterrupt:
         log.warning("cmsrun: stopped after %d events", done)
         raise
-    if job.want_summary or ns.summary or summary_json:
-        summary = print_summary(job, report, console) if (job.want_summary or ns.summary) else None
-        if summary_json:
-            from ._summary import summary_dict
+    if job.want_summary or ns.summary:
+        print_summary(job, report, console)
+    if summary_json:
+        from ._summary import summary_dict  # computed once per job: FastTimerService may have
 
-            summary = summary or summary_dict(job, report)
-            with open(summary_json, "w") as f:
-                json.dump(summary, f, indent=2)
+        with open(summary_json, "w") as f:
+            json.dump(summary_dict(job, report), f, indent=2)
     console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
     return report
 

@@ -54,6 +54,8 @@ class JobReport:
             order (``trio.current_time`` clock); ``array("d")``, compact for long jobs.
         completion_times: ``trio.current_time()`` at which each event finished.
         error: the error that ended the job, if any.
+        summary: the end-of-job summary as plain data, computed once by whoever needs it
+            first (``framework._summary.summary_dict``) and shared by the others.
     """
 
     events: int = 0
@@ -63,6 +65,7 @@ class JobReport:
     latencies: array = field(default_factory=lambda: array("d"))
     completion_times: array = field(default_factory=lambda: array("d"))
     error: BaseException | None = None
+    summary: dict[str, Any] | None = None
 
 
 class _Skipped(Exception):
@@ -225,8 +228,8 @@ class _Scheduler:
         await run.run_paths(self.job.paths)
         await run.run_paths(self.job.endpaths)
         t1 = trio.current_time()
-        if self.job.tracer is not None:
-            self.job.tracer.event(principal, p0, time.perf_counter())
+        if self.job.activity.post_event:
+            self.job.activity.post_event(principal, p0, time.perf_counter())
         report = self.report
         report.events += 1
         if principal.errors:
@@ -305,8 +308,6 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
                 report.wall_time = time.perf_counter() - t0
             for module in modules:
                 module.end_job()
-            for svc in job.services.services.values():
-                svc.job_finished(job, report)
         except BaseException as exc:
             error = first_error(exc)
             report.error = error
@@ -329,4 +330,6 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
                 except Exception:  # noqa: BLE001 - services must not mask the job's outcome
                     pass
             job.source.close()
+    # After every end_job, so that services' end-of-job numbers are in (CMSSW's postEndJob).
+    job.activity.post_end_job(job, report)
     return report

@@ -10,7 +10,10 @@ runs at the end, after a failure too.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ._activity import ActivityRegistry
 
 __all__ = ["Service", "ServiceRegistry", "get_service"]
 
@@ -35,8 +38,9 @@ class Service:
     async def end_job(self) -> None:
         """Called once at the end of the job, also after a failure. Must not raise."""
 
-    def job_finished(self, job: Any, report: Any) -> None:
-        """Called after a successful job, before ``end_job``, with the Job and its JobReport."""
+    def subscribe(self, activity: ActivityRegistry) -> None:
+        """Subscribe to the job's signals (``activity.post_event.connect(...)``): called once by
+        the builder, after every service and module is constructed. Default: none."""
 
     def report(self) -> list[Any]:
         """Renderables (rich tables or strings) for the end-of-job summary."""

@@ -61,7 +61,7 @@ def _path_dict(spec: PathSpec) -> dict[str, Any]:
 
 
 def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
-    """The summary as plain data (JSON-ready). Times in seconds.
+    """The summary as plain data (JSON-ready), computed once per report (``report.summary``). Times in seconds.
 
     Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time``, ``throughput``
     (events/s), ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``,
@@ -71,6 +71,12 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     ``streams``, ``threads``, ``services`` (type name ->
     the service's ``statistics()``, e.g. Triton's per-model server-side numbers).
     """
+    if report.summary is None:
+        report.summary = _summary(job, report)
+    return report.summary
+
+
+def _summary(job: Job, report: JobReport) -> dict[str, Any]:
     modules = {}
     for w in job.workers.values():
         t = w.times

@@ -93,6 +93,13 @@ class FastTimerService(Service):
         super().__init__(params)
         self.tracer = Tracer() if params.traceFile else None
 
+    def subscribe(self, activity: Any) -> None:
+        if self.tracer is not None:
+            activity.post_module_phase.connect(self.tracer.span)
+            activity.post_event.connect(self.tracer.event)
+        if self.params.writeJSONSummary or self.tracer is not None:
+            activity.post_end_job.connect(self.job_finished)
+
     def job_finished(self, job: Any, report: Any) -> None:
         from ._summary import summary_dict
         from .io import output_path  # per dataset when cmsrun runs datasets

@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from ._activity import ActivityRegistry
 from ._bridge import WaitingTaskHolder
 from ._errors import EventProcessingError, FrameworkError
 from ._event import Event, EventPrincipal
@@ -87,7 +88,7 @@ class Worker:
         self.times = WorkerTimes()
         self.errors = 0
         self.skipped = 0
-        self.tracer: Any = None  # a framework._timing.Tracer, when tracing is on
+        self.activity = ActivityRegistry()  # the job's, set by the builder
         self._phase = {"EDFilter": "filter", "EDProducer": "produce", "EDAnalyzer": "analyze",
                        "OutputModule": "write"}.get(self.kind, "run")
 
@@ -112,7 +113,7 @@ class Worker:
         event = Event(principal, self.label, self.produces)
         module = self.module
         times = self.times
-        tracer = self.tracer
+        phase_done = self.activity.post_module_phase
         try:
             if self.external:
                 holder = WaitingTaskHolder()
@@ -126,14 +127,14 @@ class Worker:
                 decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
                 times.acquire.append(a1 - a0)
                 times.wait.append(w1 - w0)
-                if tracer is not None:
-                    tracer.span(principal, self.label, "acquire", a0, a1)
-                    tracer.span(principal, self.label, "external wait", w0, w1)
+                if phase_done:
+                    phase_done(principal, self.label, "acquire", a0, a1)
+                    phase_done(principal, self.label, "external wait", w0, w1)
             else:
                 decision, r0, r1 = await self._call(self._entry_point(), event)
             times.run.append(r1 - r0)
-            if tracer is not None:
-                tracer.span(principal, self.label, self._phase, r0, r1)
+            if phase_done:
+                phase_done(principal, self.label, self._phase, r0, r1)
         except trio.Cancelled:
             raise
         except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
