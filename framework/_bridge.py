@@ -2,7 +2,7 @@
 
 External work (a gRPC call, a thread, a device) finishes on a thread that trio does not
 own. :class:`ThreadSafeFuture` is the one place where such a completion comes back into
-the trio run. The rule, from DEVELOPERS.md and trio's docs on ``TrioToken``:
+the trio run. The rule, from trio's docs on ``TrioToken.run_sync_soon``:
 
 * the foreign thread calls :meth:`ThreadSafeFuture.set_result` /
   :meth:`~ThreadSafeFuture.set_exception`, which only schedules ``_deliver`` with

@@ -247,7 +247,3 @@ def write_repository_copy(
             if group_kind is not None:
                 group.kind = group_kind
         (target_model / "config.pbtxt").write_text(text_format.MessageToString(config))
-
-
-# ----------------------------------------------------------------------------------------
-# Processes
