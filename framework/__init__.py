@@ -6,7 +6,7 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``, ``_source_base``, ``_errors``) - the module API and the
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``) - the module API and the
   trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
   ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
   name through the registry).

@@ -69,7 +69,7 @@ def test_qualified_imports_resolves_relative_lazy_and_type_only_imports(tmp_path
 
 
 CORE = ["_module.py", "_event.py", "_bridge.py", "_worker.py", "_builder.py", "_scheduler.py",
-        "_services.py", "_registry.py", "_source_base.py", "_errors.py"]
+        "_services.py", "_registry.py", "_source_base.py", "_errors.py", "_activity.py"]
 
 
 def test_config_language_is_pure_python():
