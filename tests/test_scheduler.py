@@ -147,6 +147,7 @@ class ThreadSafeWork(EDProducer):
     active = 0
     peak = 0
     lock = threading.Lock()
+    pair = threading.Barrier(2)
 
     def __init__(self, params):
         self.produces()
@@ -157,9 +158,9 @@ class ThreadSafeWork(EDProducer):
             cls.active += 1
             cls.peak = max(cls.peak, cls.active)
         record("thread", threading.get_ident())
-        import time
-
-        time.sleep(0.02)  # real time: lets threads overlap
+        # Two calls meet here before either leaves: proof that two threads overlap, whatever
+        # the machine's load (a third would show in ``active``; one thread alone times out).
+        cls.pair.wait(timeout=30)
         with cls.lock:
             cls.active -= 1
         event.put(1)
@@ -215,8 +216,9 @@ async def test_produce_never_runs_before_external_work_is_done():
         nursery.start_soon(run_job, job)
         # Job set-up uses a worker thread (source.collections), during which trio counts
         # tasks as blocked; so wait for the acquires first, then for quiescence.
-        while len(Counter.calls.get("acquire", [])) < 4:
-            await trio.sleep(0.001)
+        with trio.fail_after(30):  # a deadline: a lost acquire fails the test, never hangs it
+            while len(Counter.calls.get("acquire", [])) < 4:
+                await trio.sleep(0.001)
         await trio.testing.wait_all_tasks_blocked()
         # Every stream is parked in its external wait; no produce has run.
         assert sorted(Counter.calls["acquire"]) == [1, 2, 3, 4]
@@ -290,7 +292,8 @@ async def test_module_exception_names_module_path_and_event(autojump_clock):
 
 async def test_thread_safe_modules_use_at_most_number_of_threads():
     ThreadSafeWork.active = ThreadSafeWork.peak = 0
-    process = make_process(12, streams=6, threads=2)
+    ThreadSafeWork.pair = threading.Barrier(2)
+    process = make_process(12, streams=6, threads=2)  # an even number of calls: they pair up
     process.a = cms.EDProducer("testThreadSafeWork")
     process.p = cms.Path(process.a)
     await run(process)

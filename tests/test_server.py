@@ -279,9 +279,12 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
         worker = threading.Thread(target=server.start)
         worker.start()
         worker.join()
-        # a server forked by the dead thread would have its SIGTERM now: no longer ready
-        time.sleep(0.5)
-        print(server.pid, query_ready_models(server.grpc_address) is not None, server.log_path, flush=True)
+        # The mechanism: the server was forked by the spawner thread, which outlives the
+        # worker. The effect: a server forked by the dead thread has had its SIGTERM and
+        # turns unready; this one answers ready at every check for 2 s.
+        spawner = any(t.name.startswith("pysonic-spawner") and t.is_alive() for t in threading.enumerate())
+        ready = all(query_ready_models(server.grpc_address) is not None and not time.sleep(0.1) for _ in range(20))
+        print(server.pid, spawner and ready, server.log_path, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only PDEATHSIG remains
         """
     )
