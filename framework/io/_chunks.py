@@ -15,7 +15,7 @@ import numpy as np
 
 from .._errors import FileReadError
 from ._layout import Collection
-from ._views import JaggedView, SingletonView, numpy_column
+from ._views import JaggedView, SingletonView, numpy_column, read_only
 
 __all__ = ["Chunk", "EventView", "JaggedChunk", "SingletonChunk", "build_collections", "common_entry_offsets"]
 
@@ -58,8 +58,8 @@ class JaggedChunk:
 
     Built without copying from the fields' contents: ``records``, one awkward
     ``RecordArray`` over them (what awkward operations on a view use); ``columns``,
-    field -> the same contents as NumPy arrays (what a view's fields are sliced from;
-    numeric fields only); ``offsets``, int64, shape (n_entries + 1,), from the counter
+    field -> the same contents as read-only NumPy arrays (what a view's fields are
+    sliced from; numeric fields only); ``offsets``, int64, shape (n_entries + 1,), from the counter
     branch; ``fields``, the field names in file order.
     """
 
@@ -69,7 +69,7 @@ class JaggedChunk:
         self.records = records
         self.offsets = offsets
         self.fields = tuple(records.fields)
-        self.columns = {f: c.data for f, c in zip(self.fields, records.contents)
+        self.columns = {f: read_only(c.data) for f, c in zip(self.fields, records.contents)
                         if isinstance(c, ak.contents.NumpyArray) and not c.parameters}
         self._bounds = offsets.tolist()  # Python ints: ~3x faster to slice with than np.int64
 

@@ -16,9 +16,11 @@ plain (``run``)           the value: a NumPy scalar, a 1-D NumPy view for a jagg
                           numeric branch such as ``PSWeight``, else an awkward object
 ========================  =================================================================
 
-Fields come straight from NumPy arrays of the chunk; the awkward objects themselves are
-built only when a module uses them as such (masks, ``ak.*`` functions, iteration): see
-``_views``. A module that needs a field as an ``ak.Array`` wraps it (``ak.Array(jets.pt)``).
+Fields come straight from NumPy arrays of the chunk, read-only (source data are shared
+by every module of the event, as CMSSW's products are const: copy to modify); the
+awkward objects themselves are built only when a module uses them as such (masks,
+``ak.*`` functions, iteration): see ``_views``. A module that needs a field as an
+``ak.Array`` wraps it (``ak.Array(jets.pt)``).
 
 Reading (see :meth:`PoolSource.run`): entry ranges (the file's clusters, or
 ``eventsPerRead`` entries) are read and turned into chunk-wide collections (``_chunks``)

@@ -7,9 +7,10 @@ field's layout and validates it), and reading a field as NumPy through awkward
 event from the file costs. The views here are ``ak.Array`` / ``ak.Record`` subclasses
 that hold only their chunk and entry (or object) range:
 
-* a field (``jets.pt``, ``jets["pt"]``, ``met.pt``) is a NumPy view of the chunk's
-  column, no copy: 1-D for a jagged collection's field (one value per object), a NumPy
-  scalar for a singleton's number (an array for its array-valued fields), in ~1 us;
+* a field (``jets.pt``, ``jets["pt"]``, ``met.pt``) is a read-only NumPy view of the
+  chunk's column, no copy: 1-D for a jagged collection's field (one value per object), a
+  NumPy scalar for a singleton's number (an array for its array-valued fields), in ~1 us
+  (read-only: see :func:`read_only`);
 * ``len``, ``fields`` and ``ndim`` need nothing more;
 * everything else (masks and slices, ``ak.*`` functions, ufuncs on the whole record,
   iteration, ``to_list``, printing, ``isinstance(x, ak.Array)``) works as on an eager
@@ -29,7 +30,7 @@ from typing import Any
 import awkward as ak
 import numpy as np
 
-__all__ = ["JaggedColumn", "JaggedView", "SingletonView", "numpy_column"]
+__all__ = ["JaggedColumn", "JaggedView", "SingletonView", "numpy_column", "read_only"]
 
 
 class JaggedColumn:
@@ -56,22 +57,34 @@ class JaggedColumn:
         return len(self.bounds) - 1
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only (a view of it, not the caller's object).
+
+    Source data are shared by every module of an event (CMSSW products are const): an
+    in-place change (``jets.pt *= 2``) raises ``ValueError`` instead of altering what
+    other modules, and the output module, read. Copy to modify (``jets.pt * 2``).
+    """
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def numpy_column(layout: ak.contents.Content) -> np.ndarray | JaggedColumn | None:
     """Per-entry NumPy access to a branch's layout, if it holds plain numbers.
 
     Returns:
-        the NumPy array (``[i]`` is entry i's number, or its fixed-size array) for a
+        the NumPy array, read-only (``[i]`` is entry i's number, or its fixed-size array) for a
         ``NumpyArray``; a :class:`JaggedColumn` for a list of numbers per entry; None for
         anything else (strings, nested lists, records, parameters such as ``__array__``),
         which keeps going through awkward.
     """
     if isinstance(layout, ak.contents.NumpyArray):
-        return None if layout.parameters else layout.data
+        return None if layout.parameters else read_only(layout.data)
     if isinstance(layout, (ak.contents.ListOffsetArray, ak.contents.ListArray)):
         content = layout.content
         if not layout.parameters and isinstance(content, ak.contents.NumpyArray) and not content.parameters:
             lists = layout.to_ListOffsetArray64(False)
-            return JaggedColumn(np.asarray(lists.offsets), content.data)
+            return JaggedColumn(np.asarray(lists.offsets), read_only(content.data))
     return None
 
 
