@@ -196,7 +196,8 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
         "notes": ["each file is listed many times with duplicateCheckMode = noDuplicateCheck",
                   "EmptySource job: the same job (one analyzer, one stream) over as many events, reading nothing",
                   "MB/s counts the uncompressed arrays of the branches read",
-                  "nano_tt_v15.root: opening its 2,656-branch TTree (~2 s per copy) dominates every reader"],
+                  "nano_tt_v15.root: opening its 2,656-branch TTree (~1 s) dominates; the bare loops open every "
+                  "copy, PoolSource opens a file listed several times once"],
     }
 
 
