@@ -93,17 +93,22 @@ _AWKWARD_STATE = ("_behavior", "_attrs", "_numbaview", "_cpp_type", "_generator"
 (awkward 2.x), all None for a source view."""
 
 
-class _LazyLayout:
-    """The awkward state that ``ak.Array``/``ak.Record`` methods read, with a lazy layout.
+class _SourceView:
+    """What both views share: fields from the chunk's NumPy columns, a lazy layout.
 
-    awkward's ``__init__`` sets the state per instance; the views skip it, so the class
-    holds the same defaults (``_AWKWARD_STATE``). Assigning ``_layout`` (awkward does, in
-    ``__setitem__`` or ``layout = ...``, then turns the object into a plain
-    ``ak.Array``/``ak.Record`` through ``_update_class``) stores it in the instance dict,
-    and ``_update_class`` copies the defaults there too, where the plain class looks.
+    A view's state is its chunk and ``_index``, the NumPy index of this event in the
+    chunk's columns (a slice of objects, or an entry). awkward's ``__init__`` sets its
+    own state per instance; the views skip it, so the class holds the same defaults
+    (``_AWKWARD_STATE``). Assigning ``_layout`` (awkward does, in ``__setitem__`` or
+    ``layout = ...``, then turns the object into a plain ``ak.Array``/``ak.Record``
+    through ``_update_class``) stores it in the instance dict, and ``_update_class``
+    copies the defaults there too, where the plain class looks.
     """
 
     _behavior = _attrs = _numbaview = _cpp_type = _generator = _lookup = None
+
+    def __init__(self, chunk: Any, index: slice | int) -> None:  # noqa: D107 - no awkward __init__
+        self.__dict__.update(_chunk=chunk, _index=index)
 
     @property
     def _layout(self) -> Any:
@@ -126,13 +131,37 @@ class _LazyLayout:
     def _build_layout(self) -> Any:
         raise NotImplementedError
 
+    @property
+    def fields(self) -> list[str]:
+        """The field names, in file order (as awkward's ``fields``)."""
+        return list(self._chunk.fields)
 
-class JaggedView(_LazyLayout, ak.Array):
+    def __getitem__(self, where: Any) -> Any:
+        if type(where) is str:
+            column = self._chunk.columns.get(where)
+            if column is not None:
+                return column[self._index]
+        return super().__getitem__(where)  # type: ignore[misc]
+
+    def __getattr__(self, where: str) -> Any:
+        # Only for names that are no attribute of the class: awkward's methods and
+        # properties come first, as with awkward's own field attributes.
+        state = self.__dict__
+        chunk = state.get("_chunk")
+        if chunk is not None:
+            column = chunk.columns.get(where)
+            if column is not None:
+                return column[state["_index"]]
+        return super().__getattr__(where)  # type: ignore[misc]
+
+
+class JaggedView(_SourceView, ak.Array):
     """One event's objects of a jagged collection (``event.get("Jet")``).
 
     An ``ak.Array`` of records, ``len(view)`` objects. A field (``view.pt``,
-    ``view["pt"]``) is a 1-D NumPy view of the chunk's column, shape (len(view),), in
-    the branch's dtype (``Jet_pt``: float32); the rest is awkward's (module docstring).
+    ``view["pt"]``) is a read-only 1-D NumPy view of the chunk's column, shape
+    (len(view),), in the branch's dtype (``Jet_pt``: float32); the rest is awkward's
+    (module docstring).
 
     Args:
         chunk: the chunk's :class:`~framework.io._chunks.JaggedChunk` (``fields``;
@@ -141,80 +170,33 @@ class JaggedView(_LazyLayout, ak.Array):
         start, stop: this event's objects, ``[start, stop)`` of the chunk's.
     """
 
-    def __init__(self, chunk: Any, start: int, stop: int) -> None:  # noqa: D107 - no ak.Array.__init__
-        self.__dict__.update(_chunk=chunk, _start=start, _stop=stop)
+    def __init__(self, chunk: Any, start: int, stop: int) -> None:
+        super().__init__(chunk, slice(start, stop))
 
     def _build_layout(self) -> ak.contents.Content:
-        return self._chunk.records[self._start:self._stop]
+        return self._chunk.records[self._index]
 
     def __len__(self) -> int:
-        return self._stop - self._start
-
-    @property
-    def fields(self) -> list[str]:
-        """The field names, in file order (as ``ak.Array.fields``)."""
-        return list(self._chunk.fields)
+        return self._index.stop - self._index.start
 
     @property
     def ndim(self) -> int:
         return 1
 
-    def __getitem__(self, where: Any) -> Any:
-        if type(where) is str:
-            column = self._chunk.columns.get(where)
-            if column is not None:
-                return column[self._start:self._stop]
-        return super().__getitem__(where)
 
-    def __getattr__(self, where: str) -> Any:
-        # Only for names that are no attribute of the class: ak.Array's methods and
-        # properties come first, as with awkward's own field attributes.
-        state = self.__dict__
-        chunk = state.get("_chunk")
-        if chunk is not None:
-            column = chunk.columns.get(where)
-            if column is not None:
-                return column[state["_start"]:state["_stop"]]
-        return super().__getattr__(where)
-
-
-class SingletonView(_LazyLayout, ak.Record):
+class SingletonView(_SourceView, ak.Record):
     """One event's record of a singleton collection (``event.get("MET")``).
 
     An ``ak.Record``. A numeric field (``view.pt``, ``view["pt"]``) is a NumPy scalar in
     the branch's dtype (``MET_pt``: ``np.float32``); an array-valued one (a fixed-size
-    or jagged array per event) a NumPy array view; the rest is awkward's.
+    or jagged array per event) a read-only NumPy array view; the rest is awkward's.
 
     Args:
         chunk: the chunk's :class:`~framework.io._chunks.SingletonChunk` (``fields``;
             ``columns``: field -> per-entry NumPy access as :func:`numpy_column` gives,
             for numeric fields; ``records``: the awkward ``RecordArray``).
-        at: the entry in the chunk.
+        index: the entry in the chunk.
     """
 
-    def __init__(self, chunk: Any, at: int) -> None:  # noqa: D107 - no ak.Record.__init__
-        self.__dict__.update(_chunk=chunk, _at=at)
-
     def _build_layout(self) -> ak.record.Record:
-        return ak.record.Record(self._chunk.records, self._at)
-
-    @property
-    def fields(self) -> list[str]:
-        """The field names, in file order (as ``ak.Record.fields``)."""
-        return list(self._chunk.fields)
-
-    def __getitem__(self, where: Any) -> Any:
-        if type(where) is str:
-            column = self._chunk.columns.get(where)
-            if column is not None:
-                return column[self._at]
-        return super().__getitem__(where)
-
-    def __getattr__(self, where: str) -> Any:
-        state = self.__dict__
-        chunk = state.get("_chunk")
-        if chunk is not None:
-            column = chunk.columns.get(where)
-            if column is not None:
-                return column[state["_at"]]
-        return super().__getattr__(where)
+        return ak.record.Record(self._chunk.records, self._index)
