@@ -96,14 +96,17 @@ async def test_pfnano_ids_and_views_match_file(pfnano):
     source.set_branch_request({"Jet": {"pt", "eta"}, "MET": None, "PFCands": {"pt"}, "genWeight": None})
     events = await read_all(source)
     tree = uproot.open(pfnano)["Events"]
-    ref = tree.arrays(["run", "luminosityBlock", "event", "Jet_pt", "MET_pt", "nPFCands", "genWeight"])
+    ref = tree.arrays(["run", "luminosityBlock", "event", "Jet_pt", "Jet_eta", "MET_pt", "nPFCands", "genWeight"])
     assert [tuple(e.id) for e in events] == list(zip(ref.run.tolist(), ref.luminosityBlock.tolist(), ref.event.tolist()))
     assert [e.entry for e in events] == list(range(len(ref)))
     for e, r in zip(events, ref):
         jets = e.collections["Jet"]
-        assert isinstance(jets.pt, ak.Array) and jets.fields == ["eta", "pt"]  # file order
-        np.testing.assert_array_equal(np.asarray(jets.pt), r.Jet_pt)
-        assert e.collections["MET"].pt == r.MET_pt
+        assert isinstance(jets, ak.Array) and jets.fields == ["eta", "pt"]  # file order
+        assert isinstance(jets.pt, np.ndarray) and jets.pt.dtype == np.float32
+        np.testing.assert_array_equal(jets.pt, r.Jet_pt)
+        assert jets.to_list() == [{"eta": eta, "pt": pt} for eta, pt in zip(r.Jet_eta, r.Jet_pt)]
+        met = e.collections["MET"]
+        assert isinstance(met, ak.Record) and met.pt == r.MET_pt and isinstance(met.pt, np.float32)
         assert len(e.collections["PFCands"]) == r.nPFCands
         assert e.collections["genWeight"] == r.genWeight
         assert e.file_name == pfnano
@@ -148,7 +151,7 @@ async def test_views_share_the_chunk_memory(tmp_path):
     source.set_branch_request({"Jet": None})
     events = await read_all(source)
     content = events[1].collections._collections["Jet"].records.content("pt").data
-    pts = [np.asarray(events[i].collections["Jet"].pt) for i in (1, 2)]
+    pts = [events[i].collections["Jet"].pt for i in (1, 2)]
     assert len(pts[0]) and len(pts[1])
     assert all(np.shares_memory(p, content) for p in pts)
 

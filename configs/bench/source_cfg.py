@@ -5,6 +5,8 @@
 The file list is ``inputFiles`` repeated ``repeat`` times (``noDuplicateCheck``);
 ``BenchBranchReader`` consumes every field of ``collections``, so the source reads exactly
 those branches. ``python -m framework.bench source`` compares it with ``uproot.iterate``.
+With ``emptyEvents=N`` the same job runs over N EmptySource events and reads nothing:
+what the framework costs per event whatever the source (``collections`` is ignored).
 """
 
 import framework.config as cms
@@ -18,19 +20,26 @@ options.register("collections", ["Jet", "Tau", "Muon", "Electron"], V.multiplici
 options.register("treeName", "Events", V.multiplicity.singleton, V.varType.string, "tree to read")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
+options.register("emptyEvents", 0, V.multiplicity.singleton, V.varType.int,
+                 "if > 0: this many EmptySource events instead of the files, nothing read")
 options.parseArguments()
 
-files = options.inputFiles
-if not files:
-    from framework.samples import locate_sample
-
-    files = [str(locate_sample("nano_tt_v15.root"))]
-
 process = cms.Process("BENCH")
-process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
-                            duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
-                            treeName=cms.untracked.string(options.treeName))
+collections = options.collections
+if options.emptyEvents > 0:
+    process.source = cms.Source("EmptySource")
+    process.maxEvents.input = options.emptyEvents
+    collections = []
+else:
+    files = options.inputFiles
+    if not files:
+        from framework.samples import locate_sample
+
+        files = [str(locate_sample("nano_tt_v15.root"))]
+    process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
+                                duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
+                                treeName=cms.untracked.string(options.treeName))
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
-process.reader = cms.EDAnalyzer("modules.bench:BenchBranchReader", collections=cms.vstring(*options.collections))
+process.reader = cms.EDAnalyzer("modules.bench:BenchBranchReader", collections=cms.vstring(*collections))
 process.p = cms.Path(process.reader)

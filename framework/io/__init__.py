@@ -10,7 +10,9 @@ Files (implementation modules are underscored; the names below are the public on
   non-ROOT files.
 * ``_layout``: a NanoAOD tree's collections (``Jet`` from ``nJet``, ``Jet_pt``, ...) and
   the check of a branch request against a file.
-* ``_chunks``: chunk-wide collections from one read, and the per-event views into them.
+* ``_chunks``: chunk-wide collections from one read (:class:`JaggedChunk`, ...).
+* ``_views``: the per-event views into them that modules get (:class:`JaggedView`,
+  :class:`SingletonView`: awkward objects whose fields are NumPy views of the chunk).
 * ``_pool_source``: :class:`PoolSource`, CMSSW's source of events from ROOT files.
 * ``_fileset``: datasets from coffea filesets (JSON/YAML) (:func:`load_fileset`).
 * ``_units``: preprocessing (entry counts, clusters; :func:`preprocess_file`, cached) and
@@ -52,6 +54,8 @@ from ._units import PreprocessCache as PreprocessCache
 from ._units import WorkUnit as WorkUnit
 from ._units import preprocess as preprocess
 from ._units import preprocess_file as preprocess_file
+from ._views import JaggedView as JaggedView
+from ._views import SingletonView as SingletonView
 from ._units import split_units as split_units
 from ._writer import COMPRESSION as COMPRESSION
 from ._writer import ID_BRANCHES as ID_BRANCHES

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._errors import FileReadError
 from ._layout import Collection
+from ._views import JaggedView, SingletonView, numpy_column, read_only
 
 __all__ = ["Chunk", "EventView", "JaggedChunk", "SingletonChunk", "build_collections", "common_entry_offsets"]
 
@@ -53,24 +54,30 @@ class EventView(Mapping):
 
 
 class JaggedChunk:
-    """A jagged collection over a chunk: ``chunk[i]`` is entry i's objects (a view).
+    """A jagged collection over a chunk: ``chunk[i]`` is entry i's objects (a :class:`JaggedView`).
 
-    Built without copying: one record array over the fields' contents (``records``) and
-    the offsets from the counter branch (``offsets``, int64, shape (n_entries + 1,)).
-    Slicing the layout directly is ~3x faster than indexing a jagged ``ak.Array``.
+    Built without copying from the fields' contents: ``records``, one awkward
+    ``RecordArray`` over them (what awkward operations on a view use); ``columns``,
+    field -> the same contents as read-only NumPy arrays (what a view's fields are
+    sliced from; numeric fields only); ``offsets``, int64, shape (n_entries + 1,), from the counter
+    branch; ``fields``, the field names in file order.
     """
 
-    __slots__ = ("records", "offsets")
+    __slots__ = ("records", "offsets", "columns", "fields", "_bounds")
 
     def __init__(self, records: ak.contents.RecordArray, offsets: np.ndarray) -> None:
         self.records = records
         self.offsets = offsets
+        self.fields = tuple(records.fields)
+        self.columns = {f: read_only(c.data) for f, c in zip(self.fields, records.contents)
+                        if isinstance(c, ak.contents.NumpyArray) and not c.parameters}
+        self._bounds = offsets.tolist()  # Python ints: ~3x faster to slice with than np.int64
 
-    def __getitem__(self, i: int) -> ak.Array:
-        return ak.Array(self.records[self.offsets[i]:self.offsets[i + 1]])
+    def __getitem__(self, i: int) -> JaggedView:
+        return JaggedView(self, self._bounds[i], self._bounds[i + 1])
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self._bounds) - 1
 
     def to_array(self) -> ak.Array:
         """The whole chunk as one jagged ``ak.Array`` (no copy)."""
@@ -78,15 +85,22 @@ class JaggedChunk:
 
 
 class SingletonChunk:
-    """A collection with one object per entry: ``chunk[i]`` is an ``ak.Record`` (a view)."""
+    """A collection with one object per entry: ``chunk[i]`` is a :class:`SingletonView`.
 
-    __slots__ = ("records",)
+    ``records`` is the awkward ``RecordArray`` of the fields; ``columns`` gives per-entry
+    NumPy access to its numeric fields (:func:`numpy_column`); ``fields``, the names.
+    """
+
+    __slots__ = ("records", "columns", "fields")
 
     def __init__(self, records: ak.contents.RecordArray) -> None:
         self.records = records
+        self.fields = tuple(records.fields)
+        columns = {f: numpy_column(c) for f, c in zip(self.fields, records.contents)}
+        self.columns = {f: c for f, c in columns.items() if c is not None}
 
-    def __getitem__(self, i: int) -> ak.Record:
-        return ak.Record(ak.record.Record(self.records, i))
+    def __getitem__(self, i: int) -> SingletonView:
+        return SingletonView(self, i)
 
     def __len__(self) -> int:
         return self.records.length
@@ -118,17 +132,18 @@ def build_collections(
 ) -> dict[str, Any]:
     """Chunk-wide collections from ``tree.arrays(how=dict)``; ``result[name][i]`` is entry i's view.
 
-    Plain flat branches become 1-D NumPy arrays (``[i]`` is a NumPy scalar), plain jagged
-    ones stay ``ak.Array``; collections become :class:`JaggedChunk` / :class:`SingletonChunk`.
+    Plain numeric branches become NumPy arrays (``[i]`` is a NumPy scalar, or a view of a
+    fixed-size array) or :class:`JaggedColumn` (``[i]`` a 1-D NumPy view); other plain
+    branches stay ``ak.Array``; collections become :class:`JaggedChunk` /
+    :class:`SingletonChunk`.
     """
     result: dict[str, Any] = {}
     for name, fields in request.items():
         coll = layout[name]
         chosen = coll.fields if fields is None else fields
         if coll.kind == "plain":
-            arr = arrays[name]
-            is_flat = isinstance(arr.layout, ak.contents.NumpyArray) and arr.ndim == 1
-            result[name] = np.asarray(arr) if is_flat else arr
+            column = numpy_column(arrays[name].layout)
+            result[name] = arrays[name] if column is None else column
         elif coll.kind == "jagged":
             result[name] = _build_jagged(coll, chosen, arrays, file_name, where)
         else:

@@ -7,12 +7,20 @@ collection ``Jet``, counted by ``nJet``; ``MET_pt`` belongs to the singleton ``M
 ========================  =================================================================
 collection kind           ``event.get(name)``
 ========================  =================================================================
-jagged (``Jet``)          awkward record array of the event's objects; ``.pt`` is a 1-D
-                          ``ak.Array`` (``np.asarray`` of it is a zero-copy view)
-singleton (``MET``)       ``ak.Record`` of scalars (``.pt``)
-plain (``run``)           the value: a NumPy scalar, or a 1-D ``ak.Array`` for a jagged
-                          plain branch such as ``PSWeight``
+jagged (``Jet``)          ``ak.Array`` of the event's objects (records); a field, ``.pt`` or
+                          ``["pt"]``, is a 1-D NumPy view of the chunk's column (float32
+                          for ``Jet_pt``), shape (number of jets,)
+singleton (``MET``)       ``ak.Record``; a field, ``.pt``, is a NumPy scalar (a NumPy
+                          array for a fixed-size or jagged array per event)
+plain (``run``)           the value: a NumPy scalar, a 1-D NumPy view for a jagged
+                          numeric branch such as ``PSWeight``, else an awkward object
 ========================  =================================================================
+
+Fields come straight from NumPy arrays of the chunk, read-only (source data are shared
+by every module of the event, as CMSSW's products are const: copy to modify); the
+awkward objects themselves are built only when a module uses them as such (masks,
+``ak.*`` functions, iteration): see ``_views``. A module that needs a field as an
+``ak.Array`` wraps it (``ak.Array(jets.pt)``).
 
 Reading (see :meth:`PoolSource.run`): entry ranges (the file's clusters, or
 ``eventsPerRead`` entries) are read and turned into chunk-wide collections (``_chunks``)
