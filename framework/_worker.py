@@ -54,7 +54,7 @@ class WorkerTimes:
         """Per call: time in the module's own code (acquire + run), without the wait."""
         if not self.acquire:
             return self.run
-        return array("d", (a + r for a, r in zip(self.acquire, self.run)))
+        return array("d", (a + r for a, r in zip(self.acquire, self.run, strict=True)))
 
     @property
     def cpu_mean(self) -> float:

@@ -222,7 +222,7 @@ class CellGrid(nn.Module):
 
     def forward(self, grid: torch.Tensor) -> torch.Tensor:
         parts = torch.split(grid, self.splits, dim=1)
-        merged = torch.cat([block(part) for block, part in zip(self.blocks, parts)], dim=1)
+        merged = torch.cat([block(part) for block, part in zip(self.blocks, parts, strict=True)], dim=1)
         return self.cells(merged).flatten(1)
 
 

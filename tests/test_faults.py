@@ -510,7 +510,7 @@ async def test_killed_fallback_server_is_started_again(repository, steady, caplo
     async def kill(progress, gates, svc):
         await progress.reached(K)
         servers.append(svc.fallback)
-        before_kill.update(zip(("processes", "regions"), left_behind(svc.fallback.region_prefix)))
+        before_kill.update(zip(("processes", "regions"), left_behind(svc.fallback.region_prefix), strict=True))
         os.kill(svc.fallback.pid, signal.SIGKILL)
         gates[0].set()
         while svc.fallback is servers[0]:

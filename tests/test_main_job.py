@@ -85,7 +85,7 @@ def test_output_holds_every_input_event(main_job):
         ids_in = f["Events"].arrays(["run", "luminosityBlock", "event"], library="np")
     with uproot.open(out / "out.root") as f:
         ids_out = f["Events"].arrays(["run", "luminosityBlock", "event"], library="np")
-    key = lambda ids: sorted(zip(ids["run"], ids["luminosityBlock"], ids["event"]))  # noqa: E731
+    key = lambda ids: sorted(zip(ids["run"], ids["luminosityBlock"], ids["event"], strict=True))  # noqa: E731
     assert key(ids_out) == key(ids_in)
     assert not list(out.glob("*.tmp-*")), "temporary output left behind"
 

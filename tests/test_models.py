@@ -275,7 +275,7 @@ def test_parse_model_config():
 
 def backend_run(session):
     names = [o.name for o in session.get_outputs()]
-    return lambda inputs: dict(zip(names, session.run(names, inputs)))
+    return lambda inputs: dict(zip(names, session.run(names, inputs), strict=True))
 
 
 def test_batched_equals_per_request(events, sessions):
@@ -284,7 +284,7 @@ def test_batched_equals_per_request(events, sessions):
     requests = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:3]]
     batch, sizes = python_backend.concatenate_requests(requests)
     assert sizes == [len(ev["jet"]) for ev in events[:3]] and len(batch["pf_mask"]) == sum(sizes)
-    for got, request in zip(python_backend.run_batched(spec, run, requests), requests):
+    for got, request in zip(python_backend.run_batched(spec, run, requests), requests, strict=True):
         np.testing.assert_allclose(got["softmax"], run(request)["softmax"], atol=1e-6)
 
 
@@ -296,7 +296,7 @@ def test_bad_request_fails_alone(events, sessions):
     results = python_backend.run_batched(spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]])
     assert "input 'pf_cat' missing" in str(results[1]) and str(results[2]) == "unreadable"
     assert "has shape (1, 100, 8), expected ('batch', 4500, 8)" in str(results[3])
-    for got, request in zip((results[0], results[4]), good):
+    for got, request in zip((results[0], results[4]), good, strict=True):
         np.testing.assert_allclose(got["weights"], sessions["deepmet"].run(None, request)[0], atol=1e-6)
 
 
@@ -345,7 +345,7 @@ def test_triton_model_execute(events, sessions, monkeypatch):
     inputs = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:2]]
     requests = [[pb.Tensor(k, v) for k, v in x.items()] for x in inputs] + [[pb.Tensor("pf_mask", inputs[0]["pf_mask"])]]
     responses = model.execute(requests)
-    for response, x in zip(responses, inputs):
+    for response, x in zip(responses, inputs, strict=True):
         assert response.error is None and [t.name for t in response.output_tensors] == ["softmax"]
         np.testing.assert_allclose(response.output_tensors[0].array, sessions["particlenet_ak4"].run(None, x)[0], atol=1e-6)
     assert "pf_points' missing" in responses[2].error and responses[2].output_tensors == []

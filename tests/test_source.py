@@ -97,14 +97,14 @@ async def test_pfnano_ids_and_views_match_file(pfnano):
     events = await read_all(source)
     tree = uproot.open(pfnano)["Events"]
     ref = tree.arrays(["run", "luminosityBlock", "event", "Jet_pt", "Jet_eta", "MET_pt", "nPFCands", "genWeight"])
-    assert [tuple(e.id) for e in events] == list(zip(ref.run.tolist(), ref.luminosityBlock.tolist(), ref.event.tolist()))
+    assert [tuple(e.id) for e in events] == list(zip(ref.run.tolist(), ref.luminosityBlock.tolist(), ref.event.tolist(), strict=True))
     assert [e.entry for e in events] == list(range(len(ref)))
-    for e, r in zip(events, ref):
+    for e, r in zip(events, ref, strict=True):
         jets = e.collections["Jet"]
         assert isinstance(jets, ak.Array) and jets.fields == ["eta", "pt"]  # file order
         assert isinstance(jets.pt, np.ndarray) and jets.pt.dtype == np.float32
         np.testing.assert_array_equal(jets.pt, r.Jet_pt)
-        assert jets.to_list() == [{"eta": eta, "pt": pt} for eta, pt in zip(r.Jet_eta, r.Jet_pt)]
+        assert jets.to_list() == [{"eta": eta, "pt": pt} for eta, pt in zip(r.Jet_eta, r.Jet_pt, strict=True)]
         met = e.collections["MET"]
         assert isinstance(met, ak.Record) and met.pt == r.MET_pt and isinstance(met.pt, np.float32)
         assert len(e.collections["PFCands"]) == r.nPFCands

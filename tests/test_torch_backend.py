@@ -109,7 +109,7 @@ def test_torch_runner_equals_onnx_runner(server, real_inputs, model):
     requests = real_inputs[model]
     onnx = _infer_all(server.grpc_address, model, requests)
     torch_out = _infer_all(server.grpc_address, f"{model}_torch", requests)
-    for request, a, b in zip(requests, onnx, torch_out):
+    for request, a, b in zip(requests, onnx, torch_out, strict=True):
         rows = len(next(iter(request.values())))
         for name in a:
             assert a[name].shape == b[name].shape and a[name].shape[0] == rows

@@ -50,7 +50,7 @@ def write_clustered(path, sizes, *, first_event=1):
 def assert_partition(units, info):
     """Units cover [0, num_entries) in order, each entry once, boundaries at clusters."""
     assert units[0].entry_start == 0 and units[-1].entry_stop == info.num_entries
-    for a, b in zip(units, units[1:]):
+    for a, b in zip(units, units[1:], strict=False):
         assert a.entry_stop == b.entry_start
     assert all(u.entry_start <= u.entry_stop for u in units)
 
@@ -168,7 +168,7 @@ def test_truncated_real_file_names_it(tmp_path):
 
 def counting_mapper(calls):
     def mapper(fn, paths, trees):
-        calls.extend(zip(paths, trees))
+        calls.extend(zip(paths, trees, strict=True))
         return map(fn, paths, trees)
     return mapper
 

@@ -80,7 +80,8 @@ def _gpus() -> list[dict[str, str]]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     keys = ("name", "driver", "memory")
-    return [dict(zip(keys, (f.strip() for f in line.split(",")))) for line in out.splitlines() if line.strip()]
+    # Not strict: a line of nvidia-smi's own error text has fewer fields; it is kept as it is.
+    return [dict(zip(keys, (f.strip() for f in line.split(",")), strict=False)) for line in out.splitlines() if line.strip()]
 
 
 def _format(value: Any, fmt: str) -> str:

@@ -6,6 +6,7 @@ Same conventions as :mod:`framework.bench._exp_sonic`.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import trio
@@ -42,7 +43,7 @@ def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     for streams in (1, 8):
         walls = {}
         for k in (0, 10, 50):
-            result = median_of(repeat, lambda: run_config("noop_cfg.py", modules=k, events=events, streams=streams),
+            result = median_of(repeat, partial(run_config, "noop_cfg.py", modules=k, events=events, streams=streams),
                                keys=("wall_time", "throughput"))
             walls[k] = result["wall_time"]
             rows.append({"streams": streams, "modules": k, "events": events, "wall_time": result["wall_time"],
@@ -149,21 +150,21 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
     for file_name, tree, collections, copies in SOURCE_SAMPLES[1:] if quick else SOURCE_SAMPLES:
         sample = str(locate_sample(file_name))
         copies = 1 if quick else copies
-        framework = median_of(repeat, lambda: run_config(
-            "source_cfg.py", inputFiles=sample, treeName=tree, repeat=copies, collections=collections),
+        framework = median_of(repeat, partial(
+            run_config, "source_cfg.py", inputFiles=sample, treeName=tree, repeat=copies, collections=collections),
             keys=("total_time",))
         branches = list(framework["source"].branches)
         mb_per_event = _bytes_per_event(sample, tree, branches) / 1e6
-        empty = median_of(repeat, lambda: run_config("source_cfg.py", emptyEvents=framework["events"]),
+        empty = median_of(repeat, partial(run_config, "source_cfg.py", emptyEvents=framework["events"]),
                           keys=("total_time",))
         readers = [
             ("PoolSource (cmsrun job)", {"events": framework["events"], "wall_time": framework["total_time"]}),
             ("PoolSource alone (no scheduler)", median_of(
-                repeat, lambda: _source_alone(sample, tree, copies, collections), keys=("wall_time",))),
+                repeat, partial(_source_alone, sample, tree, copies, collections), keys=("wall_time",))),
             ("EmptySource (cmsrun job, no reads)", {"events": empty["events"], "wall_time": empty["total_time"]}),
-            ("uproot.iterate", median_of(repeat, lambda: _bare_iterate([sample] * copies, tree, branches),
+            ("uproot.iterate", median_of(repeat, partial(_bare_iterate, [sample] * copies, tree, branches),
                                          keys=("wall_time",))),
-            ("uproot.open + TTree.arrays", median_of(repeat, lambda: _bare_arrays([sample] * copies, tree, branches),
+            ("uproot.open + TTree.arrays", median_of(repeat, partial(_bare_arrays, [sample] * copies, tree, branches),
                                                      keys=("wall_time",))),
         ]
         rates = {}
@@ -213,8 +214,8 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
     for name in QUICK_MODELS if quick else MODELS:
         entry = {"model": name, **{f"seed_{k}": v for k, v in SEEDS[name].items()}}
         for backend in ("direct", "sonic"):
-            result = median_of(repeat, lambda: run_config(
-                "models_cfg.py", warmup=2, models=name, backend=backend, server=server.grpc_address,
+            result = median_of(repeat, partial(
+                run_config, "models_cfg.py", warmup=2, models=name, backend=backend, server=server.grpc_address,
                 repeat=copies, streams=1, threads=1))
             entry[f"{backend}_ms"] = model_seconds(result["modules"][name]) * MS
             entry[f"{backend}_throughput"] = result["throughput"]
@@ -262,8 +263,8 @@ def miniaod(quick: bool, repeat: int) -> dict[str, Any]:
         variants = [("direct", "direct", ""), ("SONIC, local server", "sonic", server.grpc_address),
                     (f"SONIC, server at +{rtt_ms} ms RTT", "sonic", proxy.address)]
         for label, backend, address in variants:
-            result = median_of(repeat, lambda: run_config(
-                "models_cfg.py", warmup=2 * streams, backend=backend, server=address or server.grpc_address,
+            result = median_of(repeat, partial(
+                run_config, "models_cfg.py", warmup=2 * streams, backend=backend, server=address or server.grpc_address,
                 models=models, streams=streams, threads=threads, cpuTime=cpu_ms, **source))
             rows.append({"variant": label, "throughput": result["throughput"],
                          "p50_ms": result["latency"]["p50"] * MS, "p99_ms": result["latency"]["p99"] * MS})

@@ -15,6 +15,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,8 @@ def latency_hiding(quick: bool, repeat: int) -> dict[str, Any]:
                     if mode == "Async":
                         rate = min(n * rate, 1 / c_guess)
                     events = _events_for(rate, seconds, n)
-                    result = median_of(repeat, lambda: run_config(
-                        "tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n,
+                    result = median_of(repeat, partial(
+                        run_config, "tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n,
                         cpuTime=cpu_ms, mode=mode))
                     rows.append({"rtt_ms": rtt, "mode": mode, "streams": n, "events": events,
                                  "throughput": result["throughput"], "p50_ms": result["latency"]["p50"] * MS,
@@ -135,9 +136,9 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     rows = []
     address = SERVERS.tiny_server().grpc_address
     for n in streams:
-        sonic = median_of(repeat, lambda: run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events,
-                                                     streams=n, cpuTime=0))
-        bare = median_of(repeat, lambda: bare_async_loop(address, n, events))
+        sonic = median_of(repeat, partial(run_config, "tiny_sonic_cfg.py", warmup=n, server=address, events=events,
+                                          streams=n, cpuTime=0))
+        bare = median_of(repeat, partial(bare_async_loop, address, n, events))
         rows.append({"streams": n, "sonic": sonic["throughput"], "bare": bare["throughput"],
                      "ratio": sonic["throughput"] / bare["throughput"], "sonic_p50_ms": sonic["latency"]["p50"] * MS,
                      "bare_p50_ms": bare["latency"]["p50"] * MS, "bare_errors": bare["errors"]})
@@ -182,8 +183,8 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
             with local_server(folder, ["facile"]) as server:
                 for n_rows in rows_per_event:
                     events = (20 if quick else 1500) if n_rows <= 1024 else (20 if quick else 400)
-                    result = median_of(repeat, lambda: run_config(
-                        "models_cfg.py", warmup=streams, models="facile", source="empty", backend="sonic",
+                    result = median_of(repeat, partial(
+                        run_config, "models_cfg.py", warmup=streams, models="facile", source="empty", backend="sonic",
                         server=server.grpc_address, nChannels=n_rows, streams=streams, threads=2, events=events))
                     model = result["services"].get("TritonService", {}).get("models", {}).get("facile", {})
                     executions = model.get("executions", 0)
@@ -232,21 +233,21 @@ def _run_clients(n: int, address: str, events: int, folder: pathlib.Path, timeou
         command = [sys.executable, "-m", "framework._cmsrun", str(CONFIGS / "models_cfg.py"),
                    *config_args(**options), "--summary-json", str(out), "--no-progress"]
         processes.append((subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                           stdin=subprocess.DEVNULL, env=_env()), out))
+                                           stdin=subprocess.DEVNULL, env=_env(), text=True, errors="replace"), out))
     try:
         deadline = time.monotonic() + timeout
         while len(list(barrier.glob("ready.*"))) < n:
             failed = [p for p, _ in processes if p.poll() is not None]
             if failed or time.monotonic() > deadline:
                 raise RuntimeError(f"clients benchmark: {len(failed)} of {n} jobs exited before the start"
-                                   + (f": {failed[0].stderr.read()[-800:]}" if failed else " (timeout)"))
+                                   + (f": {_stderr_tail(failed[0].communicate()[1])}" if failed else " (timeout)"))
             time.sleep(0.05)
         (barrier / "go").touch()
         summaries = []
         for process, out in processes:
             _, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
             if process.returncode != 0:
-                raise RuntimeError(f"clients benchmark: a job failed ({process.returncode}): {err[-800:]}")
+                raise RuntimeError(f"clients benchmark: a job failed ({process.returncode}): {_stderr_tail(err)}")
             summaries.append(json.loads(out.read_text()))
         return summaries
     finally:
@@ -254,6 +255,11 @@ def _run_clients(n: int, address: str, events: int, folder: pathlib.Path, timeou
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _stderr_tail(err: str | None) -> str:
+    """The end of a failed job's stderr (text: the job runs with ``text=True``), on one line."""
+    return " | ".join((err or "").strip()[-800:].splitlines())
 
 
 def _env() -> dict[str, str]:

@@ -78,7 +78,7 @@ def _batching(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     sizes = sorted({r["rows"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4), squeeze=False)
-    for ax, size in zip(axes[0], sizes):
+    for ax, size in zip(axes[0], sizes, strict=True):
         pts = [r for r in rows if r["rows"] == size]
         labels = [r["batching"] for r in pts]
         ax.bar(labels, [r["gain"] for r in pts], color="C0", label="throughput gain")

@@ -69,7 +69,7 @@ class JaggedChunk:
         self.records = records
         self.offsets = offsets
         self.fields = tuple(records.fields)
-        self.columns = {f: read_only(c.data) for f, c in zip(self.fields, records.contents)
+        self.columns = {f: read_only(c.data) for f, c in zip(self.fields, records.contents, strict=True)
                         if isinstance(c, ak.contents.NumpyArray) and not c.parameters}
         self._bounds = offsets.tolist()  # Python ints: ~3x faster to slice with than np.int64
 
@@ -96,7 +96,7 @@ class SingletonChunk:
     def __init__(self, records: ak.contents.RecordArray) -> None:
         self.records = records
         self.fields = tuple(records.fields)
-        columns = {f: numpy_column(c) for f, c in zip(self.fields, records.contents)}
+        columns = {f: numpy_column(c) for f, c in zip(self.fields, records.contents, strict=True)}
         self.columns = {f: c for f, c in columns.items() if c is not None}
 
     def __getitem__(self, i: int) -> SingletonView:

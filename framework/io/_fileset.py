@@ -223,7 +223,7 @@ def _steps(steps: Any, num_entries: int | None, where: str) -> tuple[tuple[int, 
     if not ok:
         raise ConfigurationError(f"{where}: key 'steps' is not a list of [start, stop] entry pairs with 0 <= start <= stop")
     result = tuple(sorted((s[0], s[1]) for s in steps))
-    for (_, stop), (start, _) in zip(result, result[1:]):
+    for (_, stop), (start, _) in zip(result, result[1:], strict=False):
         if start < stop:
             raise ConfigurationError(f"{where}: key 'steps' has overlapping ranges (one starts at {start}, "
                                      f"before the previous one stops at {stop})")

@@ -169,7 +169,7 @@ def merge_parts(parts: Sequence[str | Path], target: str | Path, *, remove_parts
             except Exception as exc:  # noqa: BLE001 - missing, truncated ...
                 raise FileOpenError(f"cannot open part '{part}' of '{target}': {one_line(exc)}") from exc
         layout = _layout_of(files[0], parts[0])
-        for file, part in zip(files[1:], parts[1:]):
+        for file, part in zip(files[1:], parts[1:], strict=True):
             other = _layout_of(file, part)
             if other != layout:
                 raise FileReadError(f"part '{part}' holds {_describe(other)}, but part '{parts[0]}' holds "
@@ -230,7 +230,7 @@ def _describe(layout: dict[str, str]) -> str:
 
 def _sum_histograms(name: str, files: list[Any], parts: list[Path]) -> Any:
     total = None
-    for file, part in zip(files, parts):
+    for file, part in zip(files, parts, strict=True):
         obj = file[name]
         try:
             h = obj.to_hist()
@@ -245,7 +245,7 @@ def _sum_histograms(name: str, files: list[Any], parts: list[Path]) -> Any:
 def _merge_tree(out: Any, name: str, files: list[Any], parts: list[Path]) -> int:
     """Concatenate tree ``name`` of every part into ``out``; returns the entries written."""
     trees = [f[name] for f in files]
-    filled = [(t, p) for t, p in zip(trees, parts) if t.num_entries > 0]
+    filled = [(t, p) for t, p in zip(trees, parts, strict=True) if t.num_entries > 0]
     first, first_part = filled[0] if filled else (trees[0], parts[0])
     groups = _branch_groups(first, first_part)
     signature = _signature(first, groups)

@@ -351,7 +351,7 @@ class PoolSource(Source):
             bounds = common_entry_offsets(tree, branches)
         else:
             bounds = [0, stop]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
             if lo >= stop:
                 return
             if hi > start:
@@ -375,7 +375,7 @@ class PoolSource(Source):
         self._last_branches = tuple(branches)
         collections = build_collections(layout, request, arrays, hi - lo, name, f"{where} of tree '{tree.name}'")
         if has_ids:
-            ids = list(zip(*(np.asarray(arrays[b]).tolist() for b in ID_BRANCHES)))
+            ids = list(zip(*(np.asarray(arrays[b]).tolist() for b in ID_BRANCHES), strict=True))
         else:
             ids = [(1, 1, lo + i + 1) for i in range(hi - lo)]
         chunk = Chunk(name, lo, collections, ids)

@@ -183,7 +183,7 @@ def split_units(dataset: str, info: FileInfo, chunk_size: int,
     if n == 0:
         return [WorkUnit(dataset, info.path, info.tree, 0, 0)]
     bounds: list[int] = [0]
-    for lo, hi in zip(info.clusters, info.clusters[1:]):
+    for lo, hi in zip(info.clusters, info.clusters[1:], strict=False):
         length = hi - lo
         if length > (1 + OVERSIZE_FACTOR) * chunk_size:
             pieces = max(1, round(length / chunk_size))
@@ -191,7 +191,7 @@ def split_units(dataset: str, info: FileInfo, chunk_size: int,
             bounds += list(range(lo + step, hi, step))
         bounds.append(hi)
     starts = [0]
-    for b, after in zip(bounds[1:], [*bounds[2:], None]):
+    for b, after in zip(bounds[1:], [*bounds[2:], None], strict=True):
         done = b - starts[-1]
         # Cut at b once the unit is big enough, or when b is nearer the target than the
         # next boundary would be.
@@ -199,7 +199,7 @@ def split_units(dataset: str, info: FileInfo, chunk_size: int,
             starts.append(b)
     if starts[-1] != n:
         starts.append(n)
-    return [WorkUnit(dataset, info.path, info.tree, a, b) for a, b in zip(starts, starts[1:])]
+    return [WorkUnit(dataset, info.path, info.tree, a, b) for a, b in zip(starts, starts[1:], strict=False)]
 
 
 class PreprocessCache:
@@ -294,7 +294,7 @@ def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE
     if missing:
         log.info("preprocessing %d file(s): entry counts and cluster boundaries", len(missing))
         found = list(mapper(preprocess_file, [k[0] for k in missing], [k[1] for k in missing]))
-        wanted.update(zip(missing, found))
+        wanted.update(zip(missing, found, strict=True))
         store.store(found)
     return {d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
             for d in datasets}

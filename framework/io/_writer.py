@@ -91,7 +91,7 @@ class _Jagged:
 
     def add(self, arrays: list[np.ndarray]) -> None:
         self.counts.append(len(arrays[0]) if arrays else 0)
-        for pieces, arr in zip(self.pieces, arrays):
+        for pieces, arr in zip(self.pieces, arrays, strict=True):
             pieces.append(arr)
 
     def take(self) -> dict[str, Any]:
@@ -99,7 +99,7 @@ class _Jagged:
         np.cumsum(self.counts, out=offsets[1:])
         contents = [
             ak.contents.NumpyArray(np.concatenate(p).astype(d, copy=False) if p else np.empty(0, d))
-            for p, d in zip(self.pieces, self.dtypes)
+            for p, d in zip(self.pieces, self.dtypes, strict=True)
         ]
         inner = contents[0] if not self.fields else ak.contents.RecordArray(contents, list(self.fields))
         self.counts = []

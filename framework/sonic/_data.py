@@ -62,7 +62,7 @@ class TensorSpec:
         inner = tuple(shape[1:]) if self.batched else tuple(shape)
         if len(shape) != len(self.dims) + self.batched:
             return False
-        return all(d < 0 or d == s for d, s in zip(self.dims, inner))
+        return all(d < 0 or d == s for d, s in zip(self.dims, inner, strict=True))
 
 
 def spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:

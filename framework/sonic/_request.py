@@ -138,7 +138,7 @@ class TritonRequest:
         received = 0
         for name in client.requested_outputs:
             tensor = self.output[name]
-            parts = [self._check_output(result, tensor.spec, chunk) for result, chunk in zip(results, chunks)]
+            parts = [self._check_output(result, tensor.spec, chunk) for result, chunk in zip(results, chunks, strict=True)]
             try:
                 tensor.data = parts[0] if len(parts) == 1 else np.concatenate(parts)
             except ValueError as err:

@@ -65,7 +65,7 @@ class OnnxRunner:
         self._output_names = [t.name for t in spec.outputs]
 
     def __call__(self, inputs: Arrays) -> Arrays:
-        return dict(zip(self._output_names, self.session.run(self._output_names, inputs)))
+        return dict(zip(self._output_names, self.session.run(self._output_names, inputs), strict=True))
 
     @staticmethod
     def read(tensor: Any) -> np.ndarray | None:

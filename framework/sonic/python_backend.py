@@ -146,7 +146,7 @@ def check_inputs(spec: ModelSpec, arrays: Mapping[str, Any], ops: ArrayOps = NUM
         full = tuple(array.shape)
         shape = full[1:] if spec.batched else full
         expected = ("batch", *t.dims) if spec.batched else t.dims
-        if len(shape) != len(t.dims) or any(d not in (-1, s) for d, s in zip(t.dims, shape)):
+        if len(shape) != len(t.dims) or any(d not in (-1, s) for d, s in zip(t.dims, shape, strict=True)):
             raise ValueError(f"model {spec.name!r}: input {t.name!r} has shape {full}, expected {expected}")
         if spec.batched:
             if batch is not None and full[0] != batch:
@@ -171,7 +171,7 @@ def split_outputs(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:
     for name, array in outputs.items():
         if len(array) != bounds[-1]:
             raise ValueError(f"output {name!r} has {len(array)} rows for a batch of {bounds[-1]}")
-    return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)]
 
 
 def cast_outputs(spec: ModelSpec, outputs: Arrays, ops: ArrayOps = NUMPY_OPS) -> Arrays:
@@ -214,12 +214,12 @@ def run_batched(
     if spec.batched and len(valid) > 1:
         try:
             batch, sizes = concatenate_requests(checked, ops)
-            for i, outputs in zip(valid, split_outputs(cast_outputs(spec, run(batch), ops), sizes)):
+            for i, outputs in zip(valid, split_outputs(cast_outputs(spec, run(batch), ops), sizes), strict=True):
                 results[i] = outputs
             return results
         except Exception:  # noqa: BLE001 - fall back to one call per request below
             pass
-    for i, inputs in zip(valid, checked):
+    for i, inputs in zip(valid, checked, strict=True):
         try:
             results[i] = cast_outputs(spec, run(inputs), ops)
         except Exception as err:  # noqa: BLE001 - becomes this request's error response

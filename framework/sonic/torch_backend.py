@@ -103,7 +103,7 @@ class TorchRunner:
             result = self.module(*args)
             outputs = result if isinstance(result, (tuple, list)) else (result,)
             # one copy back per batch (synchronises with the GPU); requests take views of it
-            return {name: out.cpu() for name, out in zip(self._output_names, outputs)}
+            return {name: out.cpu() for name, out in zip(self._output_names, outputs, strict=True)}
 
     def read(self, tensor: Any) -> Any:
         """A request's input tensor as a CPU torch tensor, through DLPack (None if missing)."""
