@@ -13,8 +13,8 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource, the
   NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
   and work units, output names per dataset/unit and the merge of unit parts, the real
-  CMS samples (``framework.samples`` re-exports them). Built on the core's source protocol and errors only; knows nothing
-  of Triton, the scheduler or the modules.
+  CMS samples (``framework.samples`` re-exports them). Built on the core's source
+  protocol and errors only; knows nothing of Triton, the scheduler or the modules.
 * ``framework.sonic`` - everything Triton: client, TritonService, local server,
   SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
   core's ExternalWork; knows nothing of ROOT files. Its own file map and import

@@ -127,7 +127,8 @@ def _describe(type_name: str, console: Console) -> None:
     cls = find_type(type_name)
     desc = cms.ParameterSetDescription()
     cls.fill_descriptions(desc)
-    table = Table(title=f"{type_name} ({getattr(cls, 'kind', '?')}): {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
+    summary_line = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+    table = Table(title=f"{type_name} ({getattr(cls, 'kind', '?')}): {summary_line}")
     for col in ("parameter", "type", "default", "description"):
         table.add_column(col)
     for row in desc.describe():

@@ -321,7 +321,7 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
             # Raise the leaf itself, keeping its __cause__ (the module's own exception);
             # the group around it is noise for the user.
             error.__suppress_context__ = True
-            raise error
+            raise error  # noqa: B904 - not "from exc": the leaf keeps its own __cause__
     finally:
         with trio.CancelScope(shield=True):
             for svc in reversed(list(job.services.services.values())):

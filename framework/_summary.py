@@ -9,10 +9,9 @@ tables (server-side statistics per model).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
-
-from array import array
 
 import numpy as np
 from rich.console import Console

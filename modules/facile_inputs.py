@@ -10,8 +10,9 @@ NanoAOD holds no HCAL channel data, so every row here is synthesized, determinis
 from ``numpy.random.default_rng((SYNTH_SEED, run, lumi, event))``: the channel geometry
 (ieta, iphi, depth on a 58 x 72 x 4 grid, in channel order), a pedestal of 3 +- 0.5 fC
 per channel plus 0.3 fC of noise in each of the 8 time samples, a gain of 1 +- 0.05 and,
-in 20 % of the channels, a pulse of exponential amplitude (mean 20 fC) with a fixed shape. Only the event id comes from the input file,
-so these inputs work with an ``EmptySource`` as well.
+in 20 % of the channels, a pulse of exponential amplitude (mean 20 fC) with a fixed shape.
+Only the event id comes from the input file, so these inputs work with an ``EmptySource``
+as well.
 """
 
 from __future__ import annotations

@@ -337,7 +337,8 @@ process = cms.Process("SONICBAD")
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring({input!r}))
 process.TritonService = cms.Service(
     "TritonService",
-    servers=cms.untracked.VPSet(*[cms.PSet(name=cms.untracked.string("remote"), address=cms.untracked.string("127.0.0.1"),
+    servers=cms.untracked.VPSet(*[cms.PSet(name=cms.untracked.string("remote"),
+                                           address=cms.untracked.string("127.0.0.1"),
                                            port=cms.untracked.uint32(p)) for p in {ports!r}]),
     fallback=cms.untracked.PSet(enable=cms.untracked.bool({fallback}), wait=cms.untracked.uint32(60),
                                 modelRepository=cms.untracked.string({repository!r})),

@@ -133,7 +133,7 @@ def test_histograms_written(main_job):
     result, out, _ = main_job
     assert result.returncode == 0, result.stderr[-3000:]
     with uproot.open(out / "hist.root") as f:
-        names = {k.split(";")[0] for k in f.keys()}
+        names = {k.split(";")[0] for k in f.keys()}  # noqa: SIM118 - uproot's keys() ("name;cycle"), not a dict
         assert {"jet_pt", "jet_probb", "deepmet_pt", "rawmet_pt"} <= names
         summary = json.loads((out / "summary.json").read_text())
         dijet = next(p for p in summary["paths"] if p["name"] == "dijet")

@@ -362,7 +362,8 @@ def test_config_onnx_mismatch_is_reported(tmp_path):
 
 
 def test_runtime_modules_do_not_import_torch():
-    code = "import sys, framework.sonic.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; print('torch' in sys.modules)"
+    code = ("import sys, framework.sonic.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; "
+            "print('torch' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True, env=env)
     assert out.stdout.strip() == "False"

@@ -18,8 +18,8 @@ import threading
 
 import numpy as np
 import pytest
-from rich.console import Console
 import trio
+from rich.console import Console
 
 import framework
 import framework.config as cms

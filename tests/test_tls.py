@@ -207,8 +207,7 @@ async def test_plain_text_config_cannot_use_a_tls_server(tls_server, pki, caplog
     process = tls_process(tls_server.ports["grpc"], pki, use_ssl=False)
     process.validate_()
     job = build_job(process)
-    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        with pytest.raises(ExternalFailure, match=r"model\(s\) double .* by no server \(tried 'secure' at "
-                                                  r"127.0.0.1:\d+: unreachable\)"):
-            await run_job(job)
+    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"), pytest.raises(
+            ExternalFailure, match=r"model\(s\) double .* by no server \(tried 'secure' at 127.0.0.1:\d+: unreachable\)"):
+        await run_job(job)
     assert any("'secure'" in r.getMessage() and "cannot be reached" in r.getMessage() for r in caplog.records)

@@ -18,8 +18,7 @@ import trio
 import uproot
 
 from framework import FileOpenError, FileReadError
-from framework.io import (Dataset, FileInfo, FileSpec, PoolSource, WorkUnit, preprocess, preprocess_file,
-                          split_units)
+from framework.io import Dataset, FileInfo, FileSpec, PoolSource, WorkUnit, preprocess, preprocess_file, split_units
 from framework.samples import locate_sample
 
 
@@ -157,7 +156,8 @@ def test_bad_file_gives_one_line_naming_it(tmp_path, content, problem):
 
 
 def test_truncated_real_file_names_it(tmp_path):
-    data = open(sample("nano_dy.root"), "rb").read()
+    with open(sample("nano_dy.root"), "rb") as f:
+        data = f.read()
     path = tmp_path / "cut.root"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(FileOpenError, match=rf"input file '{path}' is truncated: it has [\d,]+ bytes, its header says"):

@@ -58,7 +58,7 @@ def machine() -> dict[str, Any]:
     (1, 5, 15 min), and the NVIDIA GPUs with their driver (``nvidia-smi``; [] if none)."""
     cpu_model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
                       if line.startswith("model name")), platform.processor())
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(), "cpu_model": cpu_model, "platform": platform.platform(),
             "python": platform.python_version(), "loadavg": list(os.getloadavg()), "gpus": _gpus()}
 

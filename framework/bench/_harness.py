@@ -70,7 +70,8 @@ def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
     Returns:
         ``{"events", "wall_time", "throughput"`` (events/s over the completions after
         the warm-up), ``"total_time"`` (config loading, construction, begin_job and
-        end_job included; ``wall_time`` is the event loop only), ``"latency"`` (percentiles in seconds, after the warm-up),
+        end_job included; ``wall_time`` is the event loop only), ``"latency"``
+        (percentiles in seconds, after the warm-up),
         ``"modules"``, ``"services"`` (as ``framework._summary.summary_dict``),
         ``"source"`` (the source's ``statistics()`` if it has one)}.
     """

@@ -26,17 +26,17 @@ from ._modules import OutputModule as OutputModule
 from ._modules import Service as Service
 from ._modules import Source as Source
 from ._process import Process as Process
+from ._pset import PSet as PSet
+from ._pset import VPSet as VPSet
+from ._pset import untracked as untracked
 from ._sequences import EndPath as EndPath
 from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
 from ._sequences import Task as Task
-from ._pset import PSet as PSet
-from ._pset import VPSet as VPSet
-from ._pset import untracked as untracked
 from ._types import InputTag as InputTag
 from ._types import VInputTag as VInputTag
-from ._types import _bool as bool  # noqa: A001 - CMSSW's name; _types keeps the builtin
+from ._types import _bool
 from ._types import double as double
 from ._types import int32 as int32
 from ._types import int64 as int64
@@ -49,3 +49,7 @@ from ._types import vint64 as vint64
 from ._types import vstring as vstring
 from ._types import vuint32 as vuint32
 from ._types import vuint64 as vuint64
+
+# CMSSW's cms.bool: an assignment, not "import ... as bool", so that it is re-exported
+# explicitly (mypy, ruff's F401); _types keeps the builtin's name for itself.
+bool = _bool  # noqa: A001

@@ -12,8 +12,8 @@ import copy
 from typing import Any
 
 from .._errors import ConfigurationError
-from ._sequences import Inverted, Labelable, Sequenceable
 from ._pset import ParameterHolder, PSet
+from ._sequences import Inverted, Labelable, Sequenceable
 
 __all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "Source"]
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from ._modules import EDAnalyzer, EDFilter, EDProducer, OutputModule, Service, Source
-from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
 from ._pset import PSet, untracked
+from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
 from ._types import _bool, closest, describe_value, int32, plain_value, uint32, vstring
 
 __all__ = ["MAX_EVENTS", "OPTIONS", "Process"]

@@ -54,9 +54,9 @@ from ._units import PreprocessCache as PreprocessCache
 from ._units import WorkUnit as WorkUnit
 from ._units import preprocess as preprocess
 from ._units import preprocess_file as preprocess_file
+from ._units import split_units as split_units
 from ._views import JaggedView as JaggedView
 from ._views import SingletonView as SingletonView
-from ._units import split_units as split_units
 from ._writer import COMPRESSION as COMPRESSION
 from ._writer import ID_BRANCHES as ID_BRANCHES
 from ._writer import BranchBuffer as BranchBuffer

@@ -50,7 +50,7 @@ class _Naming:
     unit: WorkUnit | None = None
 
 
-_naming: contextvars.ContextVar[_Naming] = contextvars.ContextVar("pysonic_output_naming", default=_Naming())
+_naming: contextvars.ContextVar[_Naming] = contextvars.ContextVar("pysonic_output_naming", default=_Naming())  # noqa: B039 - frozen
 
 
 @contextlib.contextmanager

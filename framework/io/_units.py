@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import FileOpenError
-from ._fileset import Dataset, FileSpec
 from ._files import local_path, one_line, open_tree
+from ._fileset import Dataset, FileSpec
 from ._writer import atomic_write
 
 __all__ = ["FileInfo", "WorkUnit", "preprocess_file", "split_units", "PreprocessCache", "preprocess",

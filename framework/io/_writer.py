@@ -133,9 +133,7 @@ class BranchBuffer:
         """Buffer ``event``'s value; ``keep(branch_name)`` chooses a product's fields."""
         if self.writers is None:
             self._make_writers(value, keep, event)
-        if self.kind == "scalar":
-            self._add_to(self.writers[0], value, event)  # type: ignore[index]
-        elif self.kind == "array":
+        if self.kind == "scalar" or self.kind == "array":
             self._add_to(self.writers[0], value, event)  # type: ignore[index]
         elif self.kind == "collection":
             self.writers[0].add(self._field_arrays(value, event))  # type: ignore[index, union-attr, arg-type]
