@@ -67,7 +67,7 @@ class Source:
     def set_branch_request(self, request: dict[str, set[str] | None]) -> None:
         pass
 
-    async def run(self, send_channel: trio.MemorySendChannel, max_events: int) -> None:
+    async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -93,7 +93,7 @@ class EmptySource(Source):
             "numberEventsInLuminosityBlock", cms.untracked.uint32(100), "events per luminosity block"
         )
 
-    async def run(self, send_channel: trio.MemorySendChannel, max_events: int) -> None:
+    async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         if max_events < 0:
             from ._errors import ConfigurationError
 

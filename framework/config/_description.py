@@ -78,7 +78,7 @@ class DescriptionRow(NamedTuple):
 class _Entry:
     """One declared parameter. ``nested`` is set for PSet (the description) and VPSet (items)."""
 
-    def __init__(self, name: str, type_: type, tracked: bool, default: Any, doc: str,
+    def __init__(self, name: str, type_: type[_ParameterTypeBase], tracked: bool, default: Any, doc: str,
                  nested: ParameterSetDescription | None = None) -> None:
         self.name, self.type_, self.tracked, self.default, self.doc = name, type_, tracked, default, doc
         self.nested = nested
@@ -273,6 +273,7 @@ def _check_value(entry: _Entry, value: Any, context: str, where: str) -> Any:
         if isinstance(value, _ParameterTypeBase) and not isinstance(value, PSet):
             raise ConfigurationError(f"{context}: parameter '{where}': expected PSet, got {describe_value(value)}")
         _check_tracked(entry, value, context, where)
+        assert entry.nested is not None  # PSet and VPSet entries always carry their description
         return _validate_pset(entry.nested, value, context, where + ".")
     if entry.type_ is VPSet:
         result = _check_vpset(entry, value, context, where)
@@ -319,6 +320,7 @@ def _check_vpset(entry: _Entry, value: Any, context: str, where: str) -> list[Pa
         raise ConfigurationError(f"{context}: parameter '{where}': expected VPSet, got {describe_value(value)}")
     if not isinstance(value, (VPSet, list, tuple)):
         raise ConfigurationError(f"{context}: parameter '{where}': expected VPSet, got {describe_value(value)}")
+    assert entry.nested is not None  # PSet and VPSet entries always carry their description
     return [_validate_pset(entry.nested, item, context, f"{where}[{i}].") for i, item in enumerate(value)]
 
 
@@ -350,7 +352,7 @@ def _to_plain(value: Any) -> Any:
 # ---------------------------------------------------------------- ParameterSet
 
 
-class ParameterSet(Mapping):
+class ParameterSet(Mapping[str, Any]):
     """A validated, read-only set of plain parameter values (what a module's ``__init__`` gets).
 
     Values: int, float, bool, str, list[int | float | str], :class:`InputTag`,

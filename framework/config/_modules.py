@@ -21,6 +21,8 @@ __all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "S
 class _Module(Labelable, ParameterHolder):
     """A typed, labelled parameter holder (CMSSW's ``_TypedParameterizable``)."""
 
+    _type: str  # set with object.__setattr__: plain attributes are parameters
+
     def __init__(self, type_name: str, *psets: PSet, **params: Any) -> None:
         if not isinstance(type_name, str) or not type_name or any(c.isspace() for c in type_name):
             raise ConfigurationError(

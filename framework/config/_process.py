@@ -56,7 +56,8 @@ _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
 
 
 def _default_pset(spec: Mapping[str, tuple[Any, Any, str]]) -> PSet:
-    return untracked.PSet(**{name: untracked(cls(default)) for name, (cls, default, _) in spec.items()})
+    pset: PSet = untracked.PSet(**{name: untracked(cls(default)) for name, (cls, default, _) in spec.items()})
+    return pset
 
 
 def _merge_special(which: str, value: Any) -> PSet:
@@ -106,6 +107,10 @@ class Process:
     """
 
     _is_config_structure = True
+    # Set through __dict__ in __init__ (plain attributes are the config's content).
+    _name: str
+    _source: Source | None
+    _schedule: Schedule | None
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name.isascii() or not name.isalnum():
@@ -250,7 +255,7 @@ class Process:
         """Top-level PSets (``process.common = cms.PSet(...)``)."""
         return self._by_type(PSet)
 
-    def _scheduled(self, cls: type) -> dict[str, Any]:
+    def _scheduled(self, cls: type[Path] | type[EndPath]) -> dict[str, Any]:
         if self._schedule is None:
             return self._by_type(cls)
         return {p.label_(): p for p in self._schedule if isinstance(p, cls)}
@@ -278,7 +283,7 @@ class Process:
 
     def maxEvents_(self) -> int:  # noqa: N802
         """``process.maxEvents.input``: events to process, -1 for all."""
-        value = _merge_special("maxEvents", self._maxEvents).input.value()
+        value: int = _merge_special("maxEvents", self._maxEvents).input.value()
         if value < -1:
             raise ConfigurationError(f"process.maxEvents.input must be >= -1 (-1 = all events), got {value}")
         return value

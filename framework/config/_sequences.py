@@ -80,7 +80,7 @@ class Inverted(Sequenceable):
         self.module = module
 
     def _ref_(self, indent: int = 0) -> str:
-        return "~" + self.module._ref_(indent)
+        return f"~{self.module._ref_(indent)}"
 
 
 class SequenceExpr(Sequenceable):
@@ -191,7 +191,8 @@ class _ModuleSequence(Labelable):
                 f"{self._what_()} refers to an {module.kind_()} of type '{module.type_()}' "
                 "that is not attached to the process"
             )
-        return module.label_()
+        label: str = module.label_()
+        return label
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         args = ["+".join(item._ref_(indent) for item in self._items)] if self._items else []
@@ -272,11 +273,11 @@ class Schedule(Labelable):
     _kind = "Schedule"
 
     def __init__(self, *paths: Path | EndPath | Iterable[Path | EndPath], tasks: Iterable[Task] = ()) -> None:
-        if len(paths) == 1 and isinstance(paths[0], (list, tuple)):
-            paths = tuple(paths[0])
+        # One list or tuple argument holds the paths; append() checks each entry's type.
+        entries: Iterable[Any] = paths[0] if len(paths) == 1 and isinstance(paths[0], (list, tuple)) else paths
         self._paths: list[Path | EndPath] = []
         self._tasks: list[Task] = []
-        self.extend(paths)
+        self.extend(entries)
         self.associate(*tasks)
 
     def append(self, path: Path | EndPath) -> None:

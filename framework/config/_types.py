@@ -115,6 +115,10 @@ class _ParameterTypeBase:
     def _dump_args(self, indent: int) -> str:
         raise NotImplementedError
 
+    def value(self) -> Any:
+        """The plain Python value (each type says which)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return self.dumpPython_()
 
@@ -151,8 +155,8 @@ class _Scalar(_ParameterTypeBase):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Scalar):
-            return self._value == other._value
-        return self._value == other
+            return bool(self._value == other._value)
+        return bool(self._value == other)
 
     __hash__ = None  # type: ignore[assignment]  # mutable through setValue
 
@@ -172,10 +176,10 @@ class _Integer(_Scalar):
         value = _unwrap(value)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise _Invalid(f"expected an integer, got {describe_value(value)}")
-        value = int(value)
-        if not cls._min <= value <= cls._max:
-            raise _Invalid(f"{value} is out of range [{cls._min}, {cls._max}]", out_of_range=True)
-        return value
+        number = int(value)
+        if not cls._min <= number <= cls._max:
+            raise _Invalid(f"{number} is out of range [{cls._min}, {cls._max}]", out_of_range=True)
+        return number
 
 
 class int32(_Integer):
@@ -259,6 +263,9 @@ class InputTag(_ParameterTypeBase):
     """
 
     _type_name, _family = "InputTag", "InputTag"
+    label: str
+    instance: str
+    process: str
 
     def __init__(self, label: Any = "", instance: str = "", process: str = "") -> None:
         super().__init__()
@@ -335,7 +342,7 @@ class InputTag(_ParameterTypeBase):
 # ---------------------------------------------------------------- vectors
 
 
-class _Vector(_ParameterTypeBase, MutableSequence):
+class _Vector(_ParameterTypeBase, MutableSequence[Any]):
     """A list of one scalar type; behaves like a Python list, checking every element.
 
     ``vint32(1, 2, 3)`` (CMSSW style) or ``vint32([1, 2, 3])`` (one iterable argument).

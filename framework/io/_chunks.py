@@ -31,7 +31,7 @@ class Chunk:
     kept: list[int] = field(default_factory=list)  # offsets in the range to deliver
 
 
-class EventView(Mapping):
+class EventView(Mapping[str, Any]):
     """The source collections of one event: lazy per-event views into a chunk."""
 
     __slots__ = ("_collections", "_i")
@@ -65,7 +65,7 @@ class JaggedChunk:
 
     __slots__ = ("records", "offsets", "columns", "fields", "_bounds")
 
-    def __init__(self, records: ak.contents.RecordArray, offsets: np.ndarray) -> None:
+    def __init__(self, records: ak.contents.RecordArray, offsets: np.ndarray[Any, Any]) -> None:
         self.records = records
         self.offsets = offsets
         self.fields = tuple(records.fields)
@@ -103,11 +103,12 @@ class SingletonChunk:
         return SingletonView(self, i)
 
     def __len__(self) -> int:
-        return self.records.length
+        return int(self.records.length)
 
 
 def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, Any],
                   file_name: str, where: str) -> JaggedChunk:
+    assert coll.counter is not None  # jagged collections have one
     counts = np.asarray(arrays[coll.counter]).astype(np.int64, copy=False)
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

@@ -157,42 +157,42 @@ def merge_parts(parts: Sequence[str | Path], target: str | Path, *, remove_parts
         FileReadError: a part holds other objects, other branches, or branches that were
             not written by ``TreeWriter``; names the part and the object.
     """
-    parts = [Path(p) for p in parts]
+    paths = [Path(p) for p in parts]
     target = Path(target)
-    if not parts:
+    if not paths:
         raise ValueError(f"no parts to merge into '{target}'")
     files = []
     try:
-        for part in parts:
+        for part in paths:
             try:
                 files.append(uproot.open(part))
             except Exception as exc:  # noqa: BLE001 - missing, truncated ...
                 raise FileOpenError(f"cannot open part '{part}' of '{target}': {one_line(exc)}") from exc
-        layout = _layout_of(files[0], parts[0])
-        for file, part in zip(files[1:], parts[1:], strict=True):
+        layout = _layout_of(files[0], paths[0])
+        for file, part in zip(files[1:], paths[1:], strict=True):
             other = _layout_of(file, part)
             if other != layout:
-                raise FileReadError(f"part '{part}' holds {_describe(other)}, but part '{parts[0]}' holds "
+                raise FileReadError(f"part '{part}' holds {_describe(other)}, but part '{paths[0]}' holds "
                                     f"{_describe(layout)}: they are not parts of one output")
-        report = MergeReport(target, tuple(parts))
+        report = MergeReport(target, tuple(paths))
         with atomic_write(target) as temp, uproot.recreate(
                 temp, compression=files[0].file.compression if compression is None else compression) as out:
             for name, classname in layout.items():
                 if classname == "TTree":
-                    report.entries[name] = _merge_tree(out, name, files, parts)
+                    report.entries[name] = _merge_tree(out, name, files, paths)
                 else:
-                    out[name] = _sum_histograms(name, files, parts)
+                    out[name] = _sum_histograms(name, files, paths)
         report.histograms = tuple(n for n, c in layout.items() if c != "TTree")
     finally:
         for file in files:
             file.close()
     if remove_parts:
-        for part in parts:
+        for part in paths:
             part.unlink(missing_ok=True)
-        for folder in {p.parent for p in parts if p.parent.name.endswith(".parts")}:
+        for folder in {p.parent for p in paths if p.parent.name.endswith(".parts")}:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: other outputs' parts may still be there
-    log.info("merged %d parts into %s (%s)", len(parts), target,
+    log.info("merged %d parts into %s (%s)", len(paths), target,
              ", ".join(f"{k}: {v} entries" for k, v in report.entries.items()) or "histograms only")
     return report
 
@@ -238,6 +238,7 @@ def _sum_histograms(name: str, files: list[Any], parts: list[Path]) -> Any:
         except Exception as exc:  # noqa: BLE001 - other binning, ...
             raise FileReadError(f"histogram '{name}' of part '{part}' cannot be added to the previous parts': "
                                 f"{one_line(exc)}") from exc
+    assert total is not None  # at least one part
     total.title = files[0][name].member("fTitle")  # uproot writes a hist's ``title`` as the TH1's
     return total
 
@@ -279,7 +280,7 @@ def _branch_groups(tree: Any, part: Path) -> list[tuple[str, str | None, tuple[s
     for branch in tree.branches:
         if branch.count_branch is not None:
             counted.setdefault(branch.count_branch.name, []).append(branch.name)
-    groups = []
+    groups: list[tuple[str, str | None, tuple[str, ...]]] = []
     for branch in tree.branches:
         name = branch.name
         if name in counted:

@@ -198,7 +198,7 @@ class PoolSource(Source):
         self._last_listing = {(i.name, i.tree): k for k, i in enumerate(inputs)}
         self._seen: set[tuple[int, int, int]] = set()
 
-    async def run(self, send_channel: trio.MemorySendChannel, max_events: int) -> None:
+    async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         """Send one :class:`SourceEvent` per event, in input order, then close the channel.
 
         Args:
@@ -274,7 +274,7 @@ class PoolSource(Source):
             names += [b for b in layout[coll_name].branches(fields) if b not in names]
         return names
 
-    async def _send_chunk(self, chunk: Chunk, send_channel: trio.MemorySendChannel) -> bool:
+    async def _send_chunk(self, chunk: Chunk, send_channel: trio.MemorySendChannel[SourceEvent]) -> bool:
         for i in chunk.kept:
             event = SourceEvent(EventID(*chunk.ids[i]), EventView(chunk.collections, i),
                                 chunk.file_name, chunk.start + i)
@@ -285,7 +285,7 @@ class PoolSource(Source):
             self._events_sent += 1
         return True
 
-    async def _read_chunks(self, chunk_send: trio.MemorySendChannel, max_events: int) -> None:
+    async def _read_chunks(self, chunk_send: trio.MemorySendChannel[Chunk], max_events: int) -> None:
         with chunk_send:
             to_skip = self.skip_events
             planned = 0  # events that chunks read so far will deliver

@@ -46,18 +46,18 @@ class JaggedColumn:
 
     __slots__ = ("data", "bounds")
 
-    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+    def __init__(self, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> None:
         self.data = data
         self.bounds = offsets.tolist()  # Python ints: slicing with them is ~3x faster
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int) -> np.ndarray[Any, Any]:
         return self.data[self.bounds[i]:self.bounds[i + 1]]
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
 
 
-def read_only(array: np.ndarray) -> np.ndarray:
+def read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """``array``, made read-only (a view of it, not the caller's object).
 
     Source data are shared by every module of an event (CMSSW products are const): an
@@ -69,7 +69,7 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def numpy_column(layout: ak.contents.Content) -> np.ndarray | JaggedColumn | None:
+def numpy_column(layout: ak.contents.Content) -> np.ndarray[Any, Any] | JaggedColumn | None:
     """Per-entry NumPy access to a branch's layout, if it holds plain numbers.
 
     Returns:
@@ -155,7 +155,7 @@ class _SourceView:
         return super().__getattr__(where)  # type: ignore[misc]
 
 
-class JaggedView(_SourceView, ak.Array):
+class JaggedView(_SourceView, ak.Array):  # type: ignore[misc]  # awkward has no type information
     """One event's objects of a jagged collection (``event.get("Jet")``).
 
     An ``ak.Array`` of records, ``len(view)`` objects. A field (``view.pt``,
@@ -177,14 +177,15 @@ class JaggedView(_SourceView, ak.Array):
         return self._chunk.records[self._index]
 
     def __len__(self) -> int:
-        return self._index.stop - self._index.start
+        length: int = self._index.stop - self._index.start
+        return length
 
     @property
     def ndim(self) -> int:
         return 1
 
 
-class SingletonView(_SourceView, ak.Record):
+class SingletonView(_SourceView, ak.Record):  # type: ignore[misc]  # awkward has no type information
     """One event's record of a singleton collection (``event.get("MET")``).
 
     An ``ak.Record``. A numeric field (``view.pt``, ``view["pt"]``) is a NumPy scalar in

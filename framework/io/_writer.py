@@ -51,7 +51,7 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, bool, np.generic)) or (isinstance(value, np.ndarray) and value.ndim == 0)
 
 
-def _as_1d(value: Any) -> np.ndarray | None:
+def _as_1d(value: Any) -> np.ndarray[Any, Any] | None:
     """A 1-D NumPy view of ``value`` if it is a flat 1-D array, else None."""
     if isinstance(value, ak.Array):
         if value.ndim != 1 or value.fields:
@@ -66,7 +66,8 @@ class _Scalars:
     """One number per event -> branch ``name``."""
 
     def __init__(self, name: str, first: Any) -> None:
-        self.name, self.dtype, self.values = name, np.asarray(first).dtype, []
+        self.name, self.dtype = name, np.asarray(first).dtype
+        self.values: list[Any] = []
 
     def add(self, value: Any) -> None:
         self.values.append(value)
@@ -84,12 +85,12 @@ class _Jagged:
     Pieces are kept per event and concatenated at flush (one copy, no per-event growth).
     """
 
-    def __init__(self, name: str, fields: tuple[str, ...], dtypes: list[np.dtype]) -> None:
+    def __init__(self, name: str, fields: tuple[str, ...], dtypes: list[np.dtype[Any]]) -> None:
         self.name, self.fields, self.dtypes = name, fields, dtypes
         self.counts: list[int] = []
-        self.pieces: list[list[np.ndarray]] = [[] for _ in dtypes]
+        self.pieces: list[list[np.ndarray[Any, Any]]] = [[] for _ in dtypes]
 
-    def add(self, arrays: list[np.ndarray]) -> None:
+    def add(self, arrays: list[np.ndarray[Any, Any]]) -> None:
         self.counts.append(len(arrays[0]) if arrays else 0)
         for pieces, arr in zip(self.pieces, arrays, strict=True):
             pieces.append(arr)
@@ -133,12 +134,14 @@ class BranchBuffer:
         """Buffer ``event``'s value; ``keep(branch_name)`` chooses a product's fields."""
         if self.writers is None:
             self._make_writers(value, keep, event)
+        writers = self.writers
+        assert writers is not None  # set by _make_writers
         if self.kind == "scalar" or self.kind == "array":
-            self._add_to(self.writers[0], value, event)  # type: ignore[index]
+            self._add_to(writers[0], value, event)
         elif self.kind == "collection":
-            self.writers[0].add(self._field_arrays(value, event))  # type: ignore[index, union-attr, arg-type]
+            writers[0].add(self._field_arrays(value, event))
         elif self.kind == "singleton":  # fields are scalars (or, rarely, arrays)
-            for writer in self.writers:  # type: ignore[union-attr]
+            for writer in writers:
                 self._add_to(writer, self._field(value, writer.name[len(self.name) + 1:], event), event)
 
     def _add_to(self, writer: _Scalars | _Jagged, value: Any, event: Event) -> None:
@@ -215,9 +218,10 @@ class BranchBuffer:
         except (LookupError, ValueError):  # KeyError, ak's FieldNotFoundError
             raise TypeError(f"{self._what(event)} has no field '{field}' (it had in the first written event)") from None
 
-    def _field_arrays(self, value: Any, event: Event) -> list[np.ndarray]:
-        arrays = []
-        for f in self.fields:  # type: ignore[union-attr]
+    def _field_arrays(self, value: Any, event: Event) -> list[np.ndarray[Any, Any]]:
+        arrays: list[np.ndarray[Any, Any]] = []
+        assert self.fields is not None  # chosen by _make_writers before the first call
+        for f in self.fields:
             arr = _as_1d(self._field(value, f, event))
             if arr is None or (arrays and len(arr) != len(arrays[0])):
                 raise TypeError(f"{self._what(event)}: field '{f}' is not a 1-D array of the same length as the others")
@@ -370,7 +374,7 @@ class TreeWriter:
             self.temp_name.unlink(missing_ok=True)
 
 
-def id_columns(ids: list[tuple[int, int, int]]) -> dict[str, np.ndarray]:
+def id_columns(ids: list[tuple[int, int, int]]) -> dict[str, np.ndarray[Any, Any]]:
     """``run``, ``luminosityBlock``, ``event`` columns (NanoAOD's dtypes) from event ids."""
     array = np.array(ids, dtype=np.uint64).reshape(-1, 3)
     return {name: array[:, i].astype(dt) for i, (name, dt) in enumerate(ID_BRANCHES.items())}

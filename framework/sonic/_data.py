@@ -44,7 +44,7 @@ class TensorSpec:
 
     name: str
     datatype: str
-    dtype: np.dtype
+    dtype: np.dtype[Any]
     dims: tuple[int, ...]
     batched: bool
 
@@ -120,7 +120,7 @@ class _TensorData:
     def __init__(self, spec: TensorSpec, what: str) -> None:
         self.spec = spec
         self.what = what
-        self.data: np.ndarray | None = None
+        self.data: np.ndarray[Any, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -192,7 +192,7 @@ class TritonOutputData(_TensorData):
         super().__init__(spec, what)
         self.requested = requested
 
-    def from_server(self) -> np.ndarray:
+    def from_server(self) -> np.ndarray[Any, Any]:
         """The output array: ``(batch, *dims)`` for a batching model, else ``dims``.
 
         Read-only when it is a view of the response buffer. A request of batch 0 gives

@@ -152,7 +152,7 @@ class TritonRequest:
         self.server = server
         return self
 
-    def _check_output(self, result: Any, spec: TensorSpec, chunk: slice) -> np.ndarray:
+    def _check_output(self, result: Any, spec: TensorSpec, chunk: slice) -> np.ndarray[Any, Any]:
         # tritonclient does not check outputs against the metadata, and a misconfigured
         # Python backend returns EMPTY tensors without an error: check everything here.
         expected_rows = len(range(*chunk.indices(self.batch_size))) if spec.batched else None

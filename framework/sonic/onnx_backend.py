@@ -68,11 +68,11 @@ class OnnxRunner:
         return dict(zip(self._output_names, self.session.run(self._output_names, inputs), strict=True))
 
     @staticmethod
-    def read(tensor: Any) -> np.ndarray | None:
+    def read(tensor: Any) -> np.ndarray[Any, Any] | None:
         """A request's input tensor as a numpy array (None if the request lacks it)."""
         return None if tensor is None else tensor.as_numpy()
 
     @staticmethod
-    def write(pb_utils: Any, name: str, array: np.ndarray) -> Any:
+    def write(pb_utils: Any, name: str, array: np.ndarray[Any, Any]) -> Any:
         """An output tensor of the response."""
         return pb_utils.Tensor(name, array)

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-TRITON_DTYPES: dict[str, np.dtype] = {
+TRITON_DTYPES: dict[str, np.dtype[Any]] = {
     "TYPE_BOOL": np.dtype(np.bool_),
     "TYPE_UINT8": np.dtype(np.uint8),
     "TYPE_INT8": np.dtype(np.int8),
@@ -60,7 +60,7 @@ Arrays = dict[str, Any]  # tensor name -> numpy array or torch tensor
 class ArrayOps(Protocol):
     """The two array operations batching needs, for numpy arrays or torch tensors."""
 
-    def convert(self, array: Any, dtype: np.dtype) -> Any:
+    def convert(self, array: Any, dtype: np.dtype[Any]) -> Any:
         """``array`` as a C-contiguous array of ``dtype`` (no copy if it already is one)."""
 
     def concatenate(self, arrays: Sequence[Any]) -> Any:
@@ -68,10 +68,10 @@ class ArrayOps(Protocol):
 
 
 class _NumpyOps:
-    def convert(self, array: Any, dtype: np.dtype) -> np.ndarray:
+    def convert(self, array: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(array, dtype=dtype)
 
-    def concatenate(self, arrays: Sequence[Any]) -> np.ndarray:
+    def concatenate(self, arrays: Sequence[Any]) -> np.ndarray[Any, Any]:
         return np.concatenate(arrays, axis=0)
 
 
@@ -83,7 +83,7 @@ class TensorSpec:
     """One input or output of the config: name, numpy dtype, dims without the batch dim (-1 = any)."""
 
     name: str
-    dtype: np.dtype
+    dtype: np.dtype[Any]
     dims: tuple[int, ...]
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from .python_backend import Arrays, ModelSpec
 
 
-def _torch_dtypes() -> dict[np.dtype, Any]:
+def _torch_dtypes() -> dict[np.dtype[Any], Any]:
     import torch
 
     return {np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
@@ -42,7 +42,7 @@ class TorchOps:
         self._torch = torch
         self._dtypes = _torch_dtypes()
 
-    def convert(self, array: Any, dtype: np.dtype) -> Any:
+    def convert(self, array: Any, dtype: np.dtype[Any]) -> Any:
         return array.to(dtype=self._dtypes[np.dtype(dtype)]).contiguous()
 
     def concatenate(self, arrays: Sequence[Any]) -> Any:
