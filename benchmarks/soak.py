@@ -119,7 +119,7 @@ class JetScoreSonicProducer(SonicEDProducer):
         features = np.stack([np.asarray(jets[f], np.float32) for f in FEATURES], axis=1)
         input["jet_features"].to_server(features.reshape(-1, len(FEATURES)))  # (n_jets, 4)
 
-    def produce(self, event, output) -> None:
+    def produce(self, event, output) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         event.put(np.ascontiguousarray(output["score"].from_server()[:, 0]))
 
 
@@ -205,8 +205,11 @@ def run_job(config: pathlib.Path, args: argparse.Namespace) -> dict:
     log: list[str] = []
     records: dict[int, float] = {}  # cmsrun's "Processed the Nth record" lines: N -> time
 
+    stderr = job.stderr
+    assert stderr is not None  # stderr=PIPE
+
     def read() -> None:
-        for line in job.stderr:
+        for line in stderr:
             log.append(line)
             found = re.search(r"Processed the (\d+)\w\w record", line)
             if found:

@@ -40,7 +40,7 @@ class ThreadSafeFuture:
     def __init__(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._event = trio.Event()
-        self._outcome: outcome.Outcome | None = None
+        self._outcome: outcome.Outcome[Any] | None = None
         self._claimed = False
         self._lock = threading.Lock()  # guards _claimed across threads
 
@@ -56,7 +56,7 @@ class ThreadSafeFuture:
         """True once the outcome has reached the trio thread."""
         return self._event.is_set()
 
-    def _complete(self, result: outcome.Outcome) -> bool:
+    def _complete(self, result: outcome.Outcome[Any]) -> bool:
         with self._lock:
             if self._claimed:
                 return False
@@ -68,7 +68,7 @@ class ThreadSafeFuture:
             pass
         return True
 
-    def _deliver(self, result: outcome.Outcome) -> None:
+    def _deliver(self, result: outcome.Outcome[Any]) -> None:
         # Runs on the trio thread via run_sync_soon: only store and wake, never raise.
         self._outcome = result
         self._event.set()

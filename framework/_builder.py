@@ -163,7 +163,8 @@ class Job:
 def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     type_name = obj.type_()
     context = f"{expected_kind} '{label}' (type {type_name})"
-    cls = find_type(type_name, context=f"{expected_kind} '{label}'")
+    # Duck-typed: a module, source or service class (fill_descriptions, kind, __init__(params)).
+    cls: Any = find_type(type_name, context=f"{expected_kind} '{label}'")
     if getattr(cls, "kind", None) != expected_kind and not _kind_matches(cls, expected_kind):
         raise ConfigurationError(
             f"{context}: type {type_name} is a {getattr(cls, 'kind', type(cls).__name__)}, "

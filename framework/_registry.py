@@ -21,7 +21,8 @@ from __future__ import annotations
 import difflib
 import importlib
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from ._errors import ConfigurationError
 
@@ -48,7 +49,7 @@ def register_type(type_name: str, cls: type) -> None:
 
 
 @cache
-def _entry_points() -> dict[str, object]:
+def _entry_points() -> dict[str, EntryPoint]:
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return found
 
@@ -62,14 +63,15 @@ def _load(target: str, type_name: str) -> type:
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, attr)
+        cls: type = getattr(module, attr)
+        return cls
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(
             f"module type '{type_name}' is registered as '{target}', which cannot be loaded: {exc}"
         ) from exc
 
 
-def find_type(type_name: str, context: str = "") -> type:
+def find_type(type_name: str, context: str = "") -> type[Any]:  # Any: modules, sources, services
     """The class registered under ``type_name``.
 
     Args:
@@ -88,10 +90,11 @@ def find_type(type_name: str, context: str = "") -> type:
     eps = _entry_points()
     if type_name in eps:
         try:
-            return eps[type_name].load()  # type: ignore[attr-defined]
+            cls: type = eps[type_name].load()
+            return cls
         except Exception as exc:  # noqa: BLE001 - any import failure becomes a config error
             raise ConfigurationError(
-                f"module type '{type_name}' (entry point {eps[type_name].value}) cannot be loaded: "  # type: ignore[attr-defined]
+                f"module type '{type_name}' (entry point {eps[type_name].value}) cannot be loaded: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
     if ":" in type_name:

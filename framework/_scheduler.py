@@ -62,8 +62,8 @@ class JobReport:
     passed: int = 0
     events_with_errors: int = 0
     wall_time: float = 0.0
-    latencies: array = field(default_factory=lambda: array("d"))
-    completion_times: array = field(default_factory=lambda: array("d"))
+    latencies: array[float] = field(default_factory=lambda: array("d"))
+    completion_times: array[float] = field(default_factory=lambda: array("d"))
     error: BaseException | None = None
     summary: dict[str, Any] | None = None
 

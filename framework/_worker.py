@@ -41,16 +41,16 @@ class WorkerTimes:
     to be the only memory growth of a 50,000-event job).
     """
 
-    acquire: array = field(default_factory=lambda: array("d"))
-    wait: array = field(default_factory=lambda: array("d"))
-    run: array = field(default_factory=lambda: array("d"))
+    acquire: array[float] = field(default_factory=lambda: array("d"))
+    wait: array[float] = field(default_factory=lambda: array("d"))
+    run: array[float] = field(default_factory=lambda: array("d"))
 
     @property
     def calls(self) -> int:
         return len(self.run)
 
     @property
-    def own(self) -> array:
+    def own(self) -> array[float]:
         """Per call: time in the module's own code (acquire + run), without the wait."""
         if not self.acquire:
             return self.run

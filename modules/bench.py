@@ -138,7 +138,7 @@ class TinySonicProducer(SonicEDProducer):
     def acquire(self, event: Any, input: Any) -> None:
         input["x"].to_server(np.full((1, self.width), event.id.event, np.float32))
 
-    def produce(self, event: Any, output: Any) -> None:
+    def produce(self, event: Any, output: Any) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         y = output["y"].from_server()
         if y.shape != (1, self.width) or y[0, 0] != np.float32(event.id.event):
             raise ExternalFailure(f"{self.label}: the tiny model returned {y.ravel()[:4]} for event {event.id}")

@@ -52,9 +52,9 @@ class _Histogram:
         self.name, self.field = p.name, p.field
         self.token = module.consumes(p.src, branches=[p.field] if p.field else None)
         self.what = f"{context}: source '{p.src}'" + (f" field '{p.field}'" if p.field else "")
-        self.hist = hist.Hist(hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name)
+        self.hist: hist.Hist[Any] = hist.Hist(hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name)
         # uproot takes the TH1 title from a ``title`` attribute (hist has none of its own).
-        self.hist.title = p.title or p.name
+        self.hist.title = p.title or p.name  # type: ignore[attr-defined]  # not a declared attribute
 
     def fill(self, event: Event) -> None:
         self.hist.fill(_values(event.get(self.token), self.field, f"{self.what} in event {event.id}"))

@@ -176,7 +176,7 @@ class NanoAODOutputModule(OutputModule):
 
     def write(self, event: Event) -> None:
         """Buffer ``event``'s branches; every ``basketSize`` events, write a basket."""
-        self._ids.append(tuple(event.id))
+        self._ids.append(event.id)  # an EventID is a (run, lumi, event) tuple
         for item in self.items:
             item.add(event.get(item.tag), self.commands.keep, event)
         if len(self._ids) >= self.basket_size:

@@ -365,7 +365,7 @@ def _export(model: nn.Module, example: tuple, buffer: io.BytesIO, names_in: list
     torch.onnx.export(
         model,
         example,
-        buffer,
+        buffer,  # type: ignore[arg-type]  # the legacy exporter (dynamo=False) writes to a file object too
         input_names=names_in,
         output_names=names_out,
         dynamic_axes={n: {0: "batch"} for n in names_in + names_out},

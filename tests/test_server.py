@@ -71,6 +71,7 @@ _started_pids: list[int] = []
 
 
 def _track(server: LocalTritonServer) -> LocalTritonServer:
+    assert server.pid is not None, "a started server has a pid"
     _started_pids.append(server.pid)
     return server
 

@@ -31,6 +31,7 @@ second. Nothing here asserts a time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -97,7 +98,7 @@ def _variant_repository(folder: pathlib.Path, variants: dict[str, tuple[str, Cal
             edit(config)
 
     for name, (model, edit) in variants.items():
-        write_edited_repository(folder, {name: model}, lambda config, e=edit: edited(config, e))
+        write_edited_repository(folder, {name: model}, functools.partial(edited, edit=edit))
     return folder
 
 

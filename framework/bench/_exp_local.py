@@ -21,7 +21,7 @@ MS = 1e3
 
 MODELS = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
 """benchmark name -> Triton model name."""
-SEEDS = {
+SEEDS: dict[str, dict[str, Any]] = {
     "particlenet": {"label": "PN-AK4", "ms": 42.4, "mb": 0.04},
     "deepmet": {"label": "DeepMET", "ms": 13.2, "mb": 0.33},
     "deeptau": {"label": "DeepTau", "ms": 21.1, "mb": 1.18},

@@ -93,7 +93,7 @@ async def serve_delay_proxy(target: tuple[str, int], one_way_delay: float, *, po
         raise ValueError(f"delay proxy: one_way_delay {one_way_delay} s must be >= 0")
     listeners = await trio.open_tcp_listeners(port, host=LOCALHOST)
     task_status.started(listeners[0].socket.getsockname()[1])
-    await trio.serve_listeners(lambda stream: _handle(stream, target, one_way_delay), listeners)
+    await trio.serve_listeners(functools.partial(_handle, target=target, delay=one_way_delay), listeners)
 
 
 class DelayProxy:
@@ -140,7 +140,9 @@ def _read_line(process: subprocess.Popen, timeout: float) -> str:
     import threading
 
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+    stdout = process.stdout
+    assert stdout is not None  # started with stdout=PIPE
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     return lines[0].strip() if lines else ""

@@ -32,6 +32,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from framework._errors import FrameworkError
 from framework.sonic._server import (
@@ -65,10 +66,10 @@ def _write_atomic(path: pathlib.Path, text: str) -> None:
     os.replace(scratch, path)
 
 
-def _read_state(state_dir: pathlib.Path) -> dict | None:
+def _read_state(state_dir: pathlib.Path) -> dict[str, Any] | None:
     """The state of the last ``start`` (None if there is none or it is unreadable)."""
     try:
-        state = json.loads((state_dir / STATE_FILE).read_text())
+        state: dict[str, Any] = json.loads((state_dir / STATE_FILE).read_text())
         pid = int((state_dir / PID_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
@@ -82,19 +83,19 @@ def _clear_state(state_dir: pathlib.Path) -> None:
     shutil.rmtree(state_dir / WORK_DIR, ignore_errors=True)
 
 
-def _is_running(state: dict) -> bool:
+def _is_running(state: dict[str, Any]) -> bool:
     """The server of ``state`` is alive (its pid, started when the state says: pids are reused)."""
     return pid_is_tritonserver(state["pid"], state.get("start_time"))
 
 
-def _attribution(state: dict) -> tuple[str | None, int | None]:
+def _attribution(state: dict[str, Any]) -> tuple[str | None, int | None]:
     """(region prefix, process group) that find the server's stubs and regions: the prefix;
     the group (its pid) only for a state written before servers had a prefix."""
     prefix = state.get("region_prefix")
     return prefix, None if prefix else state["pid"]
 
 
-def _end_remains(state: dict) -> ServerRemains:
+def _end_remains(state: dict[str, Any]) -> ServerRemains:
     """SIGKILL the stubs of the dead server of ``state``, remove its /dev/shm regions."""
     return end_server_remains(*_attribution(state))
 
@@ -133,9 +134,11 @@ def _start(args: argparse.Namespace) -> int:
     except FrameworkError as err:
         server.stop()
         return _fail(str(err))
+    pid = server.pid
+    assert pid is not None  # started
     state = {
-        "pid": server.pid,
-        "start_time": process_start_time(server.pid),  # clock ticks after boot
+        "pid": pid,
+        "start_time": process_start_time(pid),  # clock ticks after boot
         "ports": server.ports,
         "grpc_address": server.grpc_address,
         "http_address": server.http_address,
@@ -149,7 +152,7 @@ def _start(args: argparse.Namespace) -> int:
         "region_prefix": server.region_prefix,
     }
     _write_atomic(state_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
-    _write_atomic(state_dir / PID_FILE, f"{server.pid}\n")
+    _write_atomic(state_dir / PID_FILE, f"{pid}\n")
     server.detach()
     print(f"tritonserver pid {state['pid']} ready in {time.monotonic() - started:.1f} s (models on {server.device})")
     print(f"gRPC address: {state['grpc_address']}")
@@ -234,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cmstriton`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except FrameworkError as err:
         return _fail(str(err))
 

@@ -69,6 +69,7 @@ def _installation_at(home: pathlib.Path) -> TritonInstallation:
         if path is None or not path.exists():
             raise TritonServerError(f"${TRITONSERVER_HOME}={home}: no tritonserver {what} "
                                     f"({path or ' or '.join(map(str, stubs))})")
+    assert stub is not None  # checked in the loop
     return TritonInstallation(binary=binary, python_backend=python_backend, stub=stub, libs=libs,
                               libdir=sysconfig.get_config_var("LIBDIR") or "")
 

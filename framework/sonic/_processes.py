@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from framework._errors import ConfigurationError
 
@@ -277,7 +278,7 @@ def _reset_spawner() -> None:
 os.register_at_fork(after_in_child=_reset_spawner)
 
 
-def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs) -> subprocess.Popen:
+def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs: Any) -> subprocess.Popen[Any]:
     """Popen in a new session; with ``die_with_parent``, SIGTERM it when this process dies."""
     global _spawner
     if not (die_with_parent and sys.platform.startswith("linux")):
@@ -295,6 +296,6 @@ def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs) -> sub
             _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
         spawner = _spawner
     future = spawner.submit(
-        subprocess.Popen, args, start_new_session=True, preexec_fn=preexec, **popen_kwargs
+        lambda: subprocess.Popen(args, start_new_session=True, preexec_fn=preexec, **popen_kwargs)
     )
     return future.result()

@@ -60,7 +60,7 @@ class _Sonic(ExternalWork):
         desc.add("Client", client_description(), "Triton client settings (CMSSW TritonClient)")
 
     def __init__(self, params: Any) -> None:
-        super().__init__(params)
+        super().__init__(params)  # type: ignore[call-arg]  # a mixin: EDModule.__init__ at run time
         label = getattr(self, "label", type(self).__name__)
         self.client = TritonClient(params.Client, debug_name=label)
         self._triton = get_service("TritonService", create=True)
@@ -83,7 +83,7 @@ class _Sonic(ExternalWork):
         else:  # Sync: block right here, as CMSSW's SonicClientSync does
             holder.done_waiting(request.infer_sync())
 
-    def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]
+    def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         """Fill ``input["<name>"].to_server(array)`` for every model input. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement acquire(event, input)")
 
@@ -98,7 +98,7 @@ class SonicEDProducer(_Sonic, EDProducer):
     def _fw_complete(self, event: Event, request: TritonRequest) -> None:
         self.produce(event, request.output)
 
-    def produce(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]
+    def produce(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         """Read ``output["<name>"].from_server()`` and put products. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement produce(event, output)")
 
@@ -112,6 +112,6 @@ class SonicEDFilter(_Sonic, EDFilter):
     def _fw_complete(self, event: Event, request: TritonRequest) -> bool:
         return self.filter(event, request.output)
 
-    def filter(self, event: Event, output: TritonOutputMap) -> bool:  # type: ignore[override]
+    def filter(self, event: Event, output: TritonOutputMap) -> bool:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         """Decide from ``output["<name>"].from_server()``. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement filter(event, output)")

@@ -157,7 +157,7 @@ class TritonRequest:
         # Python backend returns EMPTY tensors without an error: check everything here.
         expected_rows = len(range(*chunk.indices(self.batch_size))) if spec.batched else None
         try:
-            array = result.as_numpy(spec.name)
+            array: np.ndarray[Any, Any] | None = result.as_numpy(spec.name)
         except ValueError as err:  # raw content does not fill the announced shape
             array, problem = None, f"malformed tensor ({err})"
         else:
@@ -177,6 +177,7 @@ class TritonRequest:
             raise ExternalFailure(
                 f"{self.what}: output '{spec.name}' is {problem}, expected {spec.describe()}{rows}"
             )
+        assert array is not None  # a missing array is a problem
         return array
 
     def _inputs_non_empty(self) -> bool:

@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from framework._errors import ConfigurationError
 
@@ -323,7 +324,7 @@ class LocalTritonServer:
         self._user_work_dir = pathlib.Path(work_dir).absolute() if work_dir is not None else None
         self._temp_work: pathlib.Path | None = None  # our own work_dir when none was given
         self._created: list[pathlib.Path] = []  # temporary paths that stop() removes
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[Any] | None = None
         self._last_tail = ""
         self._lock = threading.RLock()
 
@@ -352,7 +353,8 @@ class LocalTritonServer:
     @property
     def ports(self) -> dict[str, int]:
         """``{"grpc": .., "http": .., "metrics": ..}`` of the running server."""
-        self._port("grpc")
+        self._port("grpc")  # raises if not started
+        assert self._ports is not None
         return dict(self._ports)
 
     @property
@@ -460,6 +462,7 @@ class LocalTritonServer:
             f"--backend-directory={backend_dir}",
             f"--backend-config=python,shm-region-prefix-name={self.region_prefix}",
         ]
+        assert self._ports is not None  # chosen before the launch
         for kind, port in self._ports.items():
             args += [f"--{kind}-address={LOCALHOST}", f"--{kind}-port={port}"]
         if self.models is not None:
@@ -486,9 +489,11 @@ class LocalTritonServer:
 
     def _wait_ready(self, expected: list[str], deadline: float, timeout: float) -> None:
         ready = self._grpc_ready if self.grpc_ssl is None else self._http_ready
+        process = self._process
+        assert process is not None  # launched before the wait
         with ready(expected) as check:
             while True:
-                code = self._process.poll()
+                code = process.poll()
                 if code is not None:
                     if _ADDRESS_IN_USE in self.log_tail():
                         raise _PortInUse()
@@ -514,8 +519,8 @@ class LocalTritonServer:
         def check(name: str | None = None) -> bool:
             try:
                 if name is not None:
-                    return client.is_model_ready(name, client_timeout=2.0)
-                return client.is_server_ready(client_timeout=2.0) and all(
+                    return bool(client.is_model_ready(name, client_timeout=2.0))
+                return bool(client.is_server_ready(client_timeout=2.0)) and all(
                     client.is_model_ready(n, client_timeout=2.0) for n in expected)
             except InferenceServerException:
                 return False  # not listening yet
@@ -534,7 +539,7 @@ class LocalTritonServer:
         def ok(path: str) -> bool:
             try:
                 with opener.open(f"{base}/{path}", timeout=2.0) as response:
-                    return response.status == 200
+                    return bool(response.status == 200)
             except (OSError, urllib.error.URLError):
                 return False  # not listening yet, or 400 = not ready
 
@@ -609,6 +614,7 @@ class LocalTritonServer:
                 raise TritonServerError("LocalTritonServer.detach() needs die_with_parent=False")
             if not self.is_running():
                 raise TritonServerError(f"LocalTritonServer({self.repository}): not running, cannot detach")
+            assert self._process is not None  # is_running()
             pid = self._process.pid
             self._process = None
             self._created.clear()

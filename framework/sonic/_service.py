@@ -224,7 +224,7 @@ class TritonService(Service):
             servers=self.routing.health_report(),
         )
 
-    def report(self) -> list[Any]:  # type: ignore[override]
+    def report(self) -> list[Any]:
         """Rich tables of :meth:`statistics` for the end-of-job summary ([] if no model)."""
         return report_tables(self.statistics())
 

@@ -64,10 +64,10 @@ class ModelConversion(EDProducer):
 class SonicConversionProducer(ModelConversion, SonicEDProducer):
     """The SONIC twin: ``acquire`` is the conversion's ``fill_inputs``, ``produce`` its ``read_outputs``."""
 
-    def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]
+    def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         self.fill_inputs(event, input)
 
-    def produce(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]
+    def produce(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         self.read_outputs(event, output)
 
 

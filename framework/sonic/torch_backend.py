@@ -76,7 +76,7 @@ class TorchRunner:
         self._torch = torch
         self.device = torch.device(device)
         self.path = path
-        self.module = torch.jit.load(path, map_location=self.device).eval()
+        self.module = torch.jit.load(path, map_location=self.device).eval()  # type: ignore[no-untyped-call]  # torch.jit.load is unannotated
         self.ops = TorchOps()
         self._input_names = [t.name for t in spec.inputs]
         self._output_names = [t.name for t in spec.outputs]
