@@ -46,6 +46,7 @@ import numpy as np
 
 import framework.config as cms
 from framework.sonic import SonicEDProducer
+from framework.sonic.testing import TensorConfig, write_python_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -54,15 +55,8 @@ WARMUP_RECORD = 4096  # cmsrun logs its 1st, 2nd, 4th, ... event: the warm-up po
 TARGET_GROWTH = 10.0  # percent
 FEATURES = ("pt", "eta", "phi", "mass")
 
-MODEL_CONFIG = """\
-name: "jetscore"
-backend: "python"
-max_batch_size: 1024
-input [ { name: "jet_features" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "score" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 100 }
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+MODEL_CONFIG = {"inputs": [TensorConfig("jet_features", dims=(4,))], "outputs": [TensorConfig("score", dims=(1,))],
+                "max_batch_size": 1024, "extra": "dynamic_batching { max_queue_delay_microseconds: 100 }"}
 
 # score = sigmoid(features . W): W in 1/GeV, 1, 1/rad, 1/GeV; arbitrary, only to compute something.
 MODEL_CODE = """\
@@ -183,10 +177,7 @@ def _versions() -> dict[str, str]:
 
 
 def write_job(folder: pathlib.Path, args: argparse.Namespace, sample_path: str) -> pathlib.Path:
-    model = folder / "models" / "jetscore"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(MODEL_CONFIG)
-    (model / "1" / "model.py").write_text(MODEL_CODE)
+    write_python_model(folder / "models", "jetscore", MODEL_CODE, **MODEL_CONFIG)
     config = folder / "soak_cfg.py"
     listings = -(-args.events // EVENTS_PER_FILE)
     config.write_text(CONFIG.format(sample=sample_path, listings=listings, events=args.events,

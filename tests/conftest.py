@@ -1,4 +1,9 @@
-"""For the whole suite: no Triton server, Python-backend stub or /dev/shm region is left behind.
+"""Shared fixtures; and for the whole suite: no Triton server, Python-backend stub or
+/dev/shm region is left behind.
+
+Fixtures: ``left_behind`` (below), ``start_server`` (a module's Triton servers, through
+:func:`framework.sonic.testing.serving`). Tiny Python-backend models are written with
+:func:`framework.sonic.testing.write_python_model`.
 
 Every server the suite starts, in this process or in a subprocess (cmsrun, cmstriton),
 names its /dev/shm regions with this session's tag: ``$PYSONIC_SHM_TAG``, set here and
@@ -11,6 +16,7 @@ not through the code under test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import time
@@ -18,6 +24,7 @@ import time
 import pytest
 
 from framework.sonic._processes import TAG_VARIABLE
+from framework.sonic.testing import serving
 
 SESSION_TAG = f"pytest{os.getpid()}"
 SETTLE = 10.0  # seconds for processes of the last test to exit before they count as left behind
@@ -44,6 +51,15 @@ def left_behind(text: str) -> tuple[list[str], list[str]]:
 def left_behind_fixture():
     """:func:`left_behind`: ``left_behind(server.region_prefix) == ([], [])`` once it is stopped."""
     return left_behind
+
+
+@pytest.fixture(scope="module")
+def start_server():
+    """``start_server(repository, models=None, **options)``: a started LocalTritonServer
+    (:func:`~framework.sonic.testing.serving`'s arguments), stopped after the test module
+    and checked to leave no stub process or /dev/shm region behind."""
+    with contextlib.ExitStack() as stack:
+        yield lambda repository, models=None, **options: stack.enter_context(serving(repository, models, **options))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -36,7 +36,7 @@ import uproot
 from framework._cmsrun import main as cmsrun_main
 from framework.sonic import _server
 from framework.sonic._processes import TAG_VARIABLE
-from framework.sonic._server import LocalTritonServer
+from framework.sonic.testing import TensorConfig, write_python_model
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -273,14 +273,8 @@ def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
 
 # ---------------------------------------------------------------------------- inference
 
-MODEL_CONFIG = """\
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-"""
+# Every model: x -> y, FP32 (batch, 4), batch <= 8.
+TENSORS = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))]}
 
 MODELS = {
     "doubler": """\
@@ -351,26 +345,19 @@ process.e = cms.EndPath(process.out)
 """
 
 
-def write_model(repository: pathlib.Path, name: str, code: str) -> None:
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "config.pbtxt").write_text(MODEL_CONFIG.format(name=name))
-    (repository / name / "1" / "model.py").write_text(code)
-
-
 @pytest.fixture(scope="module")
 def repositories(tmp_path_factory) -> dict[str, pathlib.Path]:
     d = tmp_path_factory.mktemp("models")
     for name, code in MODELS.items():
-        write_model(d / "good", name, code)
-    write_model(d / "broken", "broken", BROKEN_MODEL)
+        write_python_model(d / "good", name, code, **TENSORS)
+    write_python_model(d / "broken", "broken", BROKEN_MODEL, **TENSORS)
     return {"good": d / "good", "broken": d / "broken"}
 
 
 @pytest.fixture(scope="module")
-def server(repositories):
+def server(repositories, start_server):
     """One server with doubler and raiser for the module (~2 s to start)."""
-    with LocalTritonServer(repositories["good"]) as running:
-        yield running
+    return start_server(repositories["good"])
 
 
 def closed_port() -> int:

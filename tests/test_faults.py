@@ -44,6 +44,7 @@ from framework.sonic import (
     is_recoverable,
 )
 from framework.sonic._server import LocalTritonServer
+from framework.sonic.testing import serving, write_python_model
 
 N_EVENTS = 24
 STREAMS = 4
@@ -77,51 +78,39 @@ MODEL_PY = textwrap.dedent('''
 ''')
 
 
-def write_model(repo: pathlib.Path, name: str, config_extra: str = "") -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(MODEL_PY)
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
-        'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n' + config_extra
-    )
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
-    repo = tmp_path_factory.mktemp("models")
-    write_model(repo, "double")
-    write_model(repo, "flaky")
+    repo = tmp_path_factory.mktemp("models")  # x -> y, FP32 (batch, -1), batch <= 8
+    write_python_model(repo, "double", MODEL_PY)
+    write_python_model(repo, "flaky", MODEL_PY)
     return repo
 
 
 @contextlib.contextmanager
-def running(server: LocalTritonServer, left_behind):
-    """Start ``server``; at the end SIGCONT it (it may be stopped), stop it, and check that
-    nothing of it remains (it may have been killed)."""
-    server.start(60.0)
-    try:
-        yield server
-    finally:
-        if server.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(server.pid, signal.SIGCONT)
-        server.stop(10.0)
+def running(repository: pathlib.Path, left_behind, models: list[str] | None = None):
+    """A started server (:func:`serving`); at the end SIGCONT it (it may be stopped), stop
+    it, and check that nothing of it remains (it may have been killed)."""
+    with serving(repository, models) as server:
+        try:
+            yield server
+        finally:
+            if server.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(server.pid, signal.SIGCONT)
     assert left_behind(server.region_prefix) == ([], [])
 
 
 @pytest.fixture(scope="module")
 def steady(repository, left_behind):
     """A server nobody breaks (unit tests and the fault-free reference job)."""
-    with running(LocalTritonServer(repository), left_behind) as server:
+    with running(repository, left_behind) as server:
         yield server
 
 
 @pytest.fixture
 def primary(repository, left_behind):
     """A server for one fault test to break."""
-    with running(LocalTritonServer(repository, models=["double"]), left_behind) as server:
+    with running(repository, left_behind, ["double"]) as server:
         yield server
 
 
@@ -542,7 +531,7 @@ def server_requests(server: LocalTritonServer, model: str) -> int:
 
 async def test_fallback_that_fails_to_start_shows_its_log(repository, primary, tmp_path):
     broken = tmp_path / "broken"
-    write_model(broken, "double", config_extra='parameters { key: "x" value: { string_value: 1 } }\n')
+    write_python_model(broken, "double", MODEL_PY, extra='parameters { key: "x" value: { string_value: 1 } }')
 
     async def kill(progress, gates, svc):
         await progress.reached(K)

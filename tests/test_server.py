@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,18 +39,14 @@ from framework.sonic._server import (
     prepare_backend_directory,
     server_environment,
 )
+from framework.sonic.testing import TensorConfig, python_model_config, write_python_model
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-DOUBLER_CONFIG = """\
-name: "doubler"
-backend: "python"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-dynamic_batching { }
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
+# FP32 (batch, 4) -> 2 * x, max batch 8, dynamic batching, 1 instance.
+DOUBLER: dict[str, Any] = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))],
+                         "extra": "dynamic_batching { }"}
+DOUBLER_CONFIG = python_model_config("doubler", **DOUBLER)
 
 DOUBLER_MODEL = """\
 import triton_python_backend_utils as pb_utils
@@ -107,9 +104,7 @@ def no_leftover_servers():
 
 
 def _write_doubler(repository: pathlib.Path) -> pathlib.Path:
-    (repository / "doubler" / "1").mkdir(parents=True)
-    (repository / "doubler" / "config.pbtxt").write_text(DOUBLER_CONFIG)
-    (repository / "doubler" / "1" / "model.py").write_text(DOUBLER_MODEL)
+    write_python_model(repository, "doubler", DOUBLER_MODEL, **DOUBLER)
     return repository
 
 
@@ -126,10 +121,9 @@ def empty_repository(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def doubler_server(doubler_repository):
+def doubler_server(doubler_repository, start_server):
     """One server for the module, with 2 instances of the doubler."""
-    with LocalTritonServer(doubler_repository, instances=2) as server:
-        yield _track(server)
+    return _track(start_server(doubler_repository, instances=2))
 
 
 def _double(address: str, x: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from framework.sonic import (
     client_description,
 )
 from framework.sonic._server import LocalTritonServer
+from framework.sonic.testing import TensorConfig, write_python_model
 
 SLOW_SECONDS = 1.0  # the "slow" model's execution time
 SERVED = ["double", "nobatch", "slow", "pair", "empty"]  # "spare" is left to the fallback
@@ -67,44 +68,24 @@ MODEL_PY = textwrap.dedent('''
 ''')
 
 
-def write_model(repo: pathlib.Path, name: str, max_batch_size: int, inputs: str, outputs: str,
-                **params: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(MODEL_PY)
-    parameters = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
-                         for k, v in params.items())
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
-        f"input [ {inputs} ]\noutput [ {outputs} ]\n"
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n' + parameters
-    )
-
-
-X_VAR = '{ name: "x" data_type: TYPE_FP32 dims: [ -1 ] }'
-Y_VAR = '{ name: "y" data_type: TYPE_FP32 dims: [ -1 ] }'
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
-    repo = tmp_path_factory.mktemp("models")
-    write_model(repo, "double", 8, X_VAR, Y_VAR, mode="double")  # y = 2x, batch <= 8
-    write_model(repo, "spare", 8, X_VAR, Y_VAR, mode="double")
-    write_model(repo, "slow", 8, X_VAR, Y_VAR, mode="double", sleep_s=str(SLOW_SECONDS))
-    write_model(repo, "empty", 8, X_VAR, Y_VAR, mode="empty")
-    write_model(repo, "nobatch", 0, '{ name: "x" data_type: TYPE_FP32 dims: [ 2, 3 ] }',
-                '{ name: "y" data_type: TYPE_FP32 dims: [ 2, 3 ] }', mode="double")
-    write_model(repo, "pair", 8, '{ name: "a" data_type: TYPE_FP32 dims: [ 3 ] }, '
-                '{ name: "b" data_type: TYPE_INT32 dims: [ 2 ] }',
-                '{ name: "s" data_type: TYPE_FP32 dims: [ 1 ] }', mode="pair")
+    repo = tmp_path_factory.mktemp("models")  # default tensors: x -> y, FP32 (batch, -1), batch <= 8
+    write_python_model(repo, "double", MODEL_PY, parameters={"mode": "double"})  # y = 2x
+    write_python_model(repo, "spare", MODEL_PY, parameters={"mode": "double"})
+    write_python_model(repo, "slow", MODEL_PY, parameters={"mode": "double", "sleep_s": str(SLOW_SECONDS)})
+    write_python_model(repo, "empty", MODEL_PY, parameters={"mode": "empty"})
+    write_python_model(repo, "nobatch", MODEL_PY, max_batch_size=0, inputs=[TensorConfig("x", dims=(2, 3))],
+                       outputs=[TensorConfig("y", dims=(2, 3))], parameters={"mode": "double"})
+    write_python_model(repo, "pair", MODEL_PY,
+                       inputs=[TensorConfig("a", dims=(3,)), TensorConfig("b", "TYPE_INT32", (2,))],
+                       outputs=[TensorConfig("s", dims=(1,))], parameters={"mode": "pair"})
     return repo
 
 
 @pytest.fixture(scope="module")
-def server(repository):
-    local = LocalTritonServer(repository, models=SERVED)
-    local.start(60.0)
-    yield local
-    local.stop()
+def server(repository, start_server):
+    return start_server(repository, SERVED)
 
 
 def client_params(model: str, **params):

@@ -27,7 +27,8 @@ from framework import EDAnalyzer, ExternalFailure
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.sonic import ServerInfo, SonicEDProducer, SslOptions
-from framework.sonic._server import GrpcSsl, LocalTritonServer
+from framework.sonic._server import GrpcSsl
+from framework.sonic.testing import write_python_model
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -76,23 +77,14 @@ def pki(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
     repo = tmp_path_factory.mktemp("models")
-    (repo / "double" / "1").mkdir(parents=True)
-    (repo / "double" / "1" / "model.py").write_text(MODEL_PY)
-    (repo / "double" / "config.pbtxt").write_text(
-        'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
-        'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-    )
+    write_python_model(repo, "double", MODEL_PY, instances=None)  # x -> y, FP32 (batch, -1), batch <= 8
     return repo
 
 
 @pytest.fixture(scope="module")
-def tls_server(repository, pki):
+def tls_server(repository, pki, start_server):
     ssl = GrpcSsl(pki / "server.crt", pki / "server.key", root_cert=pki / "ca.crt", mutual=True)
-    server = LocalTritonServer(repository, grpc_ssl=ssl)
-    server.start(60.0)
-    yield server
-    server.stop()
+    return start_server(repository, grpc_ssl=ssl)
 
 
 def client_ssl(pki: pathlib.Path, ca: str = "ca", with_certificate: bool = True) -> SslOptions:
@@ -207,7 +199,7 @@ async def test_plain_text_config_cannot_use_a_tls_server(tls_server, pki, caplog
     process = tls_process(tls_server.ports["grpc"], pki, use_ssl=False)
     process.validate_()
     job = build_job(process)
-    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"), pytest.raises(
-            ExternalFailure, match=r"model\(s\) double .* by no server \(tried 'secure' at 127.0.0.1:\d+: unreachable\)"):
+    error = r"model\(s\) double .* by no server \(tried 'secure' at 127.0.0.1:\d+: unreachable\)"
+    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"), pytest.raises(ExternalFailure, match=error):
         await run_job(job)
     assert any("'secure'" in r.getMessage() and "cannot be reached" in r.getMessage() for r in caplog.records)

@@ -23,6 +23,7 @@ import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework._summary import summary_dict
+from framework.sonic.testing import serving, write_python_model
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "bench"
@@ -121,30 +122,16 @@ def median_of(repeat: int, measure: Callable[[], dict[str, Any]], keys: Sequence
 
 def write_tiny_repository(folder: pathlib.Path, max_batch_size: int = 64) -> pathlib.Path:
     """A repository with the ``tiny`` identity model: ``x`` float32 (batch, -1) -> ``y`` = ``x``."""
-    model = folder / "tiny"
-    (model / "1").mkdir(parents=True, exist_ok=True)
-    (model / "1" / "model.py").write_text(TINY_MODEL_PY)
-    (model / "config.pbtxt").write_text(
-        'name: "tiny"\nbackend: "python"\n'
-        f"max_batch_size: {max_batch_size}\n"
-        'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
-    )
+    write_python_model(folder, "tiny", TINY_MODEL_PY, max_batch_size=max_batch_size)
     return folder
 
 
-@contextlib.contextmanager
-def local_server(repository: pathlib.Path, models: Sequence[str] | None = None) -> Iterator[Any]:
-    """A started :class:`~framework.sonic._server.LocalTritonServer`, stopped on exit."""
-    from framework.sonic._server import LocalTritonServer
-
-    server = LocalTritonServer(repository, models=list(models) if models is not None else None)
-    server.start(120.0)
-    try:
-        yield server
-    finally:
-        server.stop()
+def local_server(
+    repository: pathlib.Path, models: Sequence[str] | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """A started :class:`~framework.sonic._server.LocalTritonServer`, stopped on exit
+    (:func:`framework.sonic.testing.serving`, 120 s to start)."""
+    return serving(repository, models, timeout=120.0)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ reaches TritonService's parts):
 * ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
 * ``_installation``, ``_processes``, ``_server``: the tritonserver binary and its
   processes, ``LocalTritonServer``; ``_cmstriton``: the ``cmstriton`` command;
+* ``testing`` (public, not imported here): tiny Python-backend models written into a
+  repository and a server that is checked to leave nothing behind, for tests and benchmarks;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,
   which drives the ``Router`` and the callables it is given;
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
