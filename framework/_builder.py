@@ -122,7 +122,7 @@ class Job:
         registry = self.product_registry(source_collections)
         for worker in self.workers.values():
             if worker.kind == "OutputModule":
-                worker.module.select(registry)  # type: ignore[attr-defined]
+                worker.module.select(registry)  # type: ignore[attr-defined]  # an OutputModule's
                 worker.consumes = list(worker.module._fw_consumes)
         try:
             self.source.set_branch_request(self.branch_request())

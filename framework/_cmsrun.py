@@ -148,7 +148,7 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
 
     for dataset, units in plan_datasets(process, ns.dataset, ns.chunk_size or DEFAULT_CHUNK_SIZE):
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
-        job.source.set_units(units)  # type: ignore[attr-defined]
+        job.source.set_units(units)  # type: ignore[attr-defined]  # a PoolSource: datasets need one
         entries = sum(u.num_entries for u in units)
         console.print(f"[bold]cmsrun: dataset '{dataset.name}': {len(dataset.files)} file(s), {entries:,} events "
                       f"in {len(units)} unit(s)[/bold]")

@@ -92,7 +92,7 @@ def run_unit(process: Any, unit: WorkUnit, *, streams: int | None = None, thread
             no part of this unit is left behind then.
     """
     job = build_job(process, max_events=-1, streams=streams, threads=threads)
-    job.source.set_units([unit])  # type: ignore[attr-defined]
+    job.source.set_units([unit])  # type: ignore[attr-defined]  # a PoolSource: datasets need one
     with output_naming(unit=unit):
         try:
             report = trio.run(run_job, job)

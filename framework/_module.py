@@ -206,5 +206,5 @@ class ExternalWork:
 
     def _fw_complete(self, event: Event, result: Any) -> Any:
         if isinstance(self, EDFilter):
-            return self.filter(event, result)  # type: ignore[call-arg]
-        return self.produce(event, result)  # type: ignore[attr-defined]
+            return self.filter(event, result)  # type: ignore[call-arg]  # a mixin: the filter's ExternalWork form
+        return self.produce(event, result)  # type: ignore[attr-defined]  # a mixin: the producer's

@@ -117,14 +117,14 @@ class Worker:
         try:
             if self.external:
                 holder = WaitingTaskHolder()
-                _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]
+                _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]  # ExternalWork's
                 if not holder.used:
                     raise RuntimeError("acquire() returned without starting external work "
                                        "(call holder.done_waiting or holder.run_async)")
                 w0 = time.perf_counter()
                 result = await holder.wait()
                 w1 = time.perf_counter()
-                decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]
+                decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]  # ExternalWork's
                 times.acquire.append(a1 - a0)
                 times.wait.append(w1 - w0)
                 if phase_done:

@@ -418,7 +418,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
             return list(self._values) == list(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equal by value, and mutable
 
 
 def _is_list_like(value: Any) -> bool:

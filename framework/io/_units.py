@@ -219,8 +219,9 @@ class PreprocessCache:
             self._load()
 
     def _load(self) -> None:
+        assert self.path is not None  # only called with a cache file
         try:
-            data = json.loads(self.path.read_text())  # type: ignore[union-attr]
+            data = json.loads(self.path.read_text())
             if data.get("version") != CACHE_VERSION:
                 return
             for item in data["files"]:

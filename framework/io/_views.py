@@ -126,7 +126,7 @@ class _SourceView:
         state = self.__dict__
         for name in _AWKWARD_STATE:
             state.setdefault(name, None)
-        super()._update_class(restore)  # type: ignore[misc]
+        super()._update_class(restore)  # type: ignore[misc]  # awkward's, next in the view's MRO
 
     def _build_layout(self) -> Any:
         raise NotImplementedError
@@ -141,7 +141,7 @@ class _SourceView:
             column = self._chunk.columns.get(where)
             if column is not None:
                 return column[self._index]
-        return super().__getitem__(where)  # type: ignore[misc]
+        return super().__getitem__(where)  # type: ignore[misc]  # awkward's, next in the view's MRO
 
     def __getattr__(self, where: str) -> Any:
         # Only for names that are no attribute of the class: awkward's methods and
@@ -152,7 +152,7 @@ class _SourceView:
             column = chunk.columns.get(where)
             if column is not None:
                 return column[state["_index"]]
-        return super().__getattr__(where)  # type: ignore[misc]
+        return super().__getattr__(where)  # type: ignore[misc]  # awkward's, next in the view's MRO
 
 
 class JaggedView(_SourceView, ak.Array):  # type: ignore[misc]  # awkward has no type information

@@ -338,7 +338,8 @@ class _Retrier:
 
     def next_step(self) -> _Step:
         """The next action's step (logged and counted), or raise the final error."""
-        server, exc = self.last  # type: ignore[misc]
+        assert self.last is not None  # set by the failure that led here
+        server, exc = self.last
         actions = self.policy.actions
         while self.index < len(actions):
             action = actions[self.index]
@@ -376,7 +377,8 @@ class _Retrier:
                        self.tries, server.describe(), reason(exc), where, step.action, step.delay)
 
     def _final(self, recoverable: bool) -> Exception:
-        server, exc = self.last  # type: ignore[misc]
+        assert self.last is not None  # set by the failure that led here
+        server, exc = self.last
         self.policy.count_error()
         error = self.policy.failure(exc, server, self.what)
         actions = self.policy.actions
@@ -389,7 +391,8 @@ class _Retrier:
 
     def fallback_failed(self, err: ExternalFailure) -> ExternalFailure:
         """The final error when the fallback server needed for a retry cannot serve."""
-        _, exc = self.last  # type: ignore[misc]
+        assert self.last is not None  # set by the failure that led here
+        _, exc = self.last
         self.policy.count_error()
         return ExternalFailure(f"{self.what}: failover to the fallback server after {self.tries} "
                                f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}")
