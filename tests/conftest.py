@@ -57,9 +57,18 @@ def left_behind_fixture():
 def start_server():
     """``start_server(repository, models=None, **options)``: a started LocalTritonServer
     (:func:`~framework.sonic.testing.serving`'s arguments), stopped after the test module
-    and checked to leave no stub process or /dev/shm region behind."""
+    and checked, here too (not only through the code under test), to leave no stub process
+    or /dev/shm region behind."""
+    servers = []
+
+    def start(repository, models=None, **options):
+        servers.append(stack.enter_context(serving(repository, models, **options)))
+        return servers[-1]
+
     with contextlib.ExitStack() as stack:
-        yield lambda repository, models=None, **options: stack.enter_context(serving(repository, models, **options))
+        yield start
+    for server in servers:
+        assert left_behind(server.region_prefix) == ([], []), f"{server!r} left something behind"
 
 
 @pytest.fixture(scope="session", autouse=True)
