@@ -5,6 +5,7 @@
 The server must serve the ``tiny`` identity model (``python -m framework.bench`` writes
 it; ``framework.bench._harness.write_tiny_repository``). Used by the latency-hiding,
 client-overhead and clients-per-server benchmarks. ``cpuTime=0`` drops the CPU work;
+``batchRows=64`` turns on cross-event batching (``Client.batching``);
 ``cpuMode=sleep`` stands for CPU work done on another machine; ``barrier=DIR`` holds the
 first event until ``DIR/go`` exists (several jobs starting together).
 """
@@ -21,6 +22,9 @@ options.register("cpuTime", 2.0, V.multiplicity.singleton, V.varType.float, "CPU
 options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, "burn | sleep")
 options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode: Async, Sync, PseudoAsync")
 options.register("width", 4, V.multiplicity.singleton, V.varType.int, "float32 values per request")
+options.register("batchRows", 0, V.multiplicity.singleton, V.varType.int,
+                 "Client.batching.maxRows: cross-event batching (0 = off)")
+options.register("batchDelay", 100, V.multiplicity.singleton, V.varType.int, "Client.batching.maxDelay, microseconds")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
 options.parseArguments()
 if not options.server:
@@ -42,7 +46,9 @@ process.TritonService = cms.Service(
 process.tiny = cms.EDProducer(
     "modules.bench:TinySonicProducer", width=cms.uint32(options.width),
     Client=cms.PSet(modelName=cms.string("tiny"), mode=cms.untracked.string(options.mode),
-                    timeout=cms.untracked.uint32(60)),
+                    timeout=cms.untracked.uint32(60),
+                    batching=cms.untracked.PSet(maxRows=cms.untracked.uint32(options.batchRows),
+                                                maxDelay=cms.untracked.uint32(options.batchDelay))),
 )
 modules = []
 if options.barrier:

@@ -19,6 +19,8 @@ class ClientStatistics:
     Attributes:
         calls: gRPC inference calls answered successfully (a batch split in k parts
             counts k; failed tries count in ``retries`` or ``errors``).
+        requests: events' requests answered (with cross-event batching, ``Client.batching``,
+            several share one call: ``requests / calls`` > 1).
         inferences: batch rows sent (events x rows).
         bytes_sent, bytes_received: tensor payload bytes (not gRPC framing).
         errors: requests that failed for good (after their retries), i.e. events that
@@ -28,6 +30,7 @@ class ClientStatistics:
     """
 
     calls: int = 0
+    requests: int = 0
     inferences: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -48,14 +51,15 @@ class ClientCounters:
         self._stats = ClientStatistics()
         self._server_calls: dict[str, int] = {}
 
-    def add_calls(self, server_name: str, *, calls: int, inferences: int, sent: int, received: int) -> None:
-        """Count ``calls`` successful gRPC calls on ``server_name``: ``inferences`` rows,
-        ``sent``/``received`` tensor bytes."""
+    def add_calls(self, server_name: str, *, calls: int, inferences: int, sent: int, received: int,
+                  requests: int = 1) -> None:
+        """Count ``calls`` successful gRPC calls on ``server_name`` answering ``requests``
+        events' requests: ``inferences`` rows, ``sent``/``received`` tensor bytes."""
         with self._lock:
             self._server_calls[server_name] = self._server_calls.get(server_name, 0) + calls
             s = self._stats
             self._stats = dataclasses.replace(
-                s, calls=s.calls + calls, inferences=s.inferences + inferences,
+                s, calls=s.calls + calls, requests=s.requests + requests, inferences=s.inferences + inferences,
                 bytes_sent=s.bytes_sent + sent, bytes_received=s.bytes_received + received,
             )
 
