@@ -287,7 +287,7 @@ class Batcher:
                        for name in client.requested_outputs}
         except Exception as exc:  # noqa: BLE001 - handed to each event, whose retry policy decides
             for slot in slots:
-                slot.error = copy.copy(exc)  # one instance per event: tracebacks are per raise
+                slot.error = _own_copy(exc)
                 slot.done.set()
             return
         live = [slot for slot in slots if not slot.dropped]
@@ -300,3 +300,15 @@ class Batcher:
                 slot.outputs = {name: array[offset:end] for name, array in outputs.items()}
                 slot.done.set()
             offset = end
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """A copy of ``exc`` for one event (each raise extends its own traceback); never raises."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        if isinstance(exc, InferenceServerException):
+            return InferenceServerException(exc.message(), exc.status(), exc.debug_details())
+        return copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception type that cannot be copied: share it
+        return exc
