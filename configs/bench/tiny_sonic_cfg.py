@@ -14,7 +14,8 @@ import framework.config as cms
 
 V = cms.VarParsing
 options = V()
-options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port of the Triton server (required)")
+options.register("server", "", V.multiplicity.singleton, V.varType.string,
+                 "host:port of the Triton server (required); several, comma-separated: servers of the same model")
 options.register("events", 1000, V.multiplicity.singleton, V.varType.int, "events (EmptySource)")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
@@ -36,11 +37,14 @@ process.maxEvents.input = options.events
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
 
-address, _, port = options.server.rpartition(":")
+servers = []
+for index, server in enumerate(options.server.split(",")):
+    address, _, port = server.rpartition(":")
+    servers.append(cms.PSet(name=cms.untracked.string("bench" if index == 0 else f"bench{index}"),
+                            address=cms.untracked.string(address), port=cms.untracked.uint32(int(port))))
 process.TritonService = cms.Service(
     "TritonService",
-    servers=cms.untracked.VPSet(cms.PSet(name=cms.untracked.string("bench"), address=cms.untracked.string(address),
-                                         port=cms.untracked.uint32(int(port)))),
+    servers=cms.untracked.VPSet(*servers),
     fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
 )
 process.tiny = cms.EDProducer(
