@@ -132,7 +132,7 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     """One SONIC producer at N streams vs a bare tritonclient loop with N requests in flight.
 
     The SONIC job runs twice per N: one request per event (as the bare loop), and with
-    cross-event batching (``Client.batching``, ``maxRows`` = 64, ``maxDelay`` = 100 us);
+    cross-event batching (``Client.batching``, ``maxRows`` = 64, ``maxDelay`` = 200 us);
     ``sonic_batched`` counts inferences (events) per second, the others requests per second.
     """
     streams = (1, 16, 64) if quick else (1, 4, 16, 64)
@@ -143,7 +143,7 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
         sonic = median_of(repeat, lambda: run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events,
                                                      streams=n, cpuTime=0))
         batched = median_of(repeat, lambda: run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events,
-                                                       streams=n, cpuTime=0, batchRows=64, batchDelay=100))
+                                                       streams=n, cpuTime=0, batchRows=64, batchDelay=200))
         bare = median_of(repeat, lambda: bare_async_loop(address, n, events))
         client = batched["services"].get("TritonService", {}).get("clients", {}).get("tiny", {})
         rows.append({"streams": n, "sonic": sonic["throughput"], "bare": bare["throughput"],
@@ -160,7 +160,7 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     return {
         "experiment": "client-overhead",
         "title": "Client overhead: a SONIC producer (batching off / on) vs a bare tritonclient async_infer loop",
-        "settings": {"streams": list(streams), "events": events, "model": "tiny", "batching": "maxRows 64, maxDelay 100 us",
+        "settings": {"streams": list(streams), "events": events, "model": "tiny", "batching": "maxRows 64, maxDelay 200 us",
                      "quick": quick, "repeat": repeat},
         "rows": rows,
         "columns": [("streams", "N", "d"), ("sonic", "SONIC ev/s", ".0f"), ("bare", "bare req/s", ".0f"),
