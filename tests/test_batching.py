@@ -50,7 +50,8 @@ MODEL_PY = textwrap.dedent('''
                 y[:, 1] = len(x)
                 time.sleep(0.05)  # a call stays in flight long enough to cancel an event meanwhile
             elif self.name == "solo" and len(set(x[:, 0].tolist())) > 1:
-                return pb_utils.InferenceResponse(error=pb_utils.TritonError("merged", pb_utils.TritonError.UNAVAILABLE))
+                error = pb_utils.TritonError("merged", pb_utils.TritonError.UNAVAILABLE)
+                return pb_utils.InferenceResponse(error=error)
             else:
                 y = 2 * x
             return pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))])

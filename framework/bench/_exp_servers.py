@@ -13,6 +13,7 @@ of the two events/s, measured in the same run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
 from typing import Any
@@ -72,8 +73,9 @@ def servers_per_model(quick: bool, repeat: int) -> dict[str, Any]:
             servers = [stack.enter_context(local_server(repository)) for _ in range(2)]
             for count in (1, 2):
                 address = ",".join(server.grpc_address for server in servers[:count])
-                result = median_of(repeat, lambda address=address: run_config(
-                    "tiny_sonic_cfg.py", warmup=streams, server=address, events=events, streams=streams, cpuTime=0))
+                result = median_of(repeat, functools.partial(
+                    run_config, "tiny_sonic_cfg.py", warmup=streams, server=address, events=events, streams=streams,
+                    cpuTime=0))
                 model = result["services"].get("TritonService", {}).get("models", {}).get("tiny", {})
                 rows.append({"server_work": f"{work} {seconds * MS:g} ms", "servers": count, "events": events,
                              "throughput": result["throughput"], "p50_ms": result["latency"]["p50"] * MS,

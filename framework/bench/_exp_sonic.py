@@ -10,6 +10,7 @@ gain is a ratio of two numbers measured in the same run against the same server.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import pathlib
 import subprocess
@@ -140,16 +141,19 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     rows = []
     address = SERVERS.tiny_server().grpc_address
     for n in streams:
-        sonic = median_of(repeat, lambda: run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events,
-                                                     streams=n, cpuTime=0))
-        batched = median_of(repeat, lambda: run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events,
-                                                       streams=n, cpuTime=0, batchRows=64, batchDelay=200))
-        bare = median_of(repeat, lambda: bare_async_loop(address, n, events))
+        def job(n: int = n, **batching: int) -> dict[str, Any]:
+            return run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n, cpuTime=0,
+                              **batching)
+
+        sonic = median_of(repeat, job)
+        batched = median_of(repeat, functools.partial(job, batchRows=64, batchDelay=200))
+        bare = median_of(repeat, functools.partial(bare_async_loop, address, n, events))
         client = batched["services"].get("TritonService", {}).get("clients", {}).get("tiny", {})
         rows.append({"streams": n, "sonic": sonic["throughput"], "bare": bare["throughput"],
                      "ratio": sonic["throughput"] / bare["throughput"], "sonic_p50_ms": sonic["latency"]["p50"] * MS,
                      "bare_p50_ms": bare["latency"]["p50"] * MS, "bare_errors": bare["errors"],
-                     "sonic_batched": batched["throughput"], "batched_ratio": batched["throughput"] / bare["throughput"],
+                     "sonic_batched": batched["throughput"],
+                     "batched_ratio": batched["throughput"] / bare["throughput"],
                      "batched_p50_ms": batched["latency"]["p50"] * MS,
                      "requests_per_call": client.get("requests", 0) / max(1, client.get("calls", 0))})
     targets = [{"name": f"SONIC / bare at N = {r['streams']}", "value": r["ratio"], "target": 0.85,
@@ -160,8 +164,8 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     return {
         "experiment": "client-overhead",
         "title": "Client overhead: a SONIC producer (batching off / on) vs a bare tritonclient async_infer loop",
-        "settings": {"streams": list(streams), "events": events, "model": "tiny", "batching": "maxRows 64, maxDelay 200 us",
-                     "quick": quick, "repeat": repeat},
+        "settings": {"streams": list(streams), "events": events, "model": "tiny",
+                     "batching": "maxRows 64, maxDelay 200 us", "quick": quick, "repeat": repeat},
         "rows": rows,
         "columns": [("streams", "N", "d"), ("sonic", "SONIC ev/s", ".0f"), ("bare", "bare req/s", ".0f"),
                     ("ratio", "ratio", ".2f"), ("sonic_batched", "batched ev/s", ".0f"),

@@ -32,6 +32,7 @@ callback, which only hands the outcome to trio (the rule of ``framework/_bridge.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -160,7 +161,8 @@ class Batcher:
         self.client = client
         self._open: dict[tuple[Any, ...], _Batch] = {}  # key -> the call collecting requests
 
-    async def infer(self, arrays: list[np.ndarray], rows: int, server: ServerInfo, grpc_client: Any) -> dict[str, np.ndarray]:
+    async def infer(self, arrays: list[np.ndarray], rows: int, server: ServerInfo,
+                    grpc_client: Any) -> dict[str, np.ndarray]:
         """One try of one event's request, as part of a merged call on ``server``.
 
         Args:
@@ -269,10 +271,8 @@ class Batcher:
 
     def _arrived(self, token: trio.lowlevel.TrioToken, batch: _Batch, result: Any = None, error: Any = None) -> None:
         # gRPC's callback thread: only hand the outcome over (one re-entry per call); never raise.
-        try:
+        with contextlib.suppress(trio.RunFinishedError):  # the run is over: nobody waits any more
             token.run_sync_soon(self._complete, batch, result, error)
-        except trio.RunFinishedError:
-            pass  # the run is over: nobody waits any more
 
     def _complete(self, batch: _Batch, result: Any, error: BaseException | None) -> None:
         """Give every event of the call its rows, or the call's error (trio thread; never raises)."""
