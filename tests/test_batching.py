@@ -278,3 +278,20 @@ async def test_max_delay_and_max_rows_on_the_virtual_clock(server, autojump_cloc
         assert instant.calls == [(start, 4), (start, 4), (start + 0.5, 2)]
     finally:
         client.close()
+
+
+async def test_batching_where_it_cannot_apply(server, caplog):
+    from framework._errors import ConfigurationError
+
+    params = client_description().validate({"modelName": "double", "mode": "Sync", "batching": {"maxRows": 8}}, "c")
+    client = TritonClient(params, debug_name="syncUser")
+    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
+        client.connect(ServerInfo("local", server.grpc_address))
+    client.close()
+    assert client.batcher is None
+    assert any("Client.batching is ignored" in r.getMessage() and "mode Sync" in r.getMessage()
+               for r in caplog.records)
+    too_long = client_description().validate({"modelName": "double", "batching": {"maxDelay": 20_000_000}}, "c")
+    with pytest.raises(ConfigurationError, match=r"module 'slow'\): Client.batching.maxDelay = 20000000 "
+                                                 r"microseconds is above 10 s$"):
+        TritonClient(too_long, debug_name="slow")
