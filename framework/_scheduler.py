@@ -4,8 +4,9 @@ Model (CMSSW's, in trio terms):
 
 * ``numberOfStreams`` stream tasks each take the next event from the source and carry it
   through all Paths, then all EndPaths. The source hands events to every idle stream in
-  one scheduler tick (:class:`_StreamFeeder`), so that streams reach a module together. While one event waits for external work, its
-  stream task is parked in an ``await`` and the other streams run.
+  one scheduler tick (:class:`_StreamFeeder`), so that streams reach a module together.
+  While one event waits for external work, its stream task is parked in an ``await``
+  and the other streams run.
 * Paths of one event run concurrently; along a Path, modules run in order, and a filter
   returning False (True for ``~filter``) ends that Path for that event.
 * Every producer runs at most once per event. Before a module runs, the producers of the
