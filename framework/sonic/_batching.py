@@ -15,8 +15,10 @@ per event (measured: ``cmsbench client-overhead``, ``docs/performance.md``).
   event gets its own rows of the outputs back, views of the response. The model must treat
   rows independently, as Triton's own dynamic batcher assumes; then every event's result is
   identical to that of an unbatched call.
-* the first request of a merged call waits at most ``maxDelay`` microseconds for others (0:
-  only for those that arrive in the same trio scheduler tick); a full call goes at once.
+* the first request of a merged call waits for others until no other task can run (every
+  other event waits for something outside: none can join before that answers), at most
+  ``maxDelay`` microseconds (0: only for those that arrive in the same trio scheduler
+  tick); a full call goes at once. A lone event thus never waits for nothing.
   The scheduler hands events to every idle stream in one tick (``framework/_scheduler.py``),
   so that they reach the model together.
 * one gRPC deadline per call (``Client.timeout``); its completion re-enters trio once (one
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import trio
+import trio.testing
 
 import framework.config as cms
 from framework._errors import ConfigurationError
@@ -64,7 +67,7 @@ class BatchingOptions:
 
     Attributes:
         max_rows: rows of a merged call at most (0 = batching off).
-        max_delay: seconds the first request of a call waits for others (0 = the same tick).
+        max_delay: seconds the first request of a call waits for others at most (0 = the same tick).
     """
 
     max_rows: int = 0
@@ -77,8 +80,8 @@ def batching_description() -> cms.ParameterSetDescription:
     desc.add("maxRows", cms.untracked.uint32(0),
              "rows of a merged call at most (limited to the model's max_batch_size); 0 = batching off")
     desc.add("maxDelay", cms.untracked.uint32(100),
-             "microseconds the first request of a merged call waits for others; 0 = only those of the same "
-             "scheduler tick")
+             "microseconds the first request of a merged call waits for others at most (less once no other "
+             "task can run); 0 = only those of the same scheduler tick")
     return desc
 
 
@@ -128,7 +131,8 @@ class _Slot:
 class _Batch:
     """One merged call, open (collecting slots) until sent."""
 
-    __slots__ = ("key", "server", "grpc_client", "slots", "rows", "sent", "wake", "deadline", "context", "sent_bytes")
+    __slots__ = ("key", "server", "grpc_client", "slots", "rows", "sent", "hold", "deadline", "context",
+                 "sent_bytes")
 
     def __init__(self, key: tuple[Any, ...], server: ServerInfo, grpc_client: Any, deadline: float) -> None:
         self.key = key
@@ -137,7 +141,7 @@ class _Batch:
         self.slots: list[_Slot] = []
         self.rows = 0
         self.sent = False
-        self.wake: trio.Event | None = None  # the first request's wait, ended early when the call goes
+        self.hold: trio.CancelScope | None = None  # the first request's wait, ended when the call goes
         self.deadline = deadline  # trio clock: the events give up on the call after it
         self.context: Any = None  # tritonclient's CallContext, once sent
         self.sent_bytes = 0
@@ -219,13 +223,18 @@ class Batcher:
         return slot.outputs
 
     async def _hold(self, batch: _Batch) -> None:
-        """The first request's wait for others: ``max_delay``, or one scheduler tick."""
+        """The first request's wait for others: until trio is idle, ``max_delay`` at most
+        (0: one scheduler tick)."""
         if batch.sent:
             return
         if self.max_delay > 0:
-            batch.wake = trio.Event()
-            with trio.move_on_after(self.max_delay):
-                await batch.wake.wait()
+            # Wait until no task can run any more (trio.testing.wait_all_tasks_blocked: every
+            # other event waits for something outside, so none can join before that answers),
+            # at most max_delay; a full call ends the wait early (_send cancels it). A plain
+            # timer would also wait when nothing can join, and never less than ~1 ms, the
+            # resolution of trio's epoll wait.
+            with trio.move_on_after(self.max_delay) as batch.hold:
+                await trio.testing.wait_all_tasks_blocked()
         else:
             await trio.lowlevel.checkpoint()  # the other tasks of this tick run first
 
@@ -247,8 +256,8 @@ class Batcher:
         batch.sent = True
         if self._open.get(batch.key) is batch:
             del self._open[batch.key]
-        if batch.wake is not None:
-            batch.wake.set()
+        if batch.hold is not None:
+            batch.hold.cancel()
         if not batch.slots:
             return
         import tritonclient.grpc as grpcclient
