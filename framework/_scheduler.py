@@ -3,8 +3,10 @@
 Model (CMSSW's, in trio terms):
 
 * ``numberOfStreams`` stream tasks each take the next event from the source and carry it
-  through all Paths, then all EndPaths. While one event waits for external work, its
-  stream task is parked in an ``await`` and the other streams run.
+  through all Paths, then all EndPaths. The source hands events to every idle stream in
+  one scheduler tick (:class:`_StreamFeeder`), so that streams reach a module together.
+  While one event waits for external work, its stream task is parked in an ``await``
+  and the other streams run.
 * Paths of one event run concurrently; along a Path, modules run in order, and a filter
   returning False (True for ``~filter``) ends that Path for that event.
 * Every producer runs at most once per event. Before a module runs, the producers of the
@@ -25,7 +27,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -187,6 +189,47 @@ class _EventRun:
                     nursery.start_soon(self.run_path, spec)
 
 
+class _StreamFeeder:
+    """The source's end of the event channel: hands events to every idle stream in one go.
+
+    trio's ``MemorySendChannel.send`` yields after each event it hands over, so N idle
+    streams would get their events in N successive scheduler ticks. Here an event that an
+    idle stream takes at once (``send_nowait``) costs no checkpoint: the source goes on to
+    the next idle stream, and all of them start in the same tick, so that they reach the
+    same SONIC model together (cross-event batching merges their requests,
+    ``framework/sonic/_batching.py``). The loop is bounded: a stream woken here runs only
+    once the source yields, so after at most ``numberOfStreams`` events ``send`` finds no
+    idle stream and parks (a checkpoint), as before. Cancellation is unchanged: a
+    cancelled stream leaves the channel's waiting list, so ``send`` parks and sees it.
+    """
+
+    __slots__ = ("_send",)
+
+    def __init__(self, send: trio.MemorySendChannel[SourceEvent]) -> None:
+        self._send = send
+
+    async def send(self, value: SourceEvent) -> None:
+        try:
+            self._send.send_nowait(value)
+        except trio.WouldBlock:
+            await self._send.send(value)
+
+    def send_nowait(self, value: SourceEvent) -> None:
+        self._send.send_nowait(value)
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def aclose(self) -> None:
+        await self._send.aclose()
+
+    def __enter__(self) -> _StreamFeeder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._send.close()
+
+
 class _Scheduler:
     def __init__(self, job: Job, on_event: Callable[[EventPrincipal, float], None] | None,
                  report: JobReport) -> None:
@@ -206,7 +249,9 @@ class _Scheduler:
     async def run(self) -> None:
         send, receive = trio.open_memory_channel[SourceEvent](0)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.job.source.run, send, self.job.max_events)
+            # The feeder has the channel's interface that sources use (send, close, with).
+            feeder = cast("trio.MemorySendChannel[SourceEvent]", _StreamFeeder(send))
+            nursery.start_soon(self.job.source.run, feeder, self.job.max_events)
             # Sync close (no checkpoint): an async close could turn a module's error into
             # Cancelled when another task has already failed.
             with receive:

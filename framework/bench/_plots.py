@@ -70,8 +70,20 @@ def _bars(labels: list[str], series: dict[str, list[float]], ylabel: str, title:
 def _client_overhead(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     labels = [f"N = {r['streams']}" for r in rows]
-    return _bars(labels, {"SONIC producer": [r["sonic"] for r in rows], "bare async_infer": [r["bare"] for r in rows]},
-                 "requests / s", "client overhead (tiny model)", plt)
+    series = {"SONIC producer": [r["sonic"] for r in rows], "bare async_infer": [r["bare"] for r in rows]}
+    if all("sonic_batched" in r for r in rows):
+        series["SONIC, cross-event batching"] = [r["sonic_batched"] for r in rows]
+    return _bars(labels, series, "events (requests) / s", "client overhead (tiny model)", plt)
+
+
+def _servers(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    kinds = list(dict.fromkeys(r["server_work"] for r in rows))
+    labels = [f"{kind}" for kind in kinds]
+    series = {f"{n} server{'s' if n > 1 else ''}": [next(r["throughput"] for r in rows if r["server_work"] == kind
+                                                         and r["servers"] == n) for kind in kinds]
+              for n in sorted({r["servers"] for r in rows})}
+    return _bars(labels, series, "events / s", "one model, one vs two local servers", plt)
 
 
 def _batching(result: dict[str, Any], plt: Any) -> Any:
@@ -233,6 +245,7 @@ def _plan(result: dict[str, Any], plt: Any) -> Any:
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
     "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
+    "servers": _servers,
     "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _gpu_clients,
     "gpu-miniaod": _gpu_miniaod, "plan": _plan,
 }

@@ -22,6 +22,8 @@ reaches TritonService's parts):
   repository and a server that is checked to leave nothing behind, for tests and benchmarks;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,
   which drives the ``Router`` and the callables it is given;
+* ``_batching``: ``Client.batching``, cross-event batching: the :class:`Batcher` merging
+  the requests of events in flight for one model into one call, and giving each its rows;
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
   client through the ``RequestClient`` interface;
 * ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;

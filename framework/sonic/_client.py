@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 
+from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
 from ._data import TensorSpec, spec_from_metadata
 from ._request import TritonRequest
@@ -80,6 +81,9 @@ def client_description() -> cms.ParameterSetDescription:
     desc.add_vpset("retries", retry_description(),
                    "retry actions tried in order after a recoverable failure (sameServer | otherServer | "
                    "fallback); [] = no retry", default=default_retries_pset(), tracked=False)
+    desc.add("batching", batching_description(),
+             "cross-event batching: merge the requests of events in flight into one call (maxRows > 0)",
+             tracked=False)
     desc.add("allowedTries", cms.untracked.uint32(0),
              "DEPRECATED (use retries): N > 0 = N tries in all, on the same server only; 0 = use retries")
     return desc
@@ -109,6 +113,9 @@ class TritonClient:
         inputs, outputs: name -> :class:`TensorSpec`, in model order.
         requested_outputs: the outputs requested from the server (``Client.outputs``).
         timeout: per-request deadline in seconds (None = none).
+        batching: ``Client.batching`` (:class:`~framework.sonic._batching.BatchingOptions`).
+        batcher: the :class:`~framework.sonic._batching.Batcher` merging the requests of
+            events in flight (Async mode, batching models, ``batching.maxRows`` > 1), else None.
 
     Raises:
         ConfigurationError: unknown ``mode``, ``timeoutUnit`` or retry action.
@@ -131,6 +138,9 @@ class TritonClient:
         self.preferred_server: str = params.preferredServer
         self.verbose: bool = params.verbose
         self.retries = parse_retries(params.retries, params.allowedTries, self.what)
+        self.batching = parse_batching(params.batching, self.what)
+        self.batcher: Batcher | None = None
+        self._call_options: dict[str, Any] = {}
         self._wanted_outputs: list[str] = list(params.outputs)
         config_path = params.modelConfigPath
         self.model_config_path = (
@@ -204,6 +214,15 @@ class TritonClient:
             raise ConfigurationError(f"{self.what}: Client.outputs names {', '.join(unknown)}, "
                                      f"which the model lacks (it has: {', '.join(self.outputs)})")
         self.requested_outputs = tuple(self._wanted_outputs or self.outputs)
+        self._call_options = self._make_call_options()
+        self.batcher = None
+        if self.batching.max_rows > 1:
+            if self.max_batch_size > 0 and self.mode == "Async":
+                self.batcher = Batcher(self.batching, self, self.max_batch_size)
+            else:
+                why = "the model does not batch (max_batch_size 0)" if self.mode == "Async" else f"mode {self.mode}"
+                logger.warning("%s: Client.batching is ignored (Async mode and batching models only): %s",
+                               self.what, why)
         if self.verbose:
             lines = [f"  input  {s.name}: {s.describe()}" for s in self.inputs.values()]
             lines += [f"  output {s.name}: {s.describe()}" for s in self.outputs.values()]
@@ -236,7 +255,11 @@ class TritonClient:
         return self._retry_policy
 
     def call_options(self) -> dict[str, Any]:
-        """Keyword arguments of every ``infer``/``async_infer`` call: version, outputs, deadline."""
+        """Keyword arguments of every ``infer``/``async_infer`` call: version, outputs, deadline
+        (made once, at connect; not to be modified)."""
+        return self._call_options
+
+    def _make_call_options(self) -> dict[str, Any]:
         outputs = None
         if self._wanted_outputs:
             import tritonclient.grpc as grpcclient

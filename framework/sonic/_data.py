@@ -25,6 +25,7 @@ __all__ = [
     "TritonInputMap",
     "TritonOutputData",
     "TritonOutputMap",
+    "output_array",
     "spec_from_metadata",
 ]
 
@@ -74,6 +75,42 @@ def spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
         shape = shape[1:]  # the metadata shape starts with the batch dimension (-1)
     return TensorSpec(entry["name"], entry["datatype"], np.dtype(triton_to_np_dtype(entry["datatype"])),
                       shape, batched)
+
+
+def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inputs_non_empty: bool) -> np.ndarray:
+    """Output ``spec.name`` of a tritonclient ``InferResult``, checked against the metadata.
+
+    tritonclient does not check outputs against the metadata, and a misconfigured Python
+    backend returns EMPTY tensors without an error: everything is checked here.
+
+    Args:
+        rows: the batch rows expected (batching models), or None.
+        what: names the request(s) in messages; inputs_non_empty: no input was empty.
+
+    Raises:
+        ExternalFailure: missing, malformed, wrong dtype or shape, or empty for non-empty
+            inputs; names the output, what was expected and what came.
+    """
+    try:
+        array = result.as_numpy(spec.name)
+    except ValueError as err:  # raw content does not fill the announced shape
+        array, problem = None, f"malformed tensor ({err})"
+    else:
+        problem = "missing from the response" if array is None else ""
+    if array is not None:
+        shape = array.shape
+        if array.dtype != spec.dtype:
+            problem = f"dtype {array.dtype}"
+        elif not spec.matches(shape) or (spec.batched and shape[0] != rows):
+            problem = f"shape {tuple(shape)}"
+        elif array.size == 0 and inputs_non_empty:
+            # Legitimate only with a variable dim of size 0, which non-empty inputs
+            # make unlikely; a Python-backend stub without its libraries does this.
+            problem = f"EMPTY tensor of shape {tuple(shape)} for non-empty inputs (server misconfigured?)"
+    if problem:
+        expected = f" for {rows} rows" if spec.batched else ""
+        raise ExternalFailure(f"{what}: output '{spec.name}' is {problem}, expected {spec.describe()}{expected}")
+    return array
 
 
 T = TypeVar("T", bound="_TensorData")

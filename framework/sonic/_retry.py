@@ -169,7 +169,11 @@ def reason(exc: BaseException) -> str:
 
 
 class Router(Protocol):
-    """What the retry loop asks of the servers: routing, health and the fallback.
+    """What the retry loop asks of the servers: routing, health, load and the fallback.
+
+    ``begin(server)`` / ``end(server, latency)`` frame every try (``latency``: its seconds if
+    it succeeded, else None): the router's outstanding requests and recent latency per
+    server, which spread requests over several servers of a model.
 
     Implemented by TritonService's routing (``framework.sonic._routing.Routing``) and, for
     a client connected by hand, by :class:`SingleServer`.
@@ -184,6 +188,8 @@ class Router(Protocol):
     async def fallback_server(self, model: str) -> ServerInfo | None: ...
     def fallback_server_blocking(self, model: str) -> ServerInfo | None: ...
     def record(self, server_name: str, ok: bool, why: str = "") -> None: ...
+    def begin(self, server_name: str) -> None: ...
+    def end(self, server_name: str, latency: float | None) -> None: ...
 
 
 class SingleServer:
@@ -224,6 +230,12 @@ class SingleServer:
     def record(self, server_name: str, ok: bool, why: str = "") -> None:
         pass
 
+    def begin(self, server_name: str) -> None:
+        pass
+
+    def end(self, server_name: str, latency: float | None) -> None:
+        pass
+
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
@@ -258,21 +270,30 @@ class RetryPolicy:
                 server needed for a retry cannot start.
             trio.Cancelled: propagated unchanged (the attempt cancels its calls).
         """
-        retrier = _Retrier(self, what)
-        server = await self.router.route(self.model, self.preferred)
+        router = self.router
+        retrier: _Retrier | None = None  # made on the first failure only: the fast path needs none
+        server = await router.route(self.model, self.preferred)
         while True:
+            router.begin(server.name)
+            started = time.perf_counter()
+            latency = None
             try:
-                result = await attempt(server, self.router.grpc_client(server.name))
+                result = await attempt(server, router.grpc_client(server.name))
+                latency = time.perf_counter() - started
             except trio.Cancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+                retrier = retrier or _Retrier(self, what)
                 step = retrier.failed_on(server, exc)
             else:
-                self.router.record(server.name, True)
+                router.record(server.name, True)
                 return result
+            finally:
+                router.end(server.name, latency)
+            assert retrier is not None  # only a failed try gets here
             while step.target is _FALLBACK:
                 try:
-                    target = await self.router.fallback_server(self.model)
+                    target = await router.fallback_server(self.model)
                 except ExternalFailure as err:
                     raise retrier.fallback_failed(err) from None
                 step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
@@ -281,19 +302,28 @@ class RetryPolicy:
 
     def run_blocking(self, what: str, attempt: Callable[[ServerInfo, Any], T]) -> T:
         """:meth:`run` for Sync mode: the same policy, blocking (``time.sleep``)."""
-        retrier = _Retrier(self, what)
-        server = self.router.route_blocking(self.model, self.preferred)
+        router = self.router
+        retrier: _Retrier | None = None
+        server = router.route_blocking(self.model, self.preferred)
         while True:
+            router.begin(server.name)
+            started = time.perf_counter()
+            latency = None
             try:
-                result = attempt(server, self.router.grpc_client(server.name))
+                result = attempt(server, router.grpc_client(server.name))
+                latency = time.perf_counter() - started
             except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
+                retrier = retrier or _Retrier(self, what)
                 step = retrier.failed_on(server, exc)
             else:
-                self.router.record(server.name, True)
+                router.record(server.name, True)
                 return result
+            finally:
+                router.end(server.name, latency)
+            assert retrier is not None  # only a failed try gets here
             while step.target is _FALLBACK:
                 try:
-                    target = self.router.fallback_server_blocking(self.model)
+                    target = router.fallback_server_blocking(self.model)
                 except ExternalFailure as err:
                     raise retrier.fallback_failed(err) from None
                 step = retrier.skip() if target is None else _Step(step.action, target, step.delay)

@@ -49,6 +49,7 @@ __all__ = ["PROBE_TIMEOUT", "Routing", "ServerHealth", "ready_models"]
 logger = logging.getLogger("pysonic.sonic")
 
 PROBE_TIMEOUT = 5.0  # seconds per gRPC call when asking a configured server what it serves
+EWMA_WEIGHT = 0.2  # weight of each new latency sample in a server's moving average
 
 
 @dataclasses.dataclass
@@ -62,6 +63,9 @@ class ServerHealth:
         last_error: the reason of the last failure.
         last_probe: ``time.monotonic()`` of the last probe (or of the outage start).
         probing: a probe is under way (others do not start one).
+        outstanding: tries under way on it now.
+        latency: moving average of its successful tries' latency, seconds (None: no sample).
+        tries: tries started on it during the job.
     """
 
     healthy: bool = True
@@ -70,6 +74,9 @@ class ServerHealth:
     last_error: str = ""
     last_probe: float = 0.0
     probing: bool = False
+    outstanding: int = 0
+    latency: float | None = None
+    tries: int = 0
 
 
 class Routing:
@@ -137,9 +144,14 @@ class Routing:
         raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})")
 
     def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
-        """The server for a new request of ``model``, from what is known now (no probe):
+        """The server for a new request of ``model``, from what is known now (no probe): the
+        least loaded of several configured servers in service (see the module docstring),
         its home if in service, else another in service, else its home (the retries decide)."""
         home = self.home(model, preferred)
+        if not (preferred and home == preferred):
+            spread = [name for name in self.servers if model in self.served.get(name, ()) and self.healthy(name)]
+            if len(spread) > 1:
+                return self.server(self._least_loaded(spread))
         if self.healthy(home):
             return self.server(home)
         for name in self.candidates(model):
@@ -291,6 +303,30 @@ class Routing:
                            "(last: %s); its requests go elsewhere, probe every %g s", server_name,
                            self.address(server_name), health.failures, why, self.probe_interval)
 
+    def begin(self, server_name: str) -> None:
+        """A try starts on ``server_name`` (trio thread)."""
+        health = self.health.setdefault(server_name, ServerHealth())
+        health.outstanding += 1
+        health.tries += 1
+
+    def end(self, server_name: str, latency: float | None) -> None:
+        """A try on ``server_name`` ended; ``latency``: its seconds if it succeeded (trio thread)."""
+        health = self.health.get(server_name)
+        if health is None:
+            return
+        health.outstanding = max(0, health.outstanding - 1)  # a restarted fallback's record starts at 0
+        if latency is not None:
+            health.latency = latency if health.latency is None else (
+                health.latency + EWMA_WEIGHT * (latency - health.latency))
+
+    def _least_loaded(self, names: list[str]) -> str:
+        """The server of least ``(outstanding + 1) x latency`` (the first configured on ties)."""
+        records = [self.health.get(name) or ServerHealth() for name in names]
+        known = [r.latency for r in records if r.latency is not None]
+        default = sum(known) / len(known) if known else 1.0
+        costs = [(r.outstanding + 1) * (default if r.latency is None else r.latency) for r in records]
+        return names[costs.index(min(costs))]
+
     def healthy(self, name: str) -> bool:
         """Whether ``name`` is in service (a server without record is)."""
         health = self.health.get(name)
@@ -322,9 +358,11 @@ class Routing:
 
     def health_report(self) -> dict[str, dict[str, Any]]:
         """Per server with a health record: ``address``, ``healthy``, ``outages``, ``failures``
-        (consecutive, now) and ``last_error`` (JSON-ready)."""
+        (consecutive, now), ``last_error``, ``tries`` (started during the job) and
+        ``latency_ms`` (moving average of successful tries; None without one) (JSON-ready)."""
         return {name: {"address": self.address(name), "healthy": h.healthy, "outages": h.outages,
-                       "failures": h.failures, "last_error": h.last_error}
+                       "failures": h.failures, "last_error": h.last_error, "tries": h.tries,
+                       "latency_ms": None if h.latency is None else h.latency * 1e3}
                 for name, h in self.health.items()}
 
     def tried(self) -> str:

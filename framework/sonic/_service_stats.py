@@ -143,16 +143,20 @@ def report_tables(stats: dict[str, Any]) -> list[Any]:
     for model, s in stats["models"].items():
         numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
                     f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
-        used = [name for name, n in s.get("servers", {}).items() if n] or [s["server"]]
-        where = ", ".join(used) + "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
+        used = {name: n for name, n in s.get("servers", {}).items() if n}
+        # Several servers (spread or failover): each with its request count.
+        where = (", ".join(f"{name} ({n})" for name, n in used.items()) if len(used) > 1
+                 else next(iter(used), s["server"]))
+        where += "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
         models.add_row(*map(Text, [model, where, *numbers]))
     clients = Table(title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"),
                     title_justify="left")
-    for col in ("Module", "Model", "Mode", "Calls", "Inferences", "sent [MB]", "received [MB]", "Retries",
-                "Failovers", "Errors"):
+    for col in ("Module", "Model", "Mode", "Calls", "Requests", "Inferences", "sent [MB]", "received [MB]",
+                "Retries", "Failovers", "Errors"):
         clients.add_column(Text(col), justify="left" if col in ("Module", "Model", "Mode") else "right")
     for label, c in stats["clients"].items():
-        clients.add_row(*map(Text, [label, c["model"], c["mode"], str(c["calls"]), str(c["inferences"]),
+        clients.add_row(*map(Text, [label, c["model"], c["mode"], str(c["calls"]), str(c["requests"]),
+                                    str(c["inferences"]),
                                     f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
                                     str(c["retries"]), str(c["failovers"]), str(c["errors"])]))
     tables = [models, clients]

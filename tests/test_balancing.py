@@ -1,0 +1,257 @@
+"""Several servers per model (framework/sonic/_routing.py): the spread, and a server killed mid-job.
+
+Test policy: the rule (least ``(outstanding + 1) x latency EWMA``) on the router alone; the
+spread and the fault against two REAL tritonserver processes on 127.0.0.1 serving the same
+``double`` model (y = 2x, 20 ms per call, so requests are in flight together). The fault
+job is compared with a fault-free run as in tests/test_faults.py: every event exactly
+once, identical products. The fault point is set by a gate, not by sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import textwrap
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import trio
+
+import framework
+import framework.config as cms
+from framework import EDAnalyzer, EDFilter, ExternalWork
+from framework._builder import build_job
+from framework._scheduler import run_job
+from framework.sonic import ServerInfo, SonicEDProducer
+from framework.sonic._routing import Routing
+from framework.sonic._server import LocalTritonServer
+
+N_EVENTS = 32
+STREAMS = 8
+K = 8  # the fault comes after K completed events
+
+MODEL_PY = textwrap.dedent('''
+    import time
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            time.sleep(0.02)
+            return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                "y", (2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy()).astype(np.float32))])
+                for r in requests]
+''')
+
+
+# ----------------------------------------------------------------------------------------
+# The rule
+
+
+def two_server_routing() -> Routing:
+    servers = {name: ServerInfo(name, f"127.0.0.1:{port}") for name, port in (("a", 1), ("b", 2))}
+    health = SimpleNamespace(unhealthyAfter=3, probeInterval=2.0, probeTimeout=1.0)
+    routing = Routing(servers, health, SimpleNamespace(enable=False), {})
+    for name in servers:
+        routing.add_served(name, {"m"})
+    routing.assign("m", "")
+    return routing
+
+
+def test_least_outstanding_requests_weighted_by_latency():
+    routing = two_server_routing()
+
+    def route(preferred: str = "") -> str:
+        return routing.route_nowait("m", preferred).name
+
+    assert route() == "a"  # no load, no latency known: the first configured
+    routing.begin("a")
+    assert route() == "b"  # fewer outstanding
+    routing.begin("b")
+    assert route() == "a"  # a tie again
+    routing.end("a", 0.030)  # a answers in 30 ms, b in 10 ms
+    routing.end("b", 0.010)
+    assert route() == "b"
+    routing.begin("b")
+    routing.begin("b")
+    assert route() == "a"  # b: (2 + 1) x 10 ms = 30 ms = a's (0 + 1) x 30 ms: a tie goes to a
+    routing.begin("b")
+    assert route() == "a"
+    routing.end("b", 0.050)  # EWMA: 10 + 0.2 x (50 - 10) = 18 ms
+    assert routing.health["b"].latency == pytest.approx(0.018)
+    assert route("b") == "b"  # preferredServer pins the model to its server
+    for _ in range(3):
+        routing.record("a", False, "down")
+    assert route() == "b"  # out of service: not a candidate
+
+
+# ----------------------------------------------------------------------------------------
+# Jobs on two real servers
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> pathlib.Path:
+    repo = tmp_path_factory.mktemp("balancing_models")
+    (repo / "double" / "1").mkdir(parents=True)
+    (repo / "double" / "1" / "model.py").write_text(MODEL_PY)
+    (repo / "double" / "config.pbtxt").write_text(
+        'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+    return repo
+
+
+def started(repository: pathlib.Path) -> LocalTritonServer:
+    server = LocalTritonServer(repository)
+    server.start(60.0)
+    return server
+
+
+@pytest.fixture(scope="module")
+def pair(repository, left_behind):
+    servers = [started(repository), started(repository)]
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.stop(10.0)
+    for server in servers:
+        assert left_behind(server.region_prefix) == ([], [])
+
+
+class Shared:
+    """What the test's modules share with the running test (one job at a time)."""
+
+    hold: trio.Event | None = None  # events after K + 2 wait for it
+    records: dict[int, np.ndarray] = {}
+
+
+class Gate(ExternalWork, EDFilter):
+    def acquire(self, event, holder):
+        holder.run_async(self._wait, event.id.event)
+
+    @staticmethod
+    async def _wait(number: int) -> None:
+        if Shared.hold is not None and number > K + 2:
+            await Shared.hold.wait()
+
+    def filter(self, event, result):
+        return True
+
+
+class Doubler(SonicEDProducer):
+    def __init__(self, params):
+        super().__init__(params)
+        self.produces()
+
+    def acquire(self, event, input):
+        n = event.id.event
+        input["x"].to_server(np.full((1 + n % 3, 4), n, np.float32))
+
+    def produce(self, event, output):
+        event.put(np.array(output["y"].from_server()))
+
+
+class Recorder(EDAnalyzer):
+    def __init__(self, params):
+        self.src = self.consumes("doubler")
+
+    def analyze(self, event):
+        assert event.id.event not in Shared.records, f"event {event.id} twice"
+        Shared.records[event.id.event] = event.get(self.src)
+
+
+for _cls in (Gate, Doubler, Recorder):
+    framework.register_type("balancing" + _cls.__name__, _cls)
+
+
+def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
+    process = cms.Process("BALANCING")
+    process.source = cms.Source("EmptySource")
+    process.maxEvents.input = N_EVENTS
+    process.options.numberOfStreams = STREAMS
+    process.TritonService = cms.Service(
+        "TritonService",
+        servers=cms.untracked.VPSet(*[cms.PSet(name=cms.untracked.string(f"s{i}"),
+                                               address=cms.untracked.string("127.0.0.1"),
+                                               port=cms.untracked.uint32(server.ports["grpc"]))
+                                      for i, server in enumerate(servers)]),
+        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+    )
+    process.gate = cms.EDFilter("balancingGate")
+    process.doubler = cms.EDProducer("balancingDoubler", Client=cms.PSet(modelName=cms.string("double"),
+                                                                          timeout=cms.untracked.uint32(10)))
+    process.recorder = cms.EDAnalyzer("balancingRecorder")
+    process.p = cms.Path(process.gate + process.doubler + process.recorder)
+    return process
+
+
+async def run(process: cms.Process, fault=None) -> tuple[dict, dict[int, np.ndarray]]:
+    """Run the job (``fault(done)`` in a task beside it, ``done``: a function that waits
+    for a count of completed events); (TritonService statistics, products by event)."""
+    Shared.records = {}
+    Shared.hold = trio.Event() if fault is not None else None
+    process.validate_()
+    job = build_job(process)
+    completed = [0]
+
+    async def done(count: int) -> None:
+        while completed[0] < count:
+            await trio.sleep(0.005)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            if fault is not None:
+                nursery.start_soon(fault, done)
+            report = await run_job(job, on_event=lambda principal, latency: completed.__setitem__(0, completed[0] + 1))
+            nursery.cancel_scope.cancel()
+    assert report.events == N_EVENTS and sorted(Shared.records) == list(range(1, N_EVENTS + 1))
+    return job.services.services["TritonService"], dict(Shared.records)
+
+
+_reference: dict[int, np.ndarray] = {}
+
+
+async def test_two_servers_of_one_model_both_serve(pair):
+    svc, records = await run(balancing_process(pair))
+    _reference.update(records)
+    for number, y in records.items():
+        np.testing.assert_array_equal(y, np.full((1 + number % 3, 4), 2 * number, np.float32))
+    stats = svc.statistics()
+    per_server = stats["models"]["double"]["servers"]  # Triton's own request counts
+    assert per_server["s0"] > 0 and per_server["s1"] > 0 and sum(per_server.values()) == N_EVENTS
+    assert stats["clients"]["doubler"]["servers"] == per_server  # the client counted the same
+    assert all(stats["servers"][name]["latency_ms"] > 0 for name in ("s0", "s1"))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    for table in svc.report():
+        console.print(table)
+    assert f"s0 ({per_server['s0']}), s1 ({per_server['s1']})" in console.export_text()
+
+
+async def test_one_of_two_servers_killed_mid_job(repository, pair, left_behind):
+    if not _reference:
+        await test_two_servers_of_one_model_both_serve(pair)
+    victim = started(repository)
+    try:
+        async def kill(done) -> None:
+            await done(K)
+            os.kill(victim.pid, signal.SIGKILL)
+            assert Shared.hold is not None
+            Shared.hold.set()
+
+        svc, records = await run(balancing_process([pair[0], victim]), kill)
+    finally:
+        victim.stop(10.0)
+    assert left_behind(victim.region_prefix) == ([], [])
+    assert records.keys() == _reference.keys()
+    for number, y in _reference.items():
+        np.testing.assert_array_equal(records[number], y, err_msg=f"event {number}")
+    stats = svc.statistics()
+    client = stats["clients"]["doubler"]
+    assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
+    assert client["failovers"] >= 1 and stats["servers"]["s1"]["outages"] == 1  # its requests went to s0
