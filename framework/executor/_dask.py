@@ -301,9 +301,14 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
             size = report.target.stat().st_size
             merges.append({"dataset": dataset.name, "output": str(report.target), "parts": len(report.parts),
                            "entries": report.entries, "bytes": size, "seconds": seconds / len(reports)})
-        if options.keep_parts:
-            for report in reports:
+        for report in reports:
+            folder = parts_folder(report.target)
+            if options.keep_parts:
                 _write_manifest(report.target, done)
+                for temp in folder.glob("*.tmp-*"):  # what a worker killed mid-unit was writing
+                    temp.unlink(missing_ok=True)
+            elif folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
     return merges
 
 
@@ -350,14 +355,16 @@ def _workers_of(client: Client) -> dict[str, dict[str, Any]]:
 
 
 def _close(cluster: LocalCluster | None, client: Client | None, tag: str) -> None:
-    """Close the client and a cluster we started (its workers exit; the nannies' teardown
-    stops the host server), then make sure no host server of this run is left."""
+    """End the workers' jobs (services' end_job while the host server still runs), stop the
+    host servers (the nannies' teardown), close the client and a cluster we started, then
+    make sure no host server of this run is left."""
     try:
         if client is not None:
-            if cluster is None and tag:
+            plugins = [(JobCache.name, False)] + ([(HostTritonServer.name, True)] if tag else [])
+            for name, nanny in plugins:
                 try:
-                    client.unregister_worker_plugin(HostTritonServer.name, nanny=True)
-                except Exception:  # noqa: BLE001 - best effort on a cluster we do not own
+                    client.unregister_worker_plugin(name, nanny=nanny)
+                except Exception:  # noqa: BLE001 - best effort: closing the cluster ends them too
                     pass
             client.close()
         if cluster is not None:

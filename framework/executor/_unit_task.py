@@ -69,7 +69,7 @@ class JobSpec:
              host_tag: str = "") -> JobSpec:
         path = str(Path(config).resolve())
         text = Path(path).read_bytes()
-        key = repr((path, tuple(args), streams, threads, host_tag)).encode()
+        key = repr((path, tuple(args), streams, threads, host_tag, os.getcwd())).encode()
         digest = hashlib.sha1(text + b"\0" + key).hexdigest()
         return cls(path, tuple(args), streams, threads, os.getcwd(), host_tag, digest)
 
@@ -142,8 +142,6 @@ class JobCache(WorkerPlugin):  # type: ignore[misc]
 
 
 def _build(spec: JobSpec, first: WorkUnit) -> Job:
-    if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
-        os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
     folder = os.path.dirname(spec.config)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # module types given as "file:Class" next to the config
@@ -194,6 +192,8 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
         worker.plugins[JobCache.name] = cache
     outcome = UnitOutcome(unit, worker=worker.address, host=os.uname().nodename, started=time.time())
     job = None
+    if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
+        os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
     try:
         job, outcome.built = cache.take(spec, first)
         job.reset_counters()
