@@ -7,8 +7,9 @@
 ``BenchCPUProducer`` burns ``cpuTime`` ms per event; with ``sonic=1`` ``TinySonicProducer``
 sends the event number to the ``tiny`` identity model (``framework.bench._harness.
 write_tiny_repository``) on ``server``, or, without one, on the fallback server serving
-``repository`` (one per host with the Dask executor). The output keeps the ids, ``Jet_pt``
-and both products, so runs can be compared event by event.
+``repository`` (one per host with the Dask executor). The output keeps the ids, ``Jet_pt``,
+the jets' HT and the echoed value (not the CPU producer's product: its calibration differs
+from process to process), so runs can be compared event by event.
 """
 
 import framework.config as cms
@@ -37,7 +38,8 @@ process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*files
                             duplicateCheckMode=cms.untracked.string("noDuplicateCheck"))
 process.options.numberOfStreams = options.streams
 process.cpu = cms.EDProducer("BenchCPUProducer", cpuTime=cms.double(options.cpuTime))
-sequence = process.cpu
+process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
+sequence = process.cpu * process.jetHT
 if options.sonic:
     servers = []
     if options.server:
@@ -56,6 +58,6 @@ if options.extra:
     process.extra = cms.EDAnalyzer(options.extra)
     sequence = sequence * process.extra
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string(options.outputFile),
-                               outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep cpu", "keep tiny"))
+                               outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep jetHT", "keep tiny"))
 process.p = cms.Path(sequence)
 process.e = cms.EndPath(process.out)

@@ -45,7 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .._builder import build_job
 from .._errors import ExternalFailure, FrameworkError
 from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
-from ._host_triton import HostTritonServer, host_tag, stop_host_server
+from ._host_triton import HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._unit_task import JobCache, JobSpec, UnitOutcome, run_unit_task
 
@@ -138,6 +138,8 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             wall = time.perf_counter() - t0
             summary = run_summary(process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges,
                                   wall, _workers_of(client))
+            if tag:  # which server each worker found: one per host
+                summary["host_servers"] = dict(client.run(host_server, tag))
     except BaseException:
         _close(cluster, client, tag)
         _remove_parts(outputs, run.plan if run is not None else [])
