@@ -22,6 +22,8 @@ options.register("sonic", 0, V.multiplicity.singleton, V.varType.int, "1: a tiny
 options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port of a Triton server serving 'tiny'")
 options.register("repository", "", V.multiplicity.singleton, V.varType.string, "the fallback's repository (with 'tiny')")
 options.register("outputFile", "scale.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
+options.register("keep", [], V.multiplicity.list, V.varType.string,
+                 "more outputCommands 'keep' patterns (a bigger output, e.g. PFCands_*)")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("extra", "", V.multiplicity.singleton, V.varType.string,
                  "'file:Class' of one more EDAnalyzer on the Path (tests)")
@@ -58,6 +60,7 @@ if options.extra:
     process.extra = cms.EDAnalyzer(options.extra)
     sequence = sequence * process.extra
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string(options.outputFile),
-                               outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep jetHT", "keep tiny"))
+                               outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep jetHT", "keep tiny",
+                                                                    *(f"keep {k}" for k in options.keep)))
 process.p = cms.Path(sequence)
 process.e = cms.EndPath(process.out)

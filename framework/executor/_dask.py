@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._builder import build_job
-from .._errors import ExternalFailure, FrameworkError
+from .._errors import ConfigurationError, ExternalFailure, FrameworkError
 from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
 from ._host_triton import HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
@@ -224,6 +224,13 @@ def _uses_triton(process: Any) -> bool:
 
 def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, console: Console) -> None:
     futures: dict[Future, WorkUnit] = {}
+    seen: set[str] = set()
+    for dataset, units in run.plan:
+        for unit in units:
+            if unit.id in seen:  # its part (and Dask key) would be the other listing's
+                raise ConfigurationError(f"dataset '{dataset.name}' lists file '{unit.file}' (tree '{unit.tree}') "
+                                         f"twice: each file once per dataset")
+            seen.add(unit.id)
     for _dataset, units in run.plan:
         for unit in units:
             if unit.num_entries == 0:

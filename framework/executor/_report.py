@@ -8,10 +8,14 @@ the executor adds its own keys and tables:
 
 * ``workers``: per Dask worker, its host, units, events, busy seconds (sum of its tasks'
   durations) and events/s while busy;
-* ``units``: how many ran, the units Dask ran again (``retried``: their worker died, or
-  they raised) and those skipped by ``--skip-bad-files`` with their events; the mean task
-  time, the mean time in the events, and the difference, the per-unit overhead (job lookup,
-  ``begin_unit``/``end_unit`` with the part writing, the report);
+* ``units``: how many ran, the units Dask ran again (``retried``: their worker died while
+  they ran or were queued on it, or they raised) and those skipped by ``--skip-bad-files``
+  with their events; the mean task time, the mean time in the events, the per-unit
+  overhead (task time outside the events of units whose job was already built: job lookup,
+  ``begin_unit``/``end_unit`` with the part writing, the report), the mean job build time
+  (config, ``build_job``, ``begin_job``: once per worker and dataset), the span (first
+  unit's start to last unit's end) and the scheduling time per unit (worker time outside
+  tasks during the span);
 * ``merge``: per output, parts merged, bytes, seconds and seconds per 100 MB;
 * ``services``: TritonService's client counters summed over the workers (each worker's
   last report: its job's counters are cumulative), with the requests per server.
@@ -70,6 +74,10 @@ def run_summary(process: Any, spec: Any, plan: list[tuple[Dataset, list[WorkUnit
     ids = {f"unit-{u.part_name}-{spec.digest[:8]}": u for _, units in plan for u in units}
     task = [o.finished - o.started for o in done]
     events = [o.events_time for o in done]
+    # The overhead of a unit that found its job built (the first unit of a worker and
+    # dataset also builds and begins the job: reported apart, as build_s).
+    steady = [o for o in done if not o.built] or done
+    built = [o.finished - o.started - o.events_time for o in done if o.built]
     summary["units"] = {
         "total": sum(len(units) for _, units in plan), "done": len(done), "jobs_built": sum(o.built for o in done),
         "retried": [{"id": ids[k].id, "times": n} for k, n in sorted(retried.items()) if k in ids],
@@ -78,8 +86,16 @@ def run_summary(process: Any, spec: Any, plan: list[tuple[Dataset, list[WorkUnit
                     for o in skipped],
         "mean_task_s": sum(task) / len(task) if task else 0.0,
         "mean_events_s": sum(events) / len(events) if events else 0.0,
-        "mean_overhead_s": (sum(task) - sum(events)) / len(task) if task else 0.0,
+        "mean_overhead_s": (sum(o.finished - o.started - o.events_time for o in steady) / len(steady)
+                            if steady else 0.0),
+        "mean_build_s": sum(built) / len(built) if built else 0.0,
+        # From the first unit's start to the last one's end: the run without cluster start-up.
+        "span_s": max(o.finished for o in done) - min(o.started for o in done) if done else 0.0,
     }
+    slots = sum(w["nthreads"] or 1 for w in per_worker.values())
+    # Worker time not spent in tasks while units ran, per unit: scheduling and transfers.
+    summary["units"]["scheduling_s"] = ((summary["units"]["span_s"] * slots - sum(task)) / len(task)
+                                        if task else 0.0)
     for m in merges:
         m["seconds_per_100MB"] = m["seconds"] / (m["bytes"] / 1e8) if m["bytes"] else 0.0
     summary["merge"] = merges
@@ -128,9 +144,9 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
     tables.append(workers)
     u = summary["units"]
     tables.append(Text(f"Units: {u['done']} done of {u['total']}, {len(u['retried'])} retried, "
-                       f"{len(u['skipped'])} skipped; jobs built {u['jobs_built']}; per unit: task "
-                       f"{u['mean_task_s'] * 1e3:.1f} ms, events {u['mean_events_s'] * 1e3:.1f} ms, overhead "
-                       f"{u['mean_overhead_s'] * 1e3:.1f} ms"))
+                       f"{len(u['skipped'])} skipped; jobs built {u['jobs_built']} ({u['mean_build_s']:.2f} s each); "
+                       f"per unit: task {u['mean_task_s'] * 1e3:.1f} ms, events {u['mean_events_s'] * 1e3:.1f} ms, "
+                       f"overhead {u['mean_overhead_s'] * 1e3:.1f} ms, scheduling {u['scheduling_s'] * 1e3:.1f} ms"))
     if u["retried"] or u["skipped"]:
         units = Table(title=Text("Dask ---------- Units retried or skipped ------------"), title_justify="left")
         for col in ("What", "Events", "Unit"):
