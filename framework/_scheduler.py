@@ -20,6 +20,7 @@ can assert exact times); module timers use ``time.perf_counter()`` (see ``_worke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from array import array
@@ -328,10 +329,8 @@ async def process_events(job: Job, *, on_event: Callable[[EventPrincipal, float]
         error = first_error(exc)
         report.error = error
         for module in opened:
-            try:
+            with contextlib.suppress(Exception):  # cleanup must not hide the real error
                 module.abort_unit()
-            except Exception:  # noqa: BLE001 - cleanup must not hide the real error
-                pass
         _raise_leaf(exc, error)
     return report
 
@@ -358,20 +357,16 @@ async def abort_job(job: Job) -> None:
     """End a begun job that will process no more events: modules' ``abort_job``, services'
     ``end_job``, the source closed. Never raises (but for trio's Cancelled when shielded off)."""
     for module in job.begun:
-        try:
+        with contextlib.suppress(Exception):  # cleanup must not hide the real error
             module.abort_job()
-        except Exception:  # noqa: BLE001 - cleanup
-            pass
     await _end_services(job)
 
 
 async def _end_services(job: Job) -> None:
     with trio.CancelScope(shield=True):
         for svc in reversed(list(job.services.services.values())):
-            try:
+            with contextlib.suppress(Exception):  # services must not mask the job's outcome
                 await svc.end_job()
-            except Exception:  # noqa: BLE001 - services must not mask the job's outcome
-                pass
         job.source.close()
 
 

@@ -211,7 +211,7 @@ def _add(a: Any, b: Any) -> Any:
     """Sum two records field by field: numbers added, sketches merged, the rest kept."""
     if isinstance(a, TimeSketch):
         return a.merge(b)
-    if isinstance(a, bool) or isinstance(a, str):
+    if isinstance(a, (bool, str)):
         return a
     if isinstance(a, (int, float)):
         return a + b

@@ -229,7 +229,11 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     marker = f"PYSONIC_TEST_RUN={uuid.uuid4().hex}"
     temp = tmp_path / "tmp"
     temp.mkdir()
-    fileset = write_fileset(tmp_path, {"I": [sample("pfnano.root")] * 6})
+    links = []
+    for i in range(6):  # a file is listed once per dataset: links make six files of it
+        links.append(tmp_path / f"pfnano_{i}.root")
+        links[-1].symlink_to(sample("pfnano.root"))
+    fileset = write_fileset(tmp_path, {"I": [str(link) for link in links]})
     env = {**os.environ, "TMPDIR": str(temp), marker.split("=")[0]: marker.split("=")[1]}
     proc = subprocess.Popen(
         [sys.executable, "-m", "framework._cmsrun", str(SCALE_CFG), "cpuTime=200", "sonic=1",

@@ -19,8 +19,10 @@ options = V()
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
 options.register("cpuTime", 5.0, V.multiplicity.singleton, V.varType.float, "CPU work per event, ms")
 options.register("sonic", 0, V.multiplicity.singleton, V.varType.int, "1: a tiny SONIC request per event")
-options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port of a Triton server serving 'tiny'")
-options.register("repository", "", V.multiplicity.singleton, V.varType.string, "the fallback's repository (with 'tiny')")
+options.register("server", "", V.multiplicity.singleton, V.varType.string,
+                 "host:port of a Triton server serving 'tiny'")
+options.register("repository", "", V.multiplicity.singleton, V.varType.string,
+                 "the fallback's repository (with 'tiny')")
 options.register("outputFile", "scale.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
 options.register("keep", [], V.multiplicity.list, V.varType.string,
                  "more outputCommands 'keep' patterns (a bigger output, e.g. PFCands_*)")

@@ -21,6 +21,7 @@ units ran), and the merge time per 100 MB of merged output.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -45,7 +46,8 @@ def _fileset(folder: pathlib.Path, sample: str, copies: int) -> pathlib.Path:
     return path
 
 
-def _run(folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int, options: dict[str, Any]) -> dict[str, Any]:
+def _run(folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int,
+         options: dict[str, Any]) -> dict[str, Any]:
     summary_path = folder / f"summary-{workers}.json"
     args = [f"{k}={v}" for k, v in options.items()]
     cmd = [sys.executable, "-m", "framework._cmsrun", str(CONFIG), *args, "--dataset", str(fileset),
@@ -86,7 +88,7 @@ def scale(quick: bool, repeat: int) -> dict[str, Any]:
         for name, options in configs.items():
             base = None
             for workers in (1, 2):
-                point = median_of(repeat, lambda w=workers, o=options: _run(folder, fileset, w, chunk, o),
+                point = median_of(repeat, functools.partial(_run, folder, fileset, workers, chunk, options),
                                   keys=("throughput", "overhead_ms", "scheduling_ms", "merge_s_per_100mb"))
                 base = point["throughput"] if workers == 1 else base
                 ratio = point["throughput"] / (workers * base) if base else 0.0

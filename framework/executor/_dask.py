@@ -26,6 +26,7 @@ servers and remove the parts (exit 130 / 143).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -371,10 +372,8 @@ def _close(cluster: LocalCluster | None, client: Client | None, tag: str) -> Non
         if client is not None:
             plugins = [(JobCache.name, False)] + ([(HostTritonServer.name, True)] if tag else [])
             for name, nanny in plugins:
-                try:
+                with contextlib.suppress(Exception):  # best effort: closing the cluster ends them too
                     client.unregister_worker_plugin(name, nanny=nanny)
-                except Exception:  # noqa: BLE001 - best effort: closing the cluster ends them too
-                    pass
             client.close()
         if cluster is not None:
             cluster.close()

@@ -66,7 +66,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _alive(state: dict[str, Any] | None) -> bool:
     from framework.sonic._processes import pid_is_tritonserver
 
-    return bool(state) and pid_is_tritonserver(int(state["pid"]), state.get("start_time"))  # type: ignore[index]
+    return state is not None and pid_is_tritonserver(int(state["pid"]), state.get("start_time"))
 
 
 def host_server(tag: str) -> str | None:
@@ -124,6 +124,7 @@ class HostTritonServer(NannyPlugin):  # type: ignore[misc]
                      self.repository)
             server.start(self.wait)
             self.server = server
+            assert server.pid is not None  # started
             _write(path, {"address": server.grpc_address, "pid": server.pid,
                           "start_time": process_start_time(server.pid), "owner": self.owner,
                           "region_prefix": server.region_prefix,

@@ -19,6 +19,7 @@ its task runs again elsewhere (``distributed.scheduler.allowed-failures``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -135,10 +136,8 @@ class JobCache(WorkerPlugin):  # type: ignore[misc]
             jobs = [j for js in self._idle.values() for j in js]
             self._idle.clear()
         for job in jobs:
-            try:
+            with contextlib.suppress(Exception):  # the worker is closing; the units are done
                 trio.run(end_job, job)
-            except Exception:  # noqa: BLE001 - the worker is closing; the units are done
-                pass
 
 
 def _build(spec: JobSpec, first: WorkUnit) -> Job:
@@ -186,7 +185,7 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
     """
     worker = get_worker()
     cache = worker.plugins.get(JobCache.name)
-    if cache is None:  # registered by cmsrun; a worker that joined later gets it too, but be safe
+    if not isinstance(cache, JobCache):  # registered by cmsrun; a worker that joined later gets it too, but be safe
         cache = JobCache()
         cache.setup(worker)
         worker.plugins[JobCache.name] = cache
