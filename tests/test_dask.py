@@ -171,6 +171,8 @@ def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkey
     triton = summary["services"]["TritonService"]
     assert set(triton["servers"]) == {"hostFallback"}  # no worker started a fallback of its own
     assert triton["servers"]["hostFallback"]["requests"] == 80 and triton["workers"] == 2
+    [(key, served)] = triton["models"].items()  # Triton's own counters: every request on the one server
+    assert key == f"tiny @ hostFallback@{hosts.popitem()[1]}" and served["requests"] == 80
     out = read_tree(tmp_path / "scale_S.root")
     assert np.array_equal(np.asarray(out.tiny), np.asarray(out.event).astype(np.float32))  # echoed as float32
     # The server is stopped with the run (the nannies' teardown): none of the session's is left.

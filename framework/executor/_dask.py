@@ -46,8 +46,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .._builder import build_job
 from .._errors import ConfigurationError, ExternalFailure, FrameworkError
 from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
-from ._host_triton import HostTritonServer, host_server, host_tag, stop_host_server
+from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
+from ._triton_stats import ServerCounters
 from ._unit_task import JobCache, JobSpec, UnitOutcome, run_unit_task
 
 __all__ = ["DaskOptions", "run_on_dask"]
@@ -128,7 +129,7 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
     try:
         with _signals_raise():
             cluster, client = _open_cluster(options, console)
-            tag = _register_host_server(process, client, console)
+            tag, counters = _plan_triton(process, client, console)
             client.register_plugin(JobCache(), name=JobCache.name)
             t0 = time.perf_counter()
             plan = plan_datasets(process, options.fileset, options.chunk_size, mapper=_cluster_mapper(client))
@@ -139,8 +140,7 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             wall = time.perf_counter() - t0
             summary = run_summary(process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges,
                                   wall, _workers_of(client))
-            if tag:  # which server each worker found: one per host
-                summary["host_servers"] = dict(client.run(host_server, tag))
+            _server_statistics(client, tag, counters, summary)
     except BaseException:
         _close(cluster, client, tag)
         _remove_parts(outputs, run.plan if run is not None else [])
@@ -183,26 +183,31 @@ def _cluster_mapper(client: Client) -> Any:
     return mapper
 
 
-def _register_host_server(process: Any, client: Client, console: Console) -> str:
-    """If the config's models need TritonService's fallback, start one server per host
-    (a nanny plugin); returns its tag ("" if none is needed)."""
-    if "TritonService" not in process.services_() and not _uses_triton(process):
-        return ""
+def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
+    """If the config uses Triton: the run's server counters (configured servers: begin
+    snapshot now), and, if its models need TritonService's fallback, one server per host
+    started (a nanny plugin). Returns (its tag, "" if none; the counters, None if no Triton)."""
+    if not _uses_triton(process):
+        return "", None
     job = build_job(process, max_events=-1)  # constructs modules: they register their models
     service = job.services.services.get("TritonService")
     if service is None or not service.models:  # type: ignore[attr-defined]
-        return ""
+        return "", None
     from framework.sonic._routing import ready_models
 
     routing = service.routing  # type: ignore[attr-defined]
     served: set[str] = set()
-    for server in routing.servers.values():
+    pairs = []
+    for name, server in routing.servers.items():
         found = ready_models(server)
         if not isinstance(found, str):
             served |= found
+            pairs += [(m, name) for m in sorted(found & set(service.models))]  # type: ignore[attr-defined]
+    counters = ServerCounters(routing.servers, pairs)
+    counters.take_begin()
     missing = sorted(m for m in service.models if m not in served)  # type: ignore[attr-defined]
     if not missing or not routing.fallback.enabled:
-        return ""  # TritonService's own begin_job names what is missing if the fallback is off
+        return "", counters  # TritonService's own begin_job names what is missing if the fallback is off
     fallback = routing.fallback
     repository = str(fallback.repository(missing))
     params = fallback.params
@@ -215,12 +220,46 @@ def _register_host_server(process: Any, client: Client, console: Console) -> str
     except Exception as exc:  # noqa: BLE001 - the nanny's error, as one line
         raise ExternalFailure(f"cmsrun: the host Triton server for {', '.join(missing)} did not start: "
                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-    return tag
+    counters.models_on_host = missing
+    return tag, counters
 
 
 def _uses_triton(process: Any) -> bool:
-    return any("Sonic" in m.type_() for m in process.producers_().values()) or any(
-        "Sonic" in m.type_() for m in process.filters_().values())
+    """Whether a module of the config is a SONIC module (found by type, as the builder does)."""
+    from framework._registry import find_type
+    from framework.sonic import SonicEDFilter, SonicEDProducer
+
+    if "TritonService" in process.services_():
+        return True
+    for group in (process.producers_(), process.filters_()):
+        for module in group.values():
+            try:
+                cls = find_type(module.type_())
+            except Exception:  # noqa: BLE001 - the build names an unknown type
+                continue
+            if isinstance(cls, type) and issubclass(cls, (SonicEDProducer, SonicEDFilter)):
+                return True
+    return False
+
+
+def _server_statistics(client: Client, tag: str, counters: ServerCounters | None,
+                       summary: dict[str, Any]) -> None:
+    """Triton's server-side counters of the run, into ``summary["services"]["TritonService"]``;
+    ``summary["host_servers"]``: worker -> the host server it found."""
+    if counters is None:
+        return
+    if tag:
+        from framework.sonic import ServerInfo
+
+        summary["host_servers"] = dict(client.run(host_server, tag))
+        for address in sorted({a for a in summary["host_servers"].values() if a}):
+            counters.add_server(ServerInfo(f"{HOST_SERVER}@{address}", address), counters.models_on_host)
+    try:
+        stats = counters.statistics()
+    except Exception as exc:  # noqa: BLE001 - statistics are a nicety
+        log.warning("no Triton server statistics: %s", exc)
+        return
+    summary["services"].setdefault("TritonService", {})["models"] = stats
 
 
 def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, console: Console) -> None:

@@ -18,7 +18,9 @@ the executor adds its own keys and tables:
   tasks during the span);
 * ``merge``: per output, parts merged, bytes, seconds and seconds per 100 MB;
 * ``services``: TritonService's client counters summed over the workers (each worker's
-  last report: its job's counters are cumulative), with the requests per server.
+  last report: its job's counters are cumulative), with the requests per server; and
+  ``models``: Triton's own server-side counters of the run per model and server
+  (``_triton_stats``, taken by the driver).
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
                           f"{m['bytes'] / 1e6:.2f}", f"{m['seconds']:.2f}", f"{m['seconds_per_100MB']:.2f}")
         tables.append(merge)
     triton = summary["services"].get("TritonService")
-    if triton:
+    if triton and triton.get("servers"):
         servers = Table(title=Text("TritonService ---------- Servers (all workers) ------------"),
                         title_justify="left")
         for col in ("Server", "Address", "Requests", "Healthy", "Outages"):
@@ -174,4 +176,13 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
             servers.add_row(Text(name), Text(str(s.get("address", ""))), str(s["requests"]),
                             str(s.get("healthy", "")), str(s.get("outages", "")))
         tables.append(servers)
+    if triton and triton.get("models"):
+        models = Table(title=Text("TritonService ---------- Server-side statistics of the run ------------"),
+                       title_justify="left")
+        for col in ("Model @ server", "Requests", "Inferences", "Executions", "queue [ms]", "compute [ms]"):
+            models.add_column(Text(col), justify="left" if col.startswith("Model") else "right")
+        for key, m in sorted(triton["models"].items()):
+            models.add_row(Text(key), str(m["requests"]), str(m["inferences"]), str(m["executions"]),
+                           f"{m['queue_ms']:.3f}", f"{m['compute_ms']:.3f}")
+        tables.append(models)
     return tables

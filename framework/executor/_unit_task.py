@@ -119,13 +119,22 @@ class JobCache(WorkerPlugin):  # type: ignore[misc]
     def setup(self, worker: Any) -> None:
         self._lock = threading.Lock()  # made on the worker: a lock does not pickle
 
-    def take(self, spec: JobSpec, first: WorkUnit) -> tuple[Job, bool]:
-        """An idle job for ``spec`` and ``first``'s dataset, or a new one, begun. Blocking."""
+    def take(self, spec: JobSpec, first: WorkUnit, unit: WorkUnit) -> tuple[Job, bool]:
+        """An idle job for ``spec`` and ``unit``'s dataset, or a new one, begun. Blocking.
+
+        A new job takes its layout from ``first`` (the dataset's first unit); if that file
+        cannot be read (``--skip-bad-files`` goes on without it), from ``unit``'s file.
+        """
         with self._lock or threading.Lock():
-            idle = self._idle.get((spec.digest, first.dataset))
+            idle = self._idle.get((spec.digest, unit.dataset))
             if idle:
                 return idle.pop(), False
-        return _build(spec, first), True
+        try:
+            return _build(spec, first), True
+        except (FileOpenError, FileReadError):
+            if first == unit:
+                raise
+        return _build(spec, unit), True
 
     def give_back(self, spec: JobSpec, dataset: str, job: Job) -> None:
         with self._lock or threading.Lock():
@@ -194,7 +203,7 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
     if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
         os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
     try:
-        job, outcome.built = cache.take(spec, first)
+        job, outcome.built = cache.take(spec, first, unit)
         job.reset_counters()
         job.source.set_units([unit])  # type: ignore[attr-defined]
         with output_naming(unit=unit):  # trio.run runs in a copy of this context
