@@ -260,3 +260,10 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     assert _processes_with(marker) == []  # no worker, nanny or server
     assert not list(tmp_path.glob("scale_I*")) and not list(temp.glob("pysonic-triton-*.json"))
     assert left_behind(f"pysonic-{os.environ['PYSONIC_SHM_TAG']}-") == ([], [])
+
+
+def test_usage_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
+    assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
+    assert "--executor dask needs --dataset" in capsys.readouterr().err
