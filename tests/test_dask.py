@@ -202,16 +202,24 @@ def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_p
     fileset = write_fileset(tmp_path, {"C": [sample("nano_dimuon.root"), str(corrupt_file)]})
     common = [str(DATASET_CFG), "--dataset", str(fileset), "--chunk-size", "20", "--executor", "dask",
               "--scheduler", cluster]
+    (tmp_path / "skip").mkdir()
     assert run(tmp_path / "stop", monkeypatch, *common) == 1
     err = capsys.readouterr().err
     fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")[0]
     assert str(corrupt_file) in fatal and "entries [" in fatal and "Jet_pt" in fatal
     assert [p.name for p in files_under(tmp_path / "stop")] == ["fileset.preprocessed.json"]  # no part, no output
 
+    # Skipped too: a truncated file, whose metadata cannot be read (preprocessing).
+    truncated = tmp_path / "truncated.root"
+    truncated.write_bytes(corrupt_file.read_bytes()[:20000])
+    common[2] = str(write_fileset(tmp_path / "skip", {"C": [sample("nano_dimuon.root"), str(corrupt_file),
+                                                            str(truncated)]}))
     assert run(tmp_path / "skip", monkeypatch, *common, "--skip-bad-files", "--summary-json", "s.json") == 0
     summary = json.loads((tmp_path / "skip" / "s.json").read_text())
     skipped = summary["units"]["skipped"]
     assert {s["file"] for s in skipped} == {str(corrupt_file)} and sum(s["events"] for s in skipped) == 40
+    [skipped_file] = summary["units"]["skipped_files"]
+    assert skipped_file["file"] == str(truncated) and "truncated" in skipped_file["error"]
     assert summary["events"] == 40 and len(read_tree(tmp_path / "skip" / "dataset_C.root")) == 40
 
 

@@ -27,6 +27,7 @@ servers and remove the parts (exit 130 / 143).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -44,7 +45,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._builder import build_job
-from .._errors import ConfigurationError, ExternalFailure, FrameworkError
+from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
 from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
@@ -132,7 +133,11 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             tag, counters = _plan_triton(process, client, console)
             client.register_plugin(JobCache(), name=JobCache.name)
             t0 = time.perf_counter()
-            plan = plan_datasets(process, options.fileset, options.chunk_size, mapper=_cluster_mapper(client))
+            bad_files: list[dict[str, str]] = []
+            plan = plan_datasets(process, options.fileset, options.chunk_size,
+                                 mapper=_cluster_mapper(client, bad_files if options.skip_bad_files else None))
+            for bad in bad_files:
+                log.warning("skipped (--skip-bad-files): %s", bad["error"])
             run = _Run(plan, outputs=outputs)
             spec = JobSpec.make(options.config, options.args, options.streams, options.threads, tag)
             _run_units(client, spec, run, options, console)
@@ -141,6 +146,7 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             summary = run_summary(process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges,
                                   wall, _workers_of(client))
             _server_statistics(client, tag, counters, summary)
+            summary["units"]["skipped_files"] = bad_files
     except BaseException:
         _close(cluster, client, tag)
         _remove_parts(outputs, run.plan if run is not None else [])
@@ -173,14 +179,38 @@ def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster 
     return cluster, client
 
 
-def _cluster_mapper(client: Client) -> Any:
-    """``preprocess``'s mapper: one task per file on the cluster (results in order)."""
+def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> Any:
+    """``preprocess``'s mapper: one task per file on the cluster (results in order).
+
+    With ``bad_files`` (``--skip-bad-files``), a file whose metadata cannot be read becomes
+    an empty :class:`~framework.io.FileInfo` (no unit runs; never valid in the cache, its
+    size and mtime unknown) and is listed there with its error, as coffea's preprocessing
+    skips it.
+    """
 
     def mapper(function: Any, paths: list[str], trees: list[str]) -> list[Any]:
-        futures = client.map(function, paths, trees, pure=False, retries=RETRIES)
-        return list(client.gather(futures))
+        task = function if bad_files is None else functools.partial(_preprocess_or_skip, function)
+        futures = client.map(task, paths, trees, pure=False, retries=RETRIES)
+        results = list(client.gather(futures))
+        for info in results:
+            if bad_files is not None and info.uuid.startswith(_BAD):
+                bad_files.append({"file": info.path, "tree": info.tree, "error": info.uuid[len(_BAD):]})
+        return results
 
     return mapper
+
+
+_BAD = "unreadable:"
+
+
+def _preprocess_or_skip(function: Any, path: str, tree: str) -> Any:
+    """``function(path, tree)``; a FileOpenError gives an empty FileInfo whose uuid says why."""
+    from ..io import FileInfo
+
+    try:
+        return function(path, tree)
+    except FileOpenError as exc:
+        return FileInfo(path, tree, 0, (0,), _BAD + str(exc.args[0] if exc.args else exc).partition("\n")[0])
 
 
 def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:

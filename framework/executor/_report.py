@@ -149,7 +149,7 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
                        f"{len(u['skipped'])} skipped; jobs built {u['jobs_built']} ({u['mean_build_s']:.2f} s each); "
                        f"per unit: task {u['mean_task_s'] * 1e3:.1f} ms, events {u['mean_events_s'] * 1e3:.1f} ms, "
                        f"overhead {u['mean_overhead_s'] * 1e3:.1f} ms, scheduling {u['scheduling_s'] * 1e3:.1f} ms"))
-    if u["retried"] or u["skipped"]:
+    if u["retried"] or u["skipped"] or u.get("skipped_files"):
         units = Table(title=Text("Dask ---------- Units retried or skipped ------------"), title_justify="left")
         for col in ("What", "Events", "Unit"):
             units.add_column(Text(col), justify="right" if col == "Events" else "left")
@@ -157,6 +157,8 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
             units.add_row(f"retried x{r['times']}", "", Text(r["id"]))
         for s in u["skipped"]:
             units.add_row("skipped", str(s["events"]), Text(s["id"]))
+        for f in u.get("skipped_files", []):
+            units.add_row("file skipped", "?", Text(f"{f['file']} (tree '{f['tree']}'): {f['error']}"))
         tables.append(units)
     if summary["merge"]:
         merge = Table(title=Text("Dask ---------- Merged outputs ------------"), title_justify="left")
