@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             _parser().print_usage(sys.stderr)
             print("cmsrun: error: a configuration file is required", file=sys.stderr)
             return 2
+        if ns.executor == "dask" and ns.max_events is not None:
+            print("cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
+                  "files: use --chunk-size, or a fileset's steps)", file=sys.stderr)
+            return 2
         dask_only = [o for o, v in (("--scheduler", ns.scheduler), ("--workers", ns.workers),
                                     ("--skip-bad-files", ns.skip_bad_files), ("--keep-parts", ns.keep_parts)) if v]
         if (ns.executor == "dask" and not ns.dataset) or (dask_only and ns.executor != "dask") or (

@@ -275,3 +275,6 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
     assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
     assert "--executor dask needs --dataset" in capsys.readouterr().err
+    fileset = write_fileset(tmp_path, {"A": [sample("nano_dy.root")]})
+    assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
+    assert "--max-events is not supported with --executor dask" in capsys.readouterr().err

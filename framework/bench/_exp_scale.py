@@ -76,7 +76,7 @@ def scale(quick: bool, repeat: int) -> dict[str, Any]:
 
     sample = str(locate_sample("pfnano.root"))
     copies, chunk = (2, 10) if quick else (40, 10)
-    cpu_ms = 2.0 if quick else 20.0
+    cpu_ms = 2.0 if quick else 50.0  # full: 500 ms of CPU per 10-event unit
     rows, targets = [], []
     with temporary_folder("scale") as folder:
         fileset = _fileset(folder, sample, copies)
