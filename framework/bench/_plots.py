@@ -237,7 +237,7 @@ def _scale(result: dict[str, Any], plt: Any) -> Any:
         pts = [r for r in rows if r["config"] == config]
         n = [r["workers"] for r in pts]
         ax_t.plot(n, [r["throughput"] for r in pts], "-o", color=f"C{i}", label=config)
-        ax_t.plot(n, [pts[0]["throughput"] * k for k in n], ":", color=f"C{i}", lw=1)
+        ax_t.plot(n, [pts[0]["throughput"] * k / pts[0]["workers"] for k in n], ":", color=f"C{i}", lw=1)
         ax_o.bar([f"{config}\n{r['workers']} w" for r in pts], [r["overhead_ms"] + r["scheduling_ms"] for r in pts],
                  color=f"C{i}")
     ax_t.set_xlabel("Dask workers")
