@@ -27,6 +27,7 @@ if not files:
 process = cms.Process("DATASET")
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*files))
 process.options.numberOfStreams = options.streams
+process.options.wantSummary = True  # TrigReport / TimeReport (with --executor dask: one for the whole run)
 
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
 process.twoJets = cms.EDFilter("JetMultiplicityFilter", minNumber=cms.uint32(2), minPt=cms.double(30.0))

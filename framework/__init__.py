@@ -22,6 +22,10 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
   ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
   end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
+* ``framework.executor`` - ``cmsrun --executor dask``: the datasets' work units on a Dask
+  cluster (a job begun once per worker, unit after unit; one server per host for the
+  fallback; merge and one summary). The only package that imports Dask; above the data
+  path, which never imports it.
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
   it drives configs like a user (``configs/bench``, which name ``modules`` types), and
   reaches Triton through ``framework.sonic``, except for its bare tritonclient baselines

@@ -90,6 +90,16 @@ class Job:
     limiter: trio.CapacityLimiter | None = None
     exception_actions: dict[str, str] = field(default_factory=dict)
     activity: ActivityRegistry = field(default_factory=ActivityRegistry)
+    begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
+
+    def reset_counters(self) -> None:
+        """Zero the TrigReport counters and module timings (between work units, so that each
+        unit's report counts its own events)."""
+        for spec in self.paths + self.endpaths:
+            spec.visited = spec.passed = spec.errors = 0
+            spec.__post_init__()
+        for worker in self.workers.values():
+            worker.reset_counters()
 
     def action_for(self, category: str) -> str:
         """The exception policy's action for a category: Rethrow, TryToContinue or IgnoreCompletely."""

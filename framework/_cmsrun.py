@@ -1,10 +1,13 @@
 """``cmsrun``: run a config file over its events (CMSSW's ``cmsRun``).
 
     cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v]
-           [--dataset FILESET [--chunk-size N]]
+           [--dataset FILESET [--chunk-size N]
+            [--executor dask [--scheduler ADDRESS] [--workers N] [--skip-bad-files] [--keep-parts]]]
 
 With ``--dataset``, the config runs over each dataset of a coffea fileset (JSON or YAML)
-in turn, with outputs and summaries per dataset (see ``framework/_datasets.py``).
+in turn, with outputs and summaries per dataset (see ``framework/_datasets.py``); with
+``--executor dask`` the datasets' work units run on a Dask cluster instead, with one
+output per dataset and one summary of the run (``framework/executor``).
 
 ``name=value`` arguments reach the config's ``cms.VarParsing``. Exit codes: 0 success,
 1 the job failed (the error names module, path, event, file or model), 2 usage errors,
@@ -116,6 +119,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="run over each dataset of a coffea fileset (JSON/YAML); outputs get the dataset's name")
     p.add_argument("--chunk-size", type=int, metavar="N",
                    help=f"events per work unit with --dataset (default {DEFAULT_CHUNK_SIZE:,})")
+    p.add_argument("--executor", choices=("sequential", "dask"), default="sequential",
+                   help="with --dataset: 'dask' runs the work units on a Dask cluster")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --executor dask: an existing Dask scheduler (tcp://host:8786); default: a LocalCluster")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="with --executor dask and no --scheduler: worker processes (default: cores)")
+    p.add_argument("--skip-bad-files", action="store_true",
+                   help="with --executor dask: skip units whose file cannot be read (listed in the summary)")
+    p.add_argument("--keep-parts", action="store_true",
+                   help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs")
     p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
@@ -143,6 +156,18 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
+        return 0
+    if ns.executor == "dask":
+        from .executor import DaskOptions, run_on_dask
+
+        options = DaskOptions(
+            config=ns.config, args=list(ns.args), fileset=ns.dataset, chunk_size=ns.chunk_size or DEFAULT_CHUNK_SIZE,
+            scheduler=ns.scheduler, workers=ns.workers, streams=ns.streams, threads=ns.threads,
+            skip_bad_files=ns.skip_bad_files, keep_parts=ns.keep_parts, progress=not ns.no_progress,
+            summary=bool(process.options_()["wantSummary"]) or ns.summary, summary_json=ns.summary_json)
+        summary = run_on_dask(process, options, console)
+        console.print(f"[green]cmsrun: {process.name_()}: {summary['events']} events processed in "
+                      f"{summary['wall_time']:.2f} s on Dask ({len(summary['workers'])} worker(s))[/green]")
         return 0
     from ._datasets import plan_datasets
 
@@ -218,6 +243,18 @@ def main(argv: list[str] | None = None) -> int:
             _parser().print_usage(sys.stderr)
             print("cmsrun: error: a configuration file is required", file=sys.stderr)
             return 2
+        if ns.executor == "dask" and ns.max_events is not None:
+            print("cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
+                  "files: use --chunk-size, or a fileset's steps)", file=sys.stderr)
+            return 2
+        dask_only = [o for o, v in (("--scheduler", ns.scheduler), ("--workers", ns.workers),
+                                    ("--skip-bad-files", ns.skip_bad_files), ("--keep-parts", ns.keep_parts)) if v]
+        if (ns.executor == "dask" and not ns.dataset) or (dask_only and ns.executor != "dask") or (
+                ns.workers is not None and ns.workers < 1):
+            _parser().print_usage(sys.stderr)
+            print(f"cmsrun: error: --executor dask needs --dataset; {', '.join(dask_only) or 'its options'} "
+                  f"need --executor dask; --workers >= 1", file=sys.stderr)
+            return 2
         if ns.chunk_size is not None and (not ns.dataset or ns.chunk_size < 1):
             _parser().print_usage(sys.stderr)
             print("cmsrun: error: --chunk-size needs --dataset and a value >= 1", file=sys.stderr)
@@ -229,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print_exception()
         return 1
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, JobStopped) else signal.SIGINT
+        signum = getattr(exc, "signum", signal.SIGINT)  # JobStopped, or the executor's
         console.print(f"[bold red]cmsrun: interrupted ({signal.Signals(signum).name}); the job stopped "
                       f"and its unfinished outputs were removed[/bold red]")
         return 128 + signum

@@ -43,11 +43,12 @@ def preprocess_cache_path(process: Any, fileset: str | Path) -> Path:
 
 
 def plan_datasets(process: Any, fileset: str | Path, chunk_size: int,
-                  cache: Path | None = None) -> list[tuple[Dataset, list[WorkUnit]]]:
+                  cache: Path | None = None, mapper: Any = map) -> list[tuple[Dataset, list[WorkUnit]]]:
     """The datasets of ``fileset`` with their work units, for ``process``.
 
     Files whose tree the fileset does not name use the PoolSource's ``treeName``
-    (default ``Events``).
+    (default ``Events``). ``mapper`` runs the preprocessing of the files
+    (``framework.io.preprocess``: ``map`` here, one task per file on a Dask cluster).
 
     Raises:
         ConfigurationError: the process's source is not a PoolSource; a bad fileset (one
@@ -64,7 +65,7 @@ def plan_datasets(process: Any, fileset: str | Path, chunk_size: int,
         cache = preprocess_cache_path(process, fileset)
         if not cache.parent.is_dir():
             cache = None  # the output module names the missing folder when the job starts
-    units = preprocess(datasets, chunk_size, cache=cache)
+    units = preprocess(datasets, chunk_size, cache=cache, mapper=mapper)
     return [(d, units[d.name]) for d in datasets]
 
 

@@ -12,9 +12,14 @@ Every module type declares its parameters in the classmethod ``fill_descriptions
 (CMSSW's ``fillDescriptions``); the framework validates the config against it and
 passes the validated :class:`~framework.config.ParameterSet` to ``__init__``.
 
-Lifecycle, per job: ``__init__(params)`` -> ``begin_job()`` -> per event ... ->
-``end_job()`` on success, or ``abort_job()`` instead when the job fails (output modules
-remove their partial files there).
+Lifecycle, per job: ``__init__(params)`` -> ``begin_job()`` -> per run of events
+(``begin_unit()`` -> per event ... -> ``end_unit()``) -> ``end_job()`` on success, or
+``abort_unit()``/``abort_job()`` instead when the job fails (output modules remove their
+partial files there). A plain job has one run of events; the scale-out executor
+(``framework._executor``) begins a job once per worker and runs one work unit after the
+other, each between ``begin_unit`` and ``end_unit`` (CMSSW's output file transitions,
+``OutputModule::openFile`` / ``reallyCloseFile``): modules that write files open and
+close them there, so that each unit writes its own part.
 """
 
 from __future__ import annotations
@@ -119,6 +124,16 @@ class EDModule:
 
     def abort_job(self) -> None:
         """Called instead of ``end_job`` when the job fails: drop partial outputs here."""
+
+    def begin_unit(self) -> None:
+        """Called before the events of a run (the whole job, or one work unit): open the
+        files written per unit here (``framework.io.output_path`` names them)."""
+
+    def end_unit(self) -> None:
+        """Called after the last event of a run that succeeded: close (rename) those files."""
+
+    def abort_unit(self) -> None:
+        """Called instead of ``end_unit`` when the run fails: remove that run's partial files."""
 
 
 class _Producing(EDModule):

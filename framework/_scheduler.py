@@ -22,12 +22,13 @@ can assert exact times); module timers use ``time.perf_counter()`` (see ``_worke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import trio
 
@@ -37,7 +38,7 @@ from ._event import EventPrincipal
 from ._source_base import SourceEvent
 from ._worker import Worker
 
-__all__ = ["JobReport", "run_job", "first_error"]
+__all__ = ["JobReport", "run_job", "begin_job", "process_events", "end_job", "abort_job", "first_error"]
 
 log = logging.getLogger("pysonic")
 
@@ -315,13 +316,127 @@ def first_error(exc: BaseException) -> BaseException:
     return leaves[0] if leaves else exc
 
 
+async def begin_job(job: Job) -> None:
+    """The job's begin transitions: services' ``begin_job``, :meth:`Job.assemble` (the
+    source's first file), every module's ``begin_job``. Runs once per job, in any trio run.
+
+    On failure the modules begun get ``abort_job``, the services ``end_job``, the source is
+    closed, and the most informative error is raised.
+
+    Raises:
+        FrameworkError: configuration, input or service failures (a server that cannot start).
+        KeyboardInterrupt: Ctrl-C (after cleanup).
+    """
+    job.begun = []
+    try:
+        for svc in job.services.services.values():
+            await svc.begin_job()
+        job.assemble(await trio.to_thread.run_sync(job.source.collections))
+        for module in job.modules:
+            module.begin_job()
+            job.begun.append(module)
+    except BaseException as exc:
+        await _abort(job, exc)
+
+
+async def process_events(job: Job, *, on_event: Callable[[EventPrincipal, float], None] | None = None,
+                         on_start: Callable[[], None] | None = None) -> JobReport:
+    """Every event of the source's current input through the Paths, between the modules'
+    ``begin_unit`` and ``end_unit`` (a work unit's outputs: ``framework.io.output_naming``).
+
+    Called once per job by :func:`run_job`, or once per work unit by the scale-out executor
+    (each in its own ``trio.run``, the job begun once; call ``job.reset_counters()`` between
+    units for per-unit counts). On failure every begun module's ``abort_unit`` runs (its
+    unit's outputs are removed) and the most informative error is raised; the job itself
+    stays begun.
+
+    Raises:
+        FrameworkError, KeyboardInterrupt: as :func:`run_job`.
+    """
+    report = JobReport()
+    # Built after assemble(): output modules' consumes count as dependencies too.
+    scheduler = _Scheduler(job, on_event, report)
+    opened: list[Any] = []
+    try:
+        for module in job.modules:
+            module.begin_unit()
+            opened.append(module)
+        if on_start is not None:
+            on_start()
+        t0 = time.perf_counter()
+        try:
+            await scheduler.run()
+        finally:
+            report.wall_time = time.perf_counter() - t0
+        for module in job.modules:
+            module.end_unit()
+    except BaseException as exc:
+        error = first_error(exc)
+        report.error = error
+        for module in opened:
+            with contextlib.suppress(Exception):  # cleanup must not hide the real error
+                module.abort_unit()
+        _raise_leaf(exc, error)
+    return report
+
+
+async def end_job(job: Job, report: JobReport | None = None) -> None:
+    """The job's end transitions: modules' ``end_job``, services' ``end_job`` (a fallback
+    server stops), the source closed; then ``post_end_job(job, report)`` if ``report``.
+
+    Raises:
+        FrameworkError: a module's ``end_job`` failed (services are still ended).
+    """
+    try:
+        for module in job.modules:
+            module.end_job()
+    except BaseException as exc:
+        await _abort(job, exc)
+    await _end_services(job)
+    if report is not None:
+        # After every end_job, so that services' end-of-job numbers are in (CMSSW's postEndJob).
+        job.activity.post_end_job(job, report)
+
+
+async def abort_job(job: Job) -> None:
+    """End a begun job that will process no more events: modules' ``abort_job``, services'
+    ``end_job``, the source closed. Never raises (but for trio's Cancelled when shielded off)."""
+    for module in job.begun:
+        with contextlib.suppress(Exception):  # cleanup must not hide the real error
+            module.abort_job()
+    await _end_services(job)
+
+
+async def _end_services(job: Job) -> None:
+    with trio.CancelScope(shield=True):
+        for svc in reversed(list(job.services.services.values())):
+            with contextlib.suppress(Exception):  # services must not mask the job's outcome
+                await svc.end_job()
+        job.source.close()
+
+
+async def _abort(job: Job, exc: BaseException) -> NoReturn:
+    """Abort the job after ``exc`` and raise its most informative leaf."""
+    await abort_job(job)
+    _raise_leaf(exc, first_error(exc))
+
+
+def _raise_leaf(exc: BaseException, error: BaseException) -> NoReturn:
+    if error is exc:
+        raise exc
+    # Raise the leaf itself, keeping its __cause__ (the module's own exception); the group
+    # around it is noise for the user.
+    error.__suppress_context__ = True
+    raise error
+
+
 async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None] | None = None,
                   on_start: Callable[[], None] | None = None) -> JobReport:
-    """Run a built job to the end: begin_job hooks, all events, end_job hooks.
+    """Run a built job to the end: :func:`begin_job`, :func:`process_events`, :func:`end_job`.
 
-    On failure every module's ``abort_job`` runs instead of ``end_job`` (output modules
-    drop their partial files), services' ``end_job`` always runs, and the most
-    informative error is raised (never an exception group).
+    On failure every module's ``abort_unit`` and ``abort_job`` run instead of ``end_unit``
+    and ``end_job`` (output modules drop their partial files), services' ``end_job``
+    always runs, and the most informative error is raised (never an exception group).
 
     Args:
         on_event: called on the trio thread after each event with (principal, latency s).
@@ -331,50 +446,10 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
         FrameworkError: configuration, input, module or external-work failures.
         KeyboardInterrupt: Ctrl-C (after cleanup).
     """
-    report = JobReport()
-    modules = job.modules
-    started: list[Any] = []
+    await begin_job(job)
     try:
-        try:
-            for svc in job.services.services.values():
-                await svc.begin_job()
-            job.assemble(await trio.to_thread.run_sync(job.source.collections))
-            # Built after assemble(): output modules' consumes count as dependencies too.
-            scheduler = _Scheduler(job, on_event, report)
-            for module in modules:
-                module.begin_job()
-                started.append(module)
-            if on_start is not None:
-                on_start()
-            t0 = time.perf_counter()
-            try:
-                await scheduler.run()
-            finally:
-                report.wall_time = time.perf_counter() - t0
-            for module in modules:
-                module.end_job()
-        except BaseException as exc:
-            error = first_error(exc)
-            report.error = error
-            for module in started:
-                try:
-                    module.abort_job()
-                except Exception:  # noqa: BLE001 - cleanup must not hide the real error
-                    pass
-            if error is exc:
-                raise
-            # Raise the leaf itself, keeping its __cause__ (the module's own exception);
-            # the group around it is noise for the user.
-            error.__suppress_context__ = True
-            raise error  # noqa: B904 - not "from exc": the leaf keeps its own __cause__
-    finally:
-        with trio.CancelScope(shield=True):
-            for svc in reversed(list(job.services.services.values())):
-                try:
-                    await svc.end_job()
-                except Exception:  # noqa: BLE001 - services must not mask the job's outcome
-                    pass
-            job.source.close()
-    # After every end_job, so that services' end-of-job numbers are in (CMSSW's postEndJob).
-    job.activity.post_end_job(job, report)
+        report = await process_events(job, on_event=on_event, on_start=on_start)
+    except BaseException as exc:
+        await _abort(job, exc)
+    await end_job(job, report)
     return report

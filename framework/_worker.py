@@ -95,6 +95,12 @@ class Worker:
     def describe(self) -> str:
         return f"{self.kind} '{self.label}' (type {self.type_name})"
 
+    def reset_counters(self) -> None:
+        """Forget the calls timed and counted so far (a new work unit)."""
+        self.times = WorkerTimes()
+        self.errors = 0
+        self.skipped = 0
+
     async def _call(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
         """Run ``fn(*args)`` on the right thread; return (result, start, end) in perf_counter s."""
         if self._limiter is None:

@@ -108,8 +108,11 @@ class HistogramAnalyzer(EDAnalyzer):
         if duplicates:
             raise ConfigurationError(f"EDAnalyzer '{self.label}': histogram name '{duplicates[0]}' is used twice")
 
-    def begin_job(self) -> None:
-        """Fail before the first event if ``fileName``'s folder is missing or not writable."""
+    def begin_unit(self) -> None:
+        """Empty histograms for this run (a job, or one work unit: a part); fail before the
+        first event if ``fileName``'s folder is missing or not writable."""
+        for h in self.histograms:
+            h.hist.reset()
         self.target = output_path(self.file_name)  # per dataset / unit when cmsrun runs those
         folder = self.target.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -124,7 +127,7 @@ class HistogramAnalyzer(EDAnalyzer):
         for h in self.histograms:
             h.fill(event)
 
-    def end_job(self) -> None:
+    def end_unit(self) -> None:
         """Write every histogram to ``fileName`` (temporary file, then rename)."""
         try:
             write_objects(self.target, self.hists)

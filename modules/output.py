@@ -149,14 +149,16 @@ class NanoAODOutputModule(OutputModule):
                 self.consumes(tag)
                 self.items.append(BranchBuffer(name, tag, f"product '{name}' of module '{product.label}'", None))
 
-    def begin_job(self) -> None:
+    def begin_unit(self) -> None:
         """Create the temporary output file. Raises FileOpenError naming the path.
 
         The file is ``framework.io.output_path(fileName)``: ``fileName`` itself, or the
-        dataset's or work unit's name for it when cmsrun runs datasets or units.
+        dataset's or work unit's name for it when cmsrun runs datasets or units (a new
+        file for every unit; CMSSW's ``OutputModule::openFile``).
         """
         self.writer = TreeWriter(output_path(self.file_name), self.tree_name, self.compression, self.context)
         self.events_written = 0
+        self._ids = []
         self.writer.open()
 
     def selected(self, event: Event) -> bool:
@@ -190,7 +192,7 @@ class NanoAODOutputModule(OutputModule):
         self.events_written += len(self._ids)
         self._ids = []
 
-    def end_job(self) -> None:
+    def end_unit(self) -> None:
         """Write the last basket, close the file and rename it to ``fileName``."""
         if not self.writer.is_open:
             return
@@ -199,9 +201,13 @@ class NanoAODOutputModule(OutputModule):
         self.writer.close()
         log.info("OutputModule '%s' wrote %d events to %s", self.label, self.events_written, self.writer.path)
 
-    def abort_job(self) -> None:
+    def abort_unit(self) -> None:
         """Close and delete the temporary file: a failed job leaves no output."""
         self.writer.abort()
+        for item in self.items:
+            if item.writers:
+                item.take()  # drop what a failed unit buffered
+        self._ids = []
 
     def output_files(self) -> list[Path]:
         """The file this module writes in the current run (after ``begin_job``)."""

@@ -228,3 +228,28 @@ def test_sonic_file_map_is_complete_and_in_import_order():
     for index, name in enumerate(order):
         later = graph[name] & set(order[index:])
         assert not later, f"{name} imports {later}, listed after it in the file map"
+
+
+DASK = {"dask", "distributed", "filelock"}
+
+
+def test_only_the_executor_knows_dask():
+    """framework.executor is the one place that imports Dask (and the host lock); nothing of
+    the data path (config, core, io, modules, sonic) imports the executor; cmsrun reaches it
+    lazily, for ``--executor dask`` only."""
+    for package in ("framework", "modules"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).parts
+            if parts[:2] == ("framework", "executor"):
+                continue
+            assert not imported_modules(path) & DASK, f"{path.relative_to(ROOT)} imports Dask"
+            if parts[:2] != ("framework", "bench") and parts[-1] != "_cmsrun.py":
+                assert not {m for m in framework_imports(path) if m.split(".")[0] == "executor"}, \
+                    f"{path.relative_to(ROOT)} imports framework.executor"
+    tree = ast.parse((FRAMEWORK / "_cmsrun.py").read_text())
+    top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert "executor" not in top_level, "cmsrun imports the executor at module level"
+    executor_files = list((FRAMEWORK / "executor").glob("*.py"))
+    assert len(executor_files) >= 4
+    for path in executor_files:
+        assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"

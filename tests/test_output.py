@@ -1,8 +1,8 @@
 """NanoAODOutputModule and HistogramAnalyzer, driven by hand as the framework drives them.
 
 Each test builds the module as the builder does (``_fw_bind``, validated parameters,
-``__init__``), then ``select`` / ``begin_job`` / ``write`` (or ``analyze``) /
-``end_job``, with events made of real PoolSource views plus products put by hand; the
+``__init__``), then ``select`` / ``begin_unit`` / ``write`` (or ``analyze``) /
+``end_unit``, with events made of real PoolSource views plus products put by hand; the
 files written are read back with uproot.
 """
 
@@ -83,7 +83,7 @@ def event_for(module, src, index, products=(), paths=None):
 
 
 async def run_output(input_file, tmp_path, *, products=None, product_values=None, paths=None, **params):
-    """select -> begin_job -> write (selected events) -> end_job; returns (module, tree)."""
+    """select -> begin_unit -> write (selected events) -> end_unit; returns (module, tree)."""
     out = build(NanoAODOutputModule, "out", fileName=str(tmp_path / "out.root"), **params)
     collections = PoolSource(types.SimpleNamespace(
         fileNames=[str(input_file)], skipEvents=0, treeName="Events",
@@ -91,12 +91,12 @@ async def run_output(input_file, tmp_path, *, products=None, product_values=None
     out.select(ProductRegistry(collections, products or []))
     source_request = {k: v for k, v in request_of(out).items() if k in collections}
     _, events = await source_events(input_file, source_request)
-    out.begin_job()
+    out.begin_unit()
     for i, src in enumerate(events):
         event = event_for(out, src, i, (product_values or (lambda i: {}))(i), paths(i) if paths else None)
         if out.selected(event):
             out.write(event)
-    out.end_job()
+    out.end_unit()
     return out, uproot.open(tmp_path / "out.root")["Events"]
 
 
@@ -162,8 +162,8 @@ async def test_select_events_unknown_path(input_file, tmp_path):
 def test_zero_events_give_an_empty_tree(tmp_path):
     out = build(NanoAODOutputModule, "out", fileName=str(tmp_path / "empty.root"))
     out.select(ProductRegistry({"Jet": ("pt",)}, []))
-    out.begin_job()
-    out.end_job()
+    out.begin_unit()
+    out.end_unit()
     tree = uproot.open(tmp_path / "empty.root")["Events"]
     assert tree.num_entries == 0
     assert {"run", "luminosityBlock", "event"} <= set(tree.keys())
@@ -171,10 +171,10 @@ def test_zero_events_give_an_empty_tree(tmp_path):
 
 def test_temporary_file_renamed_at_end_and_removed_on_abort(tmp_path):
     final = tmp_path / "out.root"
-    for finish in ("end_job", "abort_job"):
+    for finish in ("end_unit", "abort_unit"):
         out = build(NanoAODOutputModule, "out", fileName=str(final), basketSize=1)
         out.select(ProductRegistry({}, [ProductDescription("p", "", "P")]))
-        out.begin_job()
+        out.begin_unit()
         principal = EventPrincipal(EventID(1, 1, 1), 0, 0, {})
         principal.products[("p", "")] = 3.0
         out.write(Event(principal, "out", frozenset()))  # one basket written
@@ -182,7 +182,7 @@ def test_temporary_file_renamed_at_end_and_removed_on_abort(tmp_path):
         assert out.temp_name.parent == final.parent and str(os.getpid()) in out.temp_name.name
         getattr(out, finish)()
         assert not out.temp_name.exists()
-        assert final.exists() == (finish == "end_job")
+        assert final.exists() == (finish == "end_unit")
         final.unlink(missing_ok=True)
 
 
@@ -190,12 +190,12 @@ def test_unwritable_output_fails_in_begin_job(tmp_path):
     missing = tmp_path / "no" / "such" / "dir" / "out.root"
     out = build(NanoAODOutputModule, "out", fileName=str(missing))
     with pytest.raises(FileOpenError, match=r"'out'.*no/such/dir/out.root"):
-        out.begin_job()
+        out.begin_unit()
     a_file = tmp_path / "plain"
     a_file.write_text("x")
     out = build(NanoAODOutputModule, "out", fileName=str(a_file / "out.root"))
     with pytest.raises(FileOpenError, match="plain/out.root"):
-        out.begin_job()
+        out.begin_unit()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into read-only folders")
@@ -204,13 +204,13 @@ def test_read_only_folder(tmp_path):
     folder.mkdir(mode=0o500)
     out = build(NanoAODOutputModule, "out", fileName=str(folder / "out.root"))
     with pytest.raises(FileOpenError, match="ro/out.root"):
-        out.begin_job()
+        out.begin_unit()
 
 
 def test_product_changing_type_is_an_error(tmp_path):
     out = build(NanoAODOutputModule, "out", fileName=str(tmp_path / "o.root"))
     out.select(ProductRegistry({}, [ProductDescription("p", "", "P")]))
-    out.begin_job()
+    out.begin_unit()
     for i, value in enumerate([1.0, np.arange(3)]):
         principal = EventPrincipal(EventID(1, 1, i), 0, i, {})
         principal.products[("p", "")] = value
@@ -219,7 +219,7 @@ def test_product_changing_type_is_an_error(tmp_path):
         else:
             with pytest.raises(TypeError, match=r"product 'p'.*event 1:1:1.*was a number"):
                 out.write(Event(principal, "out", frozenset()))
-    out.abort_job()
+    out.abort_unit()
 
 
 def test_product_named_like_a_source_collection():
@@ -251,13 +251,13 @@ async def test_histograms_filled_and_read_back(input_file, tmp_path):
     module = hist_module(tmp_path)
     assert request_of(module) == {"Jet": {"pt"}, "prod": None}
     _, events = await source_events(input_file, {"Jet": {"pt"}})
-    module.begin_job()
+    module.begin_unit()
     scalars, arrays = [], []
     for i, src in enumerate(events):
         scalars.append(i * 0.7)
         arrays.append(np.arange(i % 4) - 0.5)
         module.analyze(event_for(module, src, i, {("prod", ""): scalars[-1], ("prod", "arr"): arrays[-1]}))
-    module.end_job()
+    module.end_unit()
     f = uproot.open(tmp_path / "h.root")
     jet_pt = uproot.open(input_file)["Events"]["Jet_pt"].array()
     for name, data, edges in [
@@ -275,8 +275,8 @@ async def test_histograms_filled_and_read_back(input_file, tmp_path):
 
 def test_histograms_abort_writes_nothing(tmp_path):
     module = hist_module(tmp_path)
-    module.begin_job()
-    module.abort_job()
+    module.begin_unit()
+    module.abort_unit()
     assert list(tmp_path.iterdir()) == []
 
 
@@ -288,7 +288,7 @@ def test_histogram_configuration_errors(tmp_path):
     with pytest.raises(ConfigurationError, match="'h' is used twice"):
         hist_module(tmp_path, histograms=twice)
     with pytest.raises(FileOpenError, match="missing"):
-        build(HistogramAnalyzer, "hists", fileName=str(tmp_path / "missing" / "h.root")).begin_job()
+        build(HistogramAnalyzer, "hists", fileName=str(tmp_path / "missing" / "h.root")).begin_unit()
 
 
 async def test_histogram_of_a_collection_needs_a_field(input_file, tmp_path):

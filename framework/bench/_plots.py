@@ -242,12 +242,31 @@ def _plan(result: dict[str, Any], plt: Any) -> Any:
                  "client cores one server sustains (0: beyond the range)", "capacity planner", plt)
 
 
+def _scale(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_t, ax_o) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, config in enumerate(dict.fromkeys(r["config"] for r in rows)):
+        pts = [r for r in rows if r["config"] == config]
+        n = [r["workers"] for r in pts]
+        ax_t.plot(n, [r["throughput"] for r in pts], "-o", color=f"C{i}", label=config)
+        ax_t.plot(n, [pts[0]["throughput"] * k / pts[0]["workers"] for k in n], ":", color=f"C{i}", lw=1)
+        ax_o.bar([f"{config}\n{r['workers']} w" for r in pts], [r["overhead_ms"] + r["scheduling_ms"] for r in pts],
+                 color=f"C{i}")
+    ax_t.set_xlabel("Dask workers")
+    ax_t.set_ylabel("events / s (dotted: linear)")
+    ax_t.legend(fontsize=8)
+    ax_o.set_ylabel("overhead + scheduling per unit [ms]")
+    for ax in (ax_t, ax_o):
+        ax.grid(alpha=0.3)
+    return fig
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
     "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
     "servers": _servers,
     "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _gpu_clients,
-    "gpu-miniaod": _gpu_miniaod, "plan": _plan,
+    "gpu-miniaod": _gpu_miniaod, "plan": _plan, "scale": _scale,
 }
 
 

@@ -145,6 +145,16 @@ class FallbackServer:
         self._on_start()
         self.models = frozenset(wanted)
 
+    def repository(self, models: Iterable[str]) -> pathlib.Path:
+        """The repository a fallback server for ``models`` serves (``fallback.modelRepository``,
+        else the one holding their ``config.pbtxt``); also used by ``cmsrun --executor dask``
+        to start one server per host for them.
+
+        Raises:
+            ConfigurationError: the models' config paths point to several repositories.
+        """
+        return self._repository(models)
+
     def _repository(self, models: Iterable[str]) -> pathlib.Path:
         if self.params.modelRepository:
             return pathlib.Path(self.params.modelRepository)

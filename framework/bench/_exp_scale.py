@@ -1,0 +1,119 @@
+"""``cmsbench scale``: ``cmsrun --executor dask`` on 1 and 2 workers, CPU-bound and SONIC.
+
+Each point is one ``cmsrun configs/bench/scale_cfg.py --dataset FILESET --executor dask
+--workers N`` in a subprocess (its own LocalCluster), over a fileset of the real
+``pfnano.root`` listed ``copies`` times (symbolic links: a file is listed once per
+dataset). Two configs:
+
+* ``cpu``: ``BenchCPUProducer`` burns ``cpuTime`` ms per event (SHA-256 hashing), plus
+  the jets' HT and a NanoAOD output keeping the PF candidates (so that the merge has
+  megabytes to merge);
+* ``sonic``: the same with less CPU and one ``tiny`` request per event to ONE local
+  Triton server shared by all workers (``server=``, the benchmarks' tiny server).
+
+From the run's ``--summary-json``: events/s over the span of the units (first unit
+started to last unit finished: cluster start-up and preprocessing excluded), the ratio
+to linear (``rate(N) / (N x rate(1))``; target for ``cpu`` at 2 workers >= 0.85), the
+per-unit overhead (task time outside the events: job lookup, ``begin_unit``/``end_unit``
+with the part writing), the scheduling time per unit (worker time outside tasks while
+units ran), and the merge time per 100 MB of merged output.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+from ._harness import REPO, SERVERS, median_of, temporary_folder
+
+CONFIG = REPO / "configs" / "bench" / "scale_cfg.py"
+
+
+def _fileset(folder: pathlib.Path, sample: str, copies: int) -> pathlib.Path:
+    files = []
+    for i in range(copies):
+        link = folder / f"pfnano_{i}.root"
+        if not link.exists():
+            link.symlink_to(sample)
+        files.append(str(link))
+    path = folder / "fileset.json"
+    path.write_text(json.dumps({"PFNano": files}))
+    return path
+
+
+def _run(folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int,
+         options: dict[str, Any]) -> dict[str, Any]:
+    summary_path = folder / f"summary-{workers}.json"
+    args = [f"{k}={v}" for k, v in options.items()]
+    cmd = [sys.executable, "-m", "framework._cmsrun", str(CONFIG), *args, "--dataset", str(fileset),
+           "--chunk-size", str(chunk), "--executor", "dask", "--workers", str(workers), "--no-progress",
+           "--summary-json", str(summary_path)]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=3600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cmsrun --executor dask --workers {workers} failed ({proc.returncode}): "
+                           f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+    summary = json.loads(summary_path.read_text())
+    units = summary["units"]
+    merged = [m for m in summary["merge"] if m["dataset"] == "PFNano"]
+    merge_s = sum(m["seconds"] for m in merged)
+    merge_bytes = sum(m["bytes"] for m in merged)
+    return {"events": summary["events"], "span_s": units["span_s"],
+            "throughput": summary["events"] / units["span_s"] if units["span_s"] > 0 else 0.0,
+            "units": units["done"], "overhead_ms": units["mean_overhead_s"] * 1e3,
+            "scheduling_ms": units["scheduling_s"] * 1e3, "merge_s": merge_s, "merge_mb": merge_bytes / 1e6,
+            "merge_s_per_100mb": merge_s / (merge_bytes / 1e8) if merge_bytes else 0.0,
+            "p50_ms": summary["latency"]["p50"] * 1e3, "p99_ms": summary["latency"]["p99"] * 1e3}
+
+
+def scale(quick: bool, repeat: int) -> dict[str, Any]:
+    """The experiment (see the module docstring)."""
+    from framework.samples import locate_sample
+
+    sample = str(locate_sample("pfnano.root"))
+    copies, chunk = (2, 10) if quick else (40, 10)
+    cpu_ms = 2.0 if quick else 50.0  # full: 500 ms of CPU per 10-event unit
+    rows, targets = [], []
+    with temporary_folder("scale") as folder:
+        fileset = _fileset(folder, sample, copies)
+        server = SERVERS.tiny_server()
+        configs = {
+            "cpu": {"cpuTime": cpu_ms, "keep": "PFCands_*"},
+            "sonic": {"cpuTime": cpu_ms / 4, "sonic": 1, "server": server.grpc_address, "streams": 4},
+        }
+        for name, options in configs.items():
+            base = None
+            # --quick: the SONIC config at 2 workers only (it proves the path; seconds count in the tests).
+            for workers in (2,) if quick and name == "sonic" else (1, 2):
+                point = median_of(repeat, functools.partial(_run, folder, fileset, workers, chunk, options),
+                                  keys=("throughput", "overhead_ms", "scheduling_ms", "merge_s_per_100mb"))
+                base = point["throughput"] if workers == 1 else base
+                ratio = point["throughput"] / (workers * base) if base else None
+                rows.append({"config": name, "workers": workers, **point, "linear_ratio": ratio})
+                if workers == 2 and ratio is not None:
+                    wanted = 0.85 if name == "cpu" else None
+                    targets.append({"name": f"{name}: 2 workers / (2 x 1 worker)", "value": ratio, "target": wanted,
+                                    "met": ratio >= 0.85 if wanted else None,
+                                    "note": f"{os.cpu_count()} cores; {copies} x pfnano.root, {chunk} events/unit"})
+    return {
+        "experiment": "scale",
+        "title": "Scale-out on Dask: events/s for 1 and 2 workers (LocalCluster), CPU-bound and SONIC",
+        "settings": {"copies": copies, "chunk_size": chunk, "cpu_ms": cpu_ms, "quick": quick, "repeat": repeat,
+                     "configs": configs},
+        "rows": rows,
+        "columns": [("config", "config", "s"), ("workers", "workers", "d"), ("events", "events", "d"),
+                    ("throughput", "events/s", ".1f"), ("linear_ratio", "/ linear", ".2f"),
+                    ("overhead_ms", "overhead/unit [ms]", ".1f"), ("scheduling_ms", "scheduling/unit [ms]", ".1f"),
+                    ("merge_mb", "merged [MB]", ".2f"), ("merge_s_per_100mb", "merge [s/100 MB]", ".2f"),
+                    ("p50_ms", "p50 [ms]", ".2f")],
+        "targets": targets,
+        "notes": ["events/s over the span of the units (cluster start-up and preprocessing excluded)",
+                  "overhead/unit: task time outside the events (job lookup, begin_unit/end_unit with the part "
+                  "writing); scheduling/unit: worker time outside tasks while units ran",
+                  "sonic: one local tiny-model server shared by every worker",
+                  "each unit opens its file again (PoolSource per unit): ~10 events per unit makes that visible"],
+    }

@@ -1,0 +1,26 @@
+"""The scale-out executor: ``cmsrun CONFIG --dataset FILESET --executor dask``.
+
+The only part of the framework that knows Dask (``tests/test_layering.py``). It sits
+above the data path (config -> builder -> scheduler -> io -> modules -> sonic) and drives
+it: the datasets' work units (``framework.io``) become Dask tasks, each worker builds and
+begins the job once (``framework._scheduler.begin_job``) and runs unit after unit
+(``process_events``), and the driver merges the parts and the units' summaries.
+
+Files:
+
+* ``_host_triton``: :class:`HostTritonServer`, a Dask nanny plugin: one fallback Triton
+  server per host (``filelock``), shared by the host's workers;
+* ``_unit_task``: the worker side: :class:`JobSpec`, the per-worker :class:`JobCache`
+  (a worker plugin), the task :func:`run_unit_task` and its :class:`UnitOutcome`;
+* ``_report``: the one summary of the run (``framework._summary`` merged, plus workers,
+  units retried/skipped, merge times, Triton servers);
+* ``_dask``: the driver: cluster, preprocessing on the cluster, submission, progress,
+  faults, merge (:func:`run_on_dask`).
+"""
+
+from ._dask import DaskOptions as DaskOptions
+from ._dask import run_on_dask as run_on_dask
+from ._host_triton import HostTritonServer as HostTritonServer
+from ._unit_task import JobSpec as JobSpec
+from ._unit_task import UnitOutcome as UnitOutcome
+from ._unit_task import run_unit_task as run_unit_task

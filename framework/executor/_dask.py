@@ -1,0 +1,451 @@
+"""``cmsrun CONFIG --dataset FILESET --executor dask``: the datasets' work units on a Dask cluster.
+
+The driver (this module, in the ``cmsrun`` process):
+
+1. opens the cluster: a ``distributed.LocalCluster`` of worker PROCESSES (``--workers N``,
+   default = cores, one thread each), or ``distributed.Client(--scheduler ADDRESS)`` for an
+   existing one (dask-jobqueue's HTCondor/Slurm clusters, a coffea-casa facility), and
+   prints the dashboard address;
+2. if the config uses Triton and a model is served by no configured server, registers
+   :class:`~framework.executor._host_triton.HostTritonServer` (one local server per host);
+3. preprocesses the fileset on the cluster (one task per file; the cache next to the
+   output is reused, ``framework.io.preprocess``) and splits it into work units;
+4. submits one task per unit (``client.submit(run_unit_task, ...)``; the worker side is
+   ``_unit_task``) and follows them with ``as_completed`` and a rich progress bar;
+5. merges each dataset's parts in unit order into its outputs (``framework.io``), or
+   keeps them with a manifest (``--keep-parts``), and prints ONE summary of the run
+   (``_report``).
+
+Faults: a worker that dies runs its unit again elsewhere (Dask). A unit that fails with a
+framework error (a corrupt file) stops the run: the other units are cancelled, the cluster
+closed, every part removed, and the one-line error names file and entry range; with
+``--skip-bad-files`` (coffea's ``skipbadfiles``) a unit whose FILE is bad is skipped and
+listed in the summary with its events. Ctrl-C / SIGTERM close the cluster, stop the host
+servers and remove the parts (exit 130 / 143).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distributed import Client, Future, LocalCluster, as_completed
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .._builder import build_job
+from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
+from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
+from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
+from ._report import print_run_summary, run_summary
+from ._triton_stats import ServerCounters
+from ._unit_task import JobCache, JobSpec, UnitOutcome, run_unit_task
+
+__all__ = ["DaskOptions", "run_on_dask"]
+
+log = logging.getLogger("pysonic.executor")
+
+RETRIES = 1  # Dask retries of a unit that raised something other than a framework error
+
+
+@dataclass
+class DaskOptions:
+    """The command line of the executor (``cmsrun --executor dask ...``)."""
+
+    config: str
+    args: list[str]
+    fileset: str
+    chunk_size: int
+    scheduler: str | None = None
+    workers: int | None = None
+    streams: int | None = None
+    threads: int | None = None
+    skip_bad_files: bool = False
+    keep_parts: bool = False
+    progress: bool = True
+    summary: bool = True
+    summary_json: str | None = None
+
+
+@dataclass
+class _Run:
+    """What the driver tracks while units run."""
+
+    plan: list[tuple[Dataset, list[WorkUnit]]]
+    outcomes: dict[str, UnitOutcome] = field(default_factory=dict)  # unit id -> outcome
+    skipped: list[UnitOutcome] = field(default_factory=list)
+    retried: dict[str, int] = field(default_factory=dict)
+    outputs: list[Path] = field(default_factory=list)  # configured output names (for cleanup)
+
+
+class _Stopped(KeyboardInterrupt):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM raises like Ctrl-C does (both end in the cleanup below); restored after."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[str, Any]:
+    """Run ``process`` over every dataset of ``options.fileset`` on a Dask cluster.
+
+    Returns:
+        The run's summary (``_report.run_summary``).
+
+    Raises:
+        FrameworkError: a unit failed (one line naming file and entry range), unless
+            ``skip_bad_files`` and its file is bad; nothing of the run's parts is left.
+        KeyboardInterrupt: SIGINT/SIGTERM (``.signum``), after the same cleanup.
+    """
+    from .._datasets import plan_datasets
+
+    outputs = _configured_outputs(process)
+    cluster = client = None
+    tag = ""
+    run: _Run | None = None
+    try:
+        with _signals_raise():
+            cluster, client = _open_cluster(options, console)
+            tag, counters = _plan_triton(process, client, console)
+            client.register_plugin(JobCache(), name=JobCache.name)
+            t0 = time.perf_counter()
+            bad_files: list[dict[str, str]] = []
+            plan = plan_datasets(process, options.fileset, options.chunk_size,
+                                 mapper=_cluster_mapper(client, bad_files if options.skip_bad_files else None))
+            for bad in bad_files:
+                log.warning("skipped (--skip-bad-files): %s", bad["error"])
+            run = _Run(plan, outputs=outputs)
+            spec = JobSpec.make(options.config, options.args, options.streams, options.threads, tag)
+            _run_units(client, spec, run, options, console)
+            merges = _merge(run, options)
+            wall = time.perf_counter() - t0
+            summary = run_summary(process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges,
+                                  wall, _workers_of(client))
+            _server_statistics(client, tag, counters, summary)
+            summary["units"]["skipped_files"] = bad_files
+    except BaseException:
+        _close(cluster, client, tag)
+        _remove_parts(outputs, run.plan if run is not None else [])
+        raise
+    _close(cluster, client, tag)
+    if options.summary:
+        print_run_summary(summary, console)
+    if options.summary_json:
+        Path(options.summary_json).write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster | None, Client]:
+    # Dask's own INFO lines (workers starting, closing) would bury cmsrun's output.
+    for name in ("distributed", "bokeh", "tornado"):
+        if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    if options.scheduler:
+        client = Client(options.scheduler)
+        cluster = None
+    else:
+        n = options.workers or os.cpu_count() or 1
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+        client = Client(cluster)
+    workers = len(client.scheduler_info(n_workers=-1)["workers"]) if options.scheduler else options.workers
+    console.print(f"[bold]cmsrun: Dask scheduler {client.scheduler.address}, "
+                  f"{workers or os.cpu_count()} worker(s); dashboard: {client.dashboard_link}[/bold]",
+                  soft_wrap=True)
+    return cluster, client
+
+
+def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> Any:
+    """``preprocess``'s mapper: one task per file on the cluster (results in order).
+
+    With ``bad_files`` (``--skip-bad-files``), a file whose metadata cannot be read becomes
+    an empty :class:`~framework.io.FileInfo` (no unit runs; never valid in the cache, its
+    size and mtime unknown) and is listed there with its error, as coffea's preprocessing
+    skips it.
+    """
+
+    def mapper(function: Any, paths: list[str], trees: list[str]) -> list[Any]:
+        task = function if bad_files is None else functools.partial(_preprocess_or_skip, function)
+        futures = client.map(task, paths, trees, pure=False, retries=RETRIES)
+        results = list(client.gather(futures))
+        for info in results:
+            if bad_files is not None and info.uuid.startswith(_BAD):
+                bad_files.append({"file": info.path, "tree": info.tree, "error": info.uuid[len(_BAD):]})
+        return results
+
+    return mapper
+
+
+_BAD = "unreadable:"
+
+
+def _preprocess_or_skip(function: Any, path: str, tree: str) -> Any:
+    """``function(path, tree)``; a FileOpenError gives an empty FileInfo whose uuid says why."""
+    from ..io import FileInfo
+
+    try:
+        return function(path, tree)
+    except FileOpenError as exc:
+        return FileInfo(path, tree, 0, (0,), _BAD + str(exc.args[0] if exc.args else exc).partition("\n")[0])
+
+
+def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
+    """If the config uses Triton: the run's server counters (configured servers: begin
+    snapshot now), and, if its models need TritonService's fallback, one server per host
+    started (a nanny plugin). Returns (its tag, "" if none; the counters, None if no Triton)."""
+    if not _uses_triton(process):
+        return "", None
+    job = build_job(process, max_events=-1)  # constructs modules: they register their models
+    service = job.services.services.get("TritonService")
+    if service is None or not service.models:  # type: ignore[attr-defined]
+        return "", None
+    from framework.sonic._routing import ready_models
+
+    routing = service.routing  # type: ignore[attr-defined]
+    served: set[str] = set()
+    pairs = []
+    for name, server in routing.servers.items():
+        found = ready_models(server)
+        if not isinstance(found, str):
+            served |= found
+            pairs += [(m, name) for m in sorted(found & set(service.models))]  # type: ignore[attr-defined]
+    counters = ServerCounters(routing.servers, pairs)
+    counters.take_begin()
+    missing = sorted(m for m in service.models if m not in served)  # type: ignore[attr-defined]
+    if not missing or not routing.fallback.enabled:
+        return "", counters  # TritonService's own begin_job names what is missing if the fallback is off
+    fallback = routing.fallback
+    repository = str(fallback.repository(missing))
+    params = fallback.params
+    tag = host_tag(client.scheduler.address, repository, missing, params.device)
+    plugin = HostTritonServer(tag, repository, missing, device=params.device, instances=params.instances,
+                              wait=float(params.wait), verbose=params.verbose)
+    console.print(f"cmsrun: one Triton server per host for {', '.join(missing)} (repository {repository})")
+    try:
+        client.register_plugin(plugin, name=HostTritonServer.name)
+    except Exception as exc:  # noqa: BLE001 - the nanny's error, as one line
+        raise ExternalFailure(f"cmsrun: the host Triton server for {', '.join(missing)} did not start: "
+                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    counters.models_on_host = missing
+    return tag, counters
+
+
+def _uses_triton(process: Any) -> bool:
+    """Whether a module of the config is a SONIC module (found by type, as the builder does)."""
+    from framework._registry import find_type
+    from framework.sonic import SonicEDFilter, SonicEDProducer
+
+    if "TritonService" in process.services_():
+        return True
+    for group in (process.producers_(), process.filters_()):
+        for module in group.values():
+            try:
+                cls = find_type(module.type_())
+            except Exception:  # noqa: BLE001 - the build names an unknown type
+                continue
+            if isinstance(cls, type) and issubclass(cls, (SonicEDProducer, SonicEDFilter)):
+                return True
+    return False
+
+
+def _server_statistics(client: Client, tag: str, counters: ServerCounters | None,
+                       summary: dict[str, Any]) -> None:
+    """Triton's server-side counters of the run, into ``summary["services"]["TritonService"]``;
+    ``summary["host_servers"]``: worker -> the host server it found."""
+    if counters is None:
+        return
+    if tag:
+        from framework.sonic import ServerInfo
+
+        summary["host_servers"] = dict(client.run(host_server, tag))
+        for address in sorted({a for a in summary["host_servers"].values() if a}):
+            counters.add_server(ServerInfo(f"{HOST_SERVER}@{address}", address), counters.models_on_host)
+    try:
+        stats = counters.statistics()
+    except Exception as exc:  # noqa: BLE001 - statistics are a nicety
+        log.warning("no Triton server statistics: %s", exc)
+        return
+    summary["services"].setdefault("TritonService", {})["models"] = stats
+
+
+def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, console: Console) -> None:
+    futures: dict[Future, WorkUnit] = {}
+    seen: set[str] = set()
+    for dataset, units in run.plan:
+        for unit in units:
+            if unit.id in seen:  # its part (and Dask key) would be the other listing's
+                raise ConfigurationError(f"dataset '{dataset.name}' lists file '{unit.file}' (tree '{unit.tree}') "
+                                         f"twice: each file once per dataset")
+            seen.add(unit.id)
+    for _dataset, units in run.plan:
+        for unit in units:
+            if unit.num_entries == 0:
+                continue  # an empty file: nothing to run (it still counts as seen)
+            future = client.submit(run_unit_task, spec, unit, units[0], key=f"unit-{unit.part_name}-{spec.digest[:8]}",
+                                   pure=False, retries=RETRIES)
+            futures[future] = unit
+    total_events = sum(u.num_entries for u in futures.values())
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
+                        disable=not (options.progress and console.is_terminal))
+    units_task = progress.add_task("units", total=len(futures), rate="")
+    events_task = progress.add_task("events", total=total_events, rate="")
+    t0 = time.perf_counter()
+    events = 0
+    with progress:
+        for future in as_completed(list(futures)):
+            unit = futures[future]
+            try:
+                outcome: UnitOutcome = future.result()
+            except Exception as exc:  # noqa: BLE001 - retries exhausted or the worker died too often
+                _cancel(client, futures)
+                raise FrameworkError(f"work unit {unit.describe()} failed on the cluster: "
+                                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                                     category="ExternalFailure") from exc
+            if outcome.error:
+                if not (options.skip_bad_files and outcome.bad_file):
+                    _cancel(client, futures)
+                    raise FrameworkError(outcome.error, category="FileReadError" if outcome.bad_file else "Module")
+                log.warning("skipped (--skip-bad-files): %s", outcome.error)
+                run.skipped.append(outcome)
+            else:
+                run.outcomes[unit.id] = outcome
+                events += outcome.record["events"] if outcome.record else 0
+            rate = events / max(time.perf_counter() - t0, 1e-9)
+            progress.update(units_task, advance=1)
+            progress.update(events_task, advance=unit.num_entries, rate=f"{rate:,.0f} events/s")
+    run.retried = _retries(client, list(futures))
+
+
+def _retries(client: Client, futures: list[Future]) -> dict[str, int]:
+    """Unit key -> times Dask ran it again (its worker died: ``suspicious``; or it raised:
+    ``retries`` used), read from the scheduler while the futures still hold the tasks."""
+    keys = [f.key for f in futures]
+
+    def count(dask_scheduler: Any, keys: list[str], retries: int) -> dict[str, int]:
+        found = {}
+        for key in keys:
+            ts = dask_scheduler.tasks.get(key)
+            if ts is not None and (ts.suspicious or (ts.retries is not None and ts.retries < retries)):
+                found[key] = int(ts.suspicious) + (retries - int(ts.retries or 0))
+        return found
+
+    try:
+        return dict(client.run_on_scheduler(count, keys=keys, retries=RETRIES))
+    except Exception as exc:  # noqa: BLE001 - a statistic; the outputs are complete
+        log.warning("cannot read the retries from the Dask scheduler: %s", exc)
+        return {}
+
+
+def _cancel(client: Client, futures: dict[Future, WorkUnit]) -> None:
+    client.cancel(list(futures), force=True)
+
+
+def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
+    """Merge each dataset's parts in unit order; with ``keep_parts`` also write manifests."""
+    merges = []
+    for dataset, units in run.plan:
+        done = [run.outcomes[u.id] for u in units if u.id in run.outcomes]
+        if not done:
+            log.warning("dataset '%s': no unit succeeded, no output", dataset.name)
+            continue
+        t0 = time.perf_counter()
+        reports = merge_unit_parts([o.parts for o in done], remove_parts=not options.keep_parts)
+        seconds = time.perf_counter() - t0
+        for report in reports:
+            size = report.target.stat().st_size
+            merges.append({"dataset": dataset.name, "output": str(report.target), "parts": len(report.parts),
+                           "entries": report.entries, "bytes": size, "seconds": seconds / len(reports)})
+        for report in reports:
+            folder = parts_folder(report.target)
+            if options.keep_parts:
+                _write_manifest(report.target, done)
+                for temp in folder.glob("*.tmp-*"):  # what a worker killed mid-unit was writing
+                    temp.unlink(missing_ok=True)
+            elif folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+    return merges
+
+
+def _write_manifest(target: Path, done: list[UnitOutcome]) -> None:
+    """``<output>.parts/manifest.json``: the units merged into ``target``, in order."""
+    units = []
+    for outcome in done:
+        part = next((p for p in outcome.parts if final_path(p) == target), None)
+        if part is None:
+            continue
+        u = outcome.unit
+        units.append({"id": u.id, "dataset": u.dataset, "file": u.file, "tree": u.tree,
+                      "entry_start": u.entry_start, "entry_stop": u.entry_stop,
+                      "events": outcome.record["events"] if outcome.record else 0, "part": part})
+    (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units},
+                                                                   indent=1))
+
+
+def _configured_outputs(process: Any) -> list[Path]:
+    """Every ``fileName`` of the config's modules: the outputs whose parts the run writes."""
+    names = []
+    for group in (process.producers_(), process.filters_(), process.analyzers_(), process.outputModules_()):
+        for module in group.values():
+            if "fileName" in module:
+                names.append(Path(str(module.fileName.value())))
+    return names
+
+
+def _remove_parts(outputs: list[Path], plan: list[tuple[Dataset, list[WorkUnit]]]) -> None:
+    """Remove the parts folders of this run's outputs (complete parts and temporary files)."""
+    for name in outputs:
+        for dataset, _units in plan:
+            folder = parts_folder(dataset_output_path(name, dataset.name))
+            if folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _workers_of(client: Client) -> dict[str, dict[str, Any]]:
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except Exception:  # noqa: BLE001 - a statistic
+        return {}
+    return {address: {"host": w.get("host", ""), "nthreads": w.get("nthreads", 0)} for address, w in info.items()}
+
+
+def _close(cluster: LocalCluster | None, client: Client | None, tag: str) -> None:
+    """End the workers' jobs (services' end_job while the host server still runs), stop the
+    host servers (the nannies' teardown), close the client and a cluster we started, then
+    make sure no host server of this run is left."""
+    try:
+        if client is not None:
+            plugins = [(JobCache.name, False)] + ([(HostTritonServer.name, True)] if tag else [])
+            for name, nanny in plugins:
+                with contextlib.suppress(Exception):  # best effort: closing the cluster ends them too
+                    client.unregister_worker_plugin(name, nanny=nanny)
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    finally:
+        if tag:
+            stop_host_server(tag)

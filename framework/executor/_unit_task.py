@@ -1,0 +1,235 @@
+"""The worker side of ``cmsrun --executor dask``: a job built once per worker, then unit after unit.
+
+A Dask task :func:`run_unit_task` runs one :class:`~framework.io.WorkUnit`. The worker's
+:class:`JobCache` (a Dask ``WorkerPlugin``) keeps the jobs it built, by config and dataset
+(:class:`JobSpec` key): the config is loaded and built, and the job begun
+(``framework._scheduler.begin_job``: services' and modules' ``begin_job``, the source's
+layout from the dataset's first file, which every worker reads alike so that the parts
+agree), ONCE per worker and dataset; then each unit runs in its own ``trio.run``
+(``process_events``: its own streams), its outputs written as the unit's parts
+(``output_naming(unit=...)``, atomic). A worker with several threads keeps one job per
+thread in use. The jobs end (``end_job``: services' ``end_job``) when the worker closes.
+
+A unit that fails with a ``FrameworkError`` returns a failed :class:`UnitOutcome` (the
+error in one line naming file and entry range) instead of raising, so that Dask does not
+retry what fails deterministically; the job that failed is dropped (aborted). Any other
+exception is raised: Dask retries it (``retries=``). A worker that dies is Dask's to handle:
+its task runs again elsewhere (``distributed.scheduler.allowed-failures``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .. import config as cms
+from .._builder import Job, build_job
+from .._errors import FileOpenError, FileReadError, FrameworkError
+from .._scheduler import abort_job, begin_job, end_job, process_events
+from .._summary import unit_record
+from ..io import WorkUnit, output_naming
+from ._host_triton import HOST_SERVER, host_server
+
+__all__ = ["JobCache", "JobSpec", "UnitOutcome", "run_unit_task"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a worker needs to build the job: the config and the command line's overrides.
+
+    Attributes:
+        config: absolute path of the ``_cfg.py`` (workers must see the same file system).
+        args: the config's ``name=value`` arguments.
+        streams, threads: ``-j``/``-t`` overrides (None: the config's).
+        cwd: the folder relative output names are relative to (cmsrun's).
+        host_tag: the run's host Triton server tag (``_host_triton.host_tag``); "" = none.
+        digest: sha1 of the config file's text and of the fields above.
+    """
+
+    config: str
+    args: tuple[str, ...]
+    streams: int | None
+    threads: int | None
+    cwd: str
+    host_tag: str = ""
+    digest: str = field(default="", compare=False)
+
+    @classmethod
+    def make(cls, config: str, args: list[str], streams: int | None, threads: int | None,
+             host_tag: str = "") -> JobSpec:
+        path = str(Path(config).resolve())
+        text = Path(path).read_bytes()
+        key = repr((path, tuple(args), streams, threads, host_tag, os.getcwd())).encode()
+        digest = hashlib.sha1(text + b"\0" + key).hexdigest()
+        return cls(path, tuple(args), streams, threads, os.getcwd(), host_tag, digest)
+
+
+@dataclass
+class UnitOutcome:
+    """What one unit task did (picklable; sent back to cmsrun).
+
+    Attributes:
+        unit: the unit.
+        parts: the part files written (one per output of the config), as strings.
+        record: ``framework._summary.unit_record`` of the unit's run; None if it failed.
+        error: the one-line error if it failed ("" if not); ``bad_file``: it was a
+            FileOpenError/FileReadError (what ``--skip-bad-files`` skips).
+        worker, host: the Dask worker's address and host name.
+        started, finished: ``time.time()`` at the task's start and end (s).
+        events_time: seconds in ``process_events`` (the events alone); the rest of the
+            task (job lookup, part writing, report) is per-unit overhead.
+        built: the job was built for this unit (the worker's first of the dataset).
+        services: the services' ``statistics()`` after the unit (cumulative per worker job).
+    """
+
+    unit: WorkUnit
+    parts: tuple[str, ...] = ()
+    record: dict[str, Any] | None = None
+    error: str = ""
+    bad_file: bool = False
+    worker: str = ""
+    host: str = ""
+    started: float = 0.0
+    finished: float = 0.0
+    events_time: float = 0.0
+    built: bool = False
+    services: dict[str, Any] = field(default_factory=dict)
+
+
+class JobCache(WorkerPlugin):  # type: ignore[misc]
+    """Per worker: the jobs built, idle ones by (spec digest, dataset); ended at teardown."""
+
+    name = "pysonic-jobs"
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str], list[Job]] = {}
+        self._lock: threading.Lock | None = None
+
+    def setup(self, worker: Any) -> None:
+        self._lock = threading.Lock()  # made on the worker: a lock does not pickle
+
+    def take(self, spec: JobSpec, first: WorkUnit, unit: WorkUnit) -> tuple[Job, bool]:
+        """An idle job for ``spec`` and ``unit``'s dataset, or a new one, begun. Blocking.
+
+        A new job takes its layout from ``first`` (the dataset's first unit); if that file
+        cannot be read (``--skip-bad-files`` goes on without it), from ``unit``'s file.
+        """
+        with self._lock or threading.Lock():
+            idle = self._idle.get((spec.digest, unit.dataset))
+            if idle:
+                return idle.pop(), False
+        try:
+            return _build(spec, first), True
+        except (FileOpenError, FileReadError):
+            if first == unit:
+                raise
+        return _build(spec, unit), True
+
+    def give_back(self, spec: JobSpec, dataset: str, job: Job) -> None:
+        with self._lock or threading.Lock():
+            self._idle.setdefault((spec.digest, dataset), []).append(job)
+
+    def teardown(self, worker: Any) -> None:
+        with self._lock or threading.Lock():
+            jobs = [j for js in self._idle.values() for j in js]
+            self._idle.clear()
+        for job in jobs:
+            with contextlib.suppress(Exception):  # the worker is closing; the units are done
+                trio.run(end_job, job)
+
+
+def _build(spec: JobSpec, first: WorkUnit) -> Job:
+    folder = os.path.dirname(spec.config)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # module types given as "file:Class" next to the config
+    process = cms.load_config(spec.config, list(spec.args))
+    if spec.host_tag:
+        add_host_server(process, spec.host_tag)
+    job = build_job(process, max_events=-1, streams=spec.streams, threads=spec.threads)
+    # The layout output modules see comes from the dataset's first file, on every worker.
+    job.source.set_units([first])  # type: ignore[attr-defined]
+    trio.run(begin_job, job)
+    return job
+
+
+def add_host_server(process: Any, tag: str) -> None:
+    """Add this host's shared server (if it runs) to ``process``'s TritonService servers,
+    creating the service if the config has none: TritonService then finds the models there
+    and starts no fallback of its own."""
+    address = host_server(tag)
+    if address is None:
+        return
+    host, _, port = address.rpartition(":")
+    entry = cms.PSet(name=cms.untracked.string(HOST_SERVER), address=cms.untracked.string(host),
+                     port=cms.untracked.uint32(int(port)))
+    if "TritonService" in process.services_():
+        service = process.TritonService
+        if "servers" in service:
+            service.servers.append(entry)
+        else:
+            service.servers = cms.untracked.VPSet(entry)
+    else:
+        process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(entry))
+
+
+def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome:
+    """The Dask task: run ``unit`` with this worker's job for ``spec`` (see the module docstring).
+
+    Args:
+        first: the first unit of ``unit``'s dataset (whose file gives the job's layout).
+
+    Raises:
+        Exception: anything but a FrameworkError (Dask retries the task).
+    """
+    worker = get_worker()
+    cache = worker.plugins.get(JobCache.name)
+    if not isinstance(cache, JobCache):  # registered by cmsrun; a worker that joined later gets it too, but be safe
+        cache = JobCache()
+        cache.setup(worker)
+        worker.plugins[JobCache.name] = cache
+    outcome = UnitOutcome(unit, worker=worker.address, host=os.uname().nodename, started=time.time())
+    job = None
+    if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
+        os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
+    try:
+        job, outcome.built = cache.take(spec, first, unit)
+        job.reset_counters()
+        job.source.set_units([unit])  # type: ignore[attr-defined]
+        with output_naming(unit=unit):  # trio.run runs in a copy of this context
+            t0 = time.perf_counter()
+            report = trio.run(process_events, job)
+            outcome.events_time = time.perf_counter() - t0
+        outcome.parts = tuple(str(p) for m in job.modules if hasattr(m, "output_files") for p in m.output_files())
+        outcome.record = unit_record(job, report)
+        outcome.services = {name: stats for name, svc in job.services.services.items()
+                            if (stats := svc.statistics())}
+        cache.give_back(spec, unit.dataset, job)
+    except FrameworkError as exc:
+        outcome.error = _one_line(exc, unit)
+        outcome.bad_file = isinstance(exc, (FileOpenError, FileReadError))
+        if job is not None:
+            trio.run(abort_job, job)  # its state after a failure is not trusted for the next unit
+    except BaseException:
+        if job is not None:
+            trio.run(abort_job, job)
+        raise
+    outcome.finished = time.time()
+    return outcome
+
+
+def _one_line(exc: FrameworkError, unit: WorkUnit) -> str:
+    message = str(exc.args[0] if exc.args else exc).partition("\n")[0]
+    if "entries [" not in message:  # name the file and entry range whatever failed
+        message += f" (work unit: {unit.describe()})"
+    return message

@@ -1,0 +1,280 @@
+"""``cmsrun --executor dask`` end to end: a real LocalCluster of 2 worker processes, the real
+tritonserver, real NanoAOD files.
+
+One cluster is shared by the tests (``--scheduler`` its address), except the Ctrl-C test,
+whose cmsrun starts its own in a subprocess. Outputs are compared event by event with the
+single-process ``cmsrun --dataset`` run of the same config: the same (run,
+luminosityBlock, event) ids in the same order (one stream: rows in input order) and the
+same products. Small chunk sizes on small files make many units quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+
+from framework import FileOpenError
+from framework._cmsrun import main as cmsrun_main
+from framework.samples import locate_sample
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATASET_CFG = ROOT / "configs" / "dataset_cfg.py"
+SCALE_CFG = ROOT / "configs" / "bench" / "scale_cfg.py"
+ID = ["run", "luminosityBlock", "event"]
+
+KILLER = '''
+import os, pathlib, signal
+from framework import EDAnalyzer
+
+MARKER = pathlib.Path({marker!r})
+
+
+class KillOnce(EDAnalyzer):
+    """SIGKILLs its own worker process at its 3rd event, once (the marker file says it did)."""
+
+    def __init__(self, params):
+        self.seen = 0
+
+    def analyze(self, event):
+        self.seen += 1
+        if self.seen == 3 and not MARKER.exists():
+            MARKER.write_text(str(event.id))
+            os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def sample(name: str) -> str:
+    try:
+        return str(locate_sample(name, fetch=False))
+    except FileOpenError as exc:
+        pytest.skip(f"no local {name} ({exc})")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A LocalCluster of 2 worker processes (1 thread each), shared by the tests."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=40) as c:
+        yield c.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def tiny_repository(tmp_path_factory):
+    from framework.bench._harness import write_tiny_repository
+
+    return write_tiny_repository(tmp_path_factory.mktemp("repository"))
+
+
+def write_fileset(folder: pathlib.Path, datasets: dict[str, list[str]]) -> pathlib.Path:
+    path = folder / "fileset.json"
+    path.write_text(json.dumps(datasets))
+    return path
+
+
+def read_tree(path: pathlib.Path) -> ak.Array:
+    with uproot.open(path) as f:
+        return f["Events"].arrays(library="ak")
+
+
+def hists_of(path: pathlib.Path) -> dict[str, list[float]]:
+    with uproot.open(path) as f:
+        return {k: f[k].values(flow=True).tolist() for k in f.keys(cycle=False)}
+
+
+def run(folder: pathlib.Path, monkeypatch, *argv: str) -> int:
+    folder.mkdir(exist_ok=True)
+    monkeypatch.chdir(folder)
+    return cmsrun_main([*argv, "--no-progress"])
+
+
+def assert_same_rows(a: ak.Array, b: ak.Array) -> None:
+    assert a.fields == b.fields
+    assert ak.to_list(a) == ak.to_list(b)
+
+
+def files_under(folder: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypatch):
+    dy, dimuon, tt = sample("nano_dy.root"), sample("nano_dimuon.root"), sample("nano_tt_v12.root")
+    fileset = write_fileset(tmp_path, {"DY": [dy, dimuon], "Mixed": [dimuon, tt, dy]})  # two files in both
+    common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
+    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster,
+               "--summary-json", "summary.json") == 0
+    assert run(tmp_path / "single", monkeypatch, *common) == 0
+    for dataset, events in (("DY", 80), ("Mixed", 280)):
+        merged = read_tree(tmp_path / "dask" / f"dataset_{dataset}.root")
+        single = read_tree(tmp_path / "single" / f"dataset_{dataset}.root")
+        assert len(merged) == events and set(merged.fields) >= {*ID, "Jet_pt", "jetHT"}
+        assert_same_rows(merged, single)  # ids in the same order, same products
+        ids = list(zip(*(merged[b].to_list() for b in ID), strict=True))
+        assert len(set(ids)) == len(ids)  # every event exactly once
+        assert hists_of(tmp_path / "dask" / f"dataset_hists_{dataset}.root") == \
+            hists_of(tmp_path / "single" / f"dataset_hists_{dataset}.root")
+    summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
+    assert summary["events"] == 360 and summary["paths"][0]["visited"] == 360
+    assert summary["units"]["done"] == summary["units"]["total"] == 18 and not summary["units"]["skipped"]
+    assert sum(w["events"] for w in summary["workers"].values()) == 360
+    assert summary["latency"]["p50"] > 0 and summary["modules"]["jetHT"]["calls"] == 360
+    # Nothing but the outputs, the summary and the preprocessing cache is left.
+    assert {p.name for p in files_under(tmp_path / "dask")} == {
+        "summary.json", "fileset.preprocessed.json", "dataset_DY.root", "dataset_Mixed.root",
+        "dataset_hists_DY.root", "dataset_hists_Mixed.root"}
+
+
+def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch):
+    marker = tmp_path / "killed"
+    (tmp_path / "killer.py").write_text(KILLER.format(marker=str(marker)))
+    config = tmp_path / "kill_cfg.py"
+    config.write_text(SCALE_CFG.read_text())  # next to killer.py: "killer:KillOnce" is importable
+    fileset = write_fileset(tmp_path, {"K": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    common = [str(config), "cpuTime=1", "extra=killer:KillOnce", "--dataset", str(fileset), "--chunk-size", "20"]
+    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster,
+               "--keep-parts", "--summary-json", "summary.json") == 0
+    assert marker.exists()  # a worker did die
+    summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
+    # Dask reran the unit that was running (and any queued) on the dead worker.
+    assert summary["units"]["retried"] and summary["events"] == 80
+    assert run(tmp_path / "single", monkeypatch, *common) == 0  # the marker exists: nobody dies
+    assert_same_rows(read_tree(tmp_path / "dask" / "scale_K.root"), read_tree(tmp_path / "single" / "scale_K.root"))
+    # --keep-parts: the parts and their manifest, but no temporary file of the killed worker.
+    parts = tmp_path / "dask" / "scale_K.root.parts"
+    manifest = json.loads((parts / "manifest.json").read_text())
+    assert [(u["entry_start"], u["entry_stop"]) for u in manifest["units"]] == [(0, 20), (20, 40)] * 2
+    assert sum(u["events"] for u in manifest["units"]) == 80
+    assert sorted(p.name for p in parts.iterdir()) == sorted(
+        ["manifest.json", *(pathlib.Path(u["part"]).name for u in manifest["units"])])
+
+
+def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkeypatch, left_behind):
+    fileset = write_fileset(tmp_path, {"S": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    assert run(tmp_path, monkeypatch, str(SCALE_CFG), "cpuTime=1", "sonic=1", f"repository={tiny_repository}",
+               "--dataset", str(fileset), "--chunk-size", "10", "--executor", "dask", "--scheduler", cluster,
+               "--summary-json", "summary.json") == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    hosts = summary["host_servers"]
+    assert len(hosts) == 2 and len(set(hosts.values())) == 1  # both workers found the same server
+    triton = summary["services"]["TritonService"]
+    assert set(triton["servers"]) == {"hostFallback"}  # no worker started a fallback of its own
+    assert triton["servers"]["hostFallback"]["requests"] == 80 and triton["workers"] == 2
+    [(key, served)] = triton["models"].items()  # Triton's own counters: every request on the one server
+    assert key == f"tiny @ hostFallback@{hosts.popitem()[1]}" and served["requests"] == 80
+    out = read_tree(tmp_path / "scale_S.root")
+    assert np.array_equal(np.asarray(out.tiny), np.asarray(out.event).astype(np.float32))  # echoed as float32
+    # The server is stopped with the run (the nannies' teardown): none of the session's is left.
+    tag = f"pysonic-{os.environ['PYSONIC_SHM_TAG']}-"
+    deadline = time.monotonic() + 10
+    while left_behind(tag) != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left_behind(tag) == ([], [])
+
+
+@pytest.fixture
+def corrupt_file(tmp_path) -> pathlib.Path:
+    """nano_dy.root with its Jet_pt basket overwritten: metadata fine, the data unreadable."""
+    good = pathlib.Path(sample("nano_dy.root"))
+    data = bytearray(good.read_bytes())
+    with uproot.open(good) as f:
+        branch = f["Events"]["Jet_pt"]
+        for seek, size in zip(branch.member("fBasketSeek"), branch.member("fBasketBytes"), strict=False):
+            if size:
+                data[int(seek):int(seek) + int(size)] = b"\xff" * int(size)
+    bad = tmp_path / "bad.root"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_path, monkeypatch, capsys):
+    fileset = write_fileset(tmp_path, {"C": [sample("nano_dimuon.root"), str(corrupt_file)]})
+    common = [str(DATASET_CFG), "--dataset", str(fileset), "--chunk-size", "20", "--executor", "dask",
+              "--scheduler", cluster]
+    (tmp_path / "skip").mkdir()
+    assert run(tmp_path / "stop", monkeypatch, *common) == 1
+    err = capsys.readouterr().err
+    fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")[0]
+    assert str(corrupt_file) in fatal and "entries [" in fatal and "Jet_pt" in fatal
+    assert [p.name for p in files_under(tmp_path / "stop")] == ["fileset.preprocessed.json"]  # no part, no output
+
+    # Skipped too: a truncated file, whose metadata cannot be read (preprocessing).
+    truncated = tmp_path / "truncated.root"
+    truncated.write_bytes(corrupt_file.read_bytes()[:20000])
+    common[2] = str(write_fileset(tmp_path / "skip", {"C": [sample("nano_dimuon.root"), str(corrupt_file),
+                                                            str(truncated)]}))
+    assert run(tmp_path / "skip", monkeypatch, *common, "--skip-bad-files", "--summary-json", "s.json") == 0
+    summary = json.loads((tmp_path / "skip" / "s.json").read_text())
+    skipped = summary["units"]["skipped"]
+    assert {s["file"] for s in skipped} == {str(corrupt_file)} and sum(s["events"] for s in skipped) == 40
+    [skipped_file] = summary["units"]["skipped_files"]
+    assert skipped_file["file"] == str(truncated) and "truncated" in skipped_file["error"]
+    assert summary["events"] == 40 and len(read_tree(tmp_path / "skip" / "dataset_C.root")) == 40
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left_behind):
+    marker = f"PYSONIC_TEST_RUN={uuid.uuid4().hex}"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    links = []
+    for i in range(6):  # a file is listed once per dataset: links make six files of it
+        links.append(tmp_path / f"pfnano_{i}.root")
+        links[-1].symlink_to(sample("pfnano.root"))
+    fileset = write_fileset(tmp_path, {"I": [str(link) for link in links]})
+    env = {**os.environ, "TMPDIR": str(temp), marker.split("=")[0]: marker.split("=")[1]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "framework._cmsrun", str(SCALE_CFG), "cpuTime=200", "sonic=1",
+         f"repository={tiny_repository}", "--dataset", str(fileset), "--chunk-size", "2", "--executor", "dask",
+         "--workers", "2", "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("scale_I.root.parts/*.root")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
+            time.sleep(0.2)
+        assert list(temp.glob("pysonic-triton-*.json"))  # the host server runs
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "interrupted (SIGINT)" in output
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []  # no worker, nanny or server
+    assert not list(tmp_path.glob("scale_I*")) and not list(temp.glob("pysonic-triton-*.json"))
+    assert left_behind(f"pysonic-{os.environ['PYSONIC_SHM_TAG']}-") == ([], [])
+
+
+def test_usage_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
+    assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
+    assert "--executor dask needs --dataset" in capsys.readouterr().err
+    fileset = write_fileset(tmp_path, {"A": [sample("nano_dy.root")]})
+    assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
+    assert "--max-events is not supported with --executor dask" in capsys.readouterr().err
