@@ -189,12 +189,17 @@ def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> A
     """
 
     def mapper(function: Any, paths: list[str], trees: list[str]) -> list[Any]:
-        task = function if bad_files is None else functools.partial(_preprocess_or_skip, function)
-        futures = client.map(task, paths, trees, pure=False, retries=RETRIES)
+        # An unreadable file comes back as a value, not raised on the worker: it is not worth
+        # a Dask retry, and Dask would log its traceback on the worker.
+        futures = client.map(functools.partial(_preprocess_or_skip, function), paths, trees, pure=False,
+                             retries=RETRIES)
         results = list(client.gather(futures))
         for info in results:
-            if bad_files is not None and info.uuid.startswith(_BAD):
-                bad_files.append({"file": info.path, "tree": info.tree, "error": info.uuid[len(_BAD):]})
+            if info.uuid.startswith(_BAD):
+                error = info.uuid[len(_BAD):]
+                if bad_files is None:
+                    raise FileOpenError(error)
+                bad_files.append({"file": info.path, "tree": info.tree, "error": error})
         return results
 
     return mapper
