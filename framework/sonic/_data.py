@@ -120,7 +120,7 @@ class _TensorData:
     def __init__(self, spec: TensorSpec, what: str) -> None:
         self.spec = spec
         self.what = what
-        self.data: np.ndarray | None = None
+        self.data: Any = None  # np.ndarray; a list of them for outputs in the Ragged batch mode
 
     @property
     def name(self) -> str:
@@ -153,9 +153,11 @@ class BatchRows:
 class TritonInputData(_TensorData):
     """One input of one request (CMSSW ``TritonInputData``): fill it with :meth:`to_server`."""
 
-    def __init__(self, spec: TensorSpec, what: str, rows: BatchRows) -> None:
+    def __init__(self, spec: TensorSpec, what: str, rows: BatchRows, ragged: bool = False) -> None:
         super().__init__(spec, what)
         self._rows = rows
+        self.ragged = ragged
+        self.entries: list[np.ndarray] | None = None  # Ragged batch mode: one array per entry
 
     def to_server(self, array: Any) -> None:
         """Set this input's data for the request.
@@ -164,12 +166,27 @@ class TritonInputData(_TensorData):
             array: array-like of exactly the input's dtype (no silent conversion: a wrong
                 dtype is usually a bug upstream), shape ``(batch, *dims)`` for a batching
                 model (every input the same ``batch``) or ``dims`` otherwise; any size for
-                ``-1`` dims. Stored C-contiguous; not copied if already so.
+                ``-1`` dims. Stored C-contiguous; not copied if already so. In the
+                ``Ragged`` batch mode (``Client.batchMode``): a sequence of entries, each
+                an array of shape ``dims`` with its own sizes for the ``-1`` dims (CMSSW's
+                ``TritonBatchMode::Ragged``); every input the same number of entries.
 
         Raises:
             ExternalFailure: dtype or shape do not match the model metadata, or the batch
                 size differs from another input's; names model, input, expected and actual.
         """
+        if self.ragged:
+            entries = [np.ascontiguousarray(e) for e in array]
+            for index, entry in enumerate(entries):
+                shape = (1, *entry.shape) if self.spec.batched else entry.shape  # sent as a batch of 1
+                if entry.dtype != self.spec.dtype or not self.spec.matches(shape):
+                    raise ExternalFailure(
+                        f"{self.what}: input '{self.spec.name}' entry {index} expects {self.spec.dims} "
+                        f"{self.spec.dtype} (Ragged batch mode), got {tuple(entry.shape)} {entry.dtype}"
+                    )
+            self._rows.agree(self.spec.name, len(entries))
+            self.entries = entries
+            return
         array = np.asarray(array)
         spec = self.spec
         if array.dtype != spec.dtype or not spec.matches(array.shape):
@@ -192,11 +209,12 @@ class TritonOutputData(_TensorData):
         super().__init__(spec, what)
         self.requested = requested
 
-    def from_server(self) -> np.ndarray:
+    def from_server(self) -> Any:
         """The output array: ``(batch, *dims)`` for a batching model, else ``dims``.
 
         Read-only when it is a view of the response buffer. A request of batch 0 gives
-        ``(0, *dims)`` with variable dims 0.
+        ``(0, *dims)`` with variable dims 0. In the ``Ragged`` batch mode: a list of one
+        array per entry, each of shape ``dims`` (no batch dimension).
 
         Raises:
             ExternalFailure: the inference has not run (or was not requested); names the
