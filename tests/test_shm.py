@@ -26,8 +26,14 @@ from framework import EDAnalyzer
 from framework._builder import build_job
 from framework._errors import ConfigurationError
 from framework._scheduler import run_job
-from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, TritonService, client_description
-from framework.sonic import _shm
+from framework.sonic import (
+    ServerInfo,
+    SonicEDProducer,
+    TritonClient,
+    TritonService,
+    _shm,
+    client_description,
+)
 from framework.sonic._server import LocalTritonServer
 
 MODEL_PY = textwrap.dedent('''

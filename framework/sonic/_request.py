@@ -214,6 +214,7 @@ class TritonRequest:
             raise ExternalFailure(
                 f"{self.what}: output '{spec.name}' is {problem}, expected {spec.describe()}{rows}"
             )
+        assert array is not None  # else problem was set
         return array
 
     def _inputs_non_empty(self) -> bool:
@@ -318,7 +319,8 @@ class TritonRequest:
             results = []
             for chunk in chunks:
                 calls.append(call := self._call(server, grpc_client, chunk))
-                results.append(grpc_client.infer(client.model_name, call.inputs, **{**options, "outputs": call.outputs}))
+                options["outputs"] = call.outputs
+                results.append(grpc_client.infer(client.model_name, call.inputs, **options))
             finished = self._finish(results, chunks, server, calls)
         except BaseException as exc:
             raise self._failed_calls(server, calls, exc) from None
@@ -326,7 +328,8 @@ class TritonRequest:
             call.done(True)
         return finished
 
-    def _failed_calls(self, server: ServerInfo, calls: list[PayloadCall | ShmCall], exc: BaseException) -> BaseException:
+    def _failed_calls(self, server: ServerInfo, calls: list[PayloadCall | ShmCall],
+                      exc: BaseException) -> BaseException:
         """End the calls of a failed or cancelled try (their regions are not reused); the
         error to raise: ``exc``, or a recoverable one if the server lost our regions."""
         for call in calls:

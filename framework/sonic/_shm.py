@@ -109,7 +109,7 @@ def remove_stale_regions(directory: pathlib.Path = SHM_DIR) -> list[str]:
 
     A region of a live process (this one or another job) is never touched.
     """
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:
@@ -319,7 +319,7 @@ class ShmCall:
         at, nbytes = place
         if math.prod(shape) * dtype.itemsize > nbytes:
             raise ValueError(f"shape {shape} {dtype} exceeds the {nbytes} bytes reserved in the region")
-        view = np.ndarray(shape, dtype, buffer=self.region.buffer(), offset=at)
+        view: np.ndarray = np.ndarray(shape, dtype, buffer=self.region.buffer(), offset=at)
         array = view.copy()
         del view  # no exported pointer may outlive the call: the region is unmapped later
         return array
