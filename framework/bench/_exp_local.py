@@ -221,6 +221,8 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
             if backend == "sonic":
                 client = result["services"]["TritonService"]["clients"][name]
                 entry["input_mb"] = client["bytes_sent"] / max(result["events"], 1) / 1e6
+                # Client.useSharedMemory is true by default and the server is local
+                entry["transport"] = "shm" if client.get("shm_calls", 0) == client["calls"] > 0 else "gRPC"
         entry["latency_ratio"] = entry["sonic_ms"] / entry["direct_ms"]
         entry["throughput_ratio"] = entry["sonic_throughput"] / entry["direct_throughput"]
         rows.append(entry)
@@ -232,8 +234,11 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
         "rows": rows,
         "columns": [("model", "model", "s"), ("direct_ms", "direct [ms]", ".2f"), ("sonic_ms", "SONIC [ms]", ".2f"),
                     ("latency_ratio", "SONIC/direct", ".2f"), ("throughput_ratio", "thr. ratio", ".2f"),
-                    ("input_mb", "input [MB/ev]", ".3f"), ("seed_ms", "seed [ms]", "s"), ("seed_mb", "seed [MB]", "s")],
-        "targets": [],
+                    ("input_mb", "input [MB/ev]", ".3f"), ("transport", "transport", "s"),
+                    ("seed_ms", "seed [ms]", "s"), ("seed_mb", "seed [MB]", "s")],
+        "targets": [{"name": f"{r['model']}: SONIC / direct latency", "value": r["latency_ratio"], "target": 2.0,
+                     "met": r["latency_ratio"] <= 2.0, "note": f"tensors via {r['transport']}"}
+                    for r in rows if r["model"] in ("facile", "deeptau")],
         "notes": ["model time per event: direct = the producer's run time; SONIC = acquire + external wait + produce",
                   "DeepTau with minTaus = 3 jet-seeded candidates per event (pfnano.root stores no taus)",
                   "the stand-ins are untrained and smaller than CMS's models; the seeds' times are CMS CPU times"],

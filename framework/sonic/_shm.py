@@ -344,6 +344,8 @@ class TensorTransport:
         self.timeout = timeout
         self._pools: dict[str, ShmPool] = {}
         self._lock = threading.Lock()
+        self.shm_calls = 0  # calls whose inputs went through shared memory
+        self.payload_calls = 0  # calls with gRPC payloads
         if use_shared_memory:
             global _stale_checked
             if not _stale_checked:
@@ -377,7 +379,13 @@ class TensorTransport:
                 payload call then names none (the server returns all).
         """
         pool = self.pool(server, grpc_client)
-        if pool is not None and all(a.dtype != np.object_ for a in arrays.values()):
+        use_shm = pool is not None and all(a.dtype != np.object_ for a in arrays.values())
+        with self._lock:
+            if use_shm:
+                self.shm_calls += 1
+            else:
+                self.payload_calls += 1
+        if pool is not None and use_shm:
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
             return ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
         return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs])
