@@ -42,6 +42,7 @@ import os
 import pathlib
 import re
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -71,6 +72,7 @@ ALIGN = 64  # bytes: each tensor starts at a multiple (cache line; numpy's SIMD 
 MIN_REGION_BYTES = 1 << 16  # 64 KiB: smaller regions would be regrown for the first real event
 UNREGISTER_TIMEOUT = 1.0  # seconds per unregister call at the end or on failover (server may be hung)
 UNAVAILABLE = "StatusCode.UNAVAILABLE"
+_SERVER_GONE = frozenset({UNAVAILABLE, "StatusCode.DEADLINE_EXCEEDED"})
 _NOT_REGISTERED = re.compile(r"(unable to find|not found).*shared memory region|shared memory region.*not found",
                              re.IGNORECASE)
 _counter = itertools.count()
@@ -169,6 +171,8 @@ class ShmPool:
         self._idle: list[_Region] = []
         self._busy: set[_Region] = set()
         self._lock = threading.Lock()
+        self._unregister_later: list[str] = []  # regions the server still used when we let them go
+        self.retired = False  # after a failover: no reuse, regions go when their calls end
         self.created = 0  # regions created (and registered) so far
         self.registrations = 0  # register calls made (regrowth and re-registration included)
 
@@ -180,6 +184,8 @@ class ShmPool:
                 is unlinked).
             SharedMemoryException: the region cannot be created (``/dev/shm`` full).
         """
+        if self._unregister_later:
+            self._unregister_pending()
         with self._lock:
             fitting = [r for r in self._idle if r.size >= nbytes]
             region = min(fitting, key=lambda r: r.size) if fitting else None
@@ -208,10 +214,20 @@ class ShmPool:
         """Give a region back; not ``reusable`` (its call failed or was cancelled): discard it."""
         with self._lock:
             self._busy.discard(region)
-            if reusable:
+            if reusable and not self.retired:
                 self._idle.append(region)
                 return
         self._discard(region)
+
+    def retire(self) -> None:
+        """Stop reusing regions (a failover left the server): unregister and unlink the idle
+        ones now, the busy ones when their calls end (another event may still be waiting
+        for an answer from that server). Never raises."""
+        with self._lock:
+            self.retired = True
+            idle, self._idle = self._idle, []
+        for region in idle:
+            self._discard(region)
 
     def forget_registrations(self) -> None:
         """The server lost our registrations (restarted): register each region again on next use."""
@@ -220,24 +236,54 @@ class ShmPool:
                 region.registered = False
 
     def close(self) -> None:
-        """Unregister (best effort, short timeout) and unlink every region. Never raises."""
+        """Unregister (best effort, short timeout) and unlink every region. Never raises.
+
+        A region the server still uses (the call of a cancelled event is still running
+        there) cannot be unregistered yet: it is retried for up to
+        :data:`UNREGISTER_TIMEOUT` seconds.
+        """
         with self._lock:
             regions, self._idle, self._busy = [*self._idle, *self._busy], [], set()
         for region in regions:
             self._discard(region)
+        deadline = time.monotonic() + UNREGISTER_TIMEOUT
+        while self._unregister_later and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self._unregister_pending()
+        if self._unregister_later:
+            logger.warning("%s: %s still uses shared-memory region(s) %s; left registered there (already unlinked)",
+                           self.label, self.server.describe(), ", ".join(self._unregister_later))
+
+    def _unregister_pending(self) -> None:
+        with self._lock:
+            names, self._unregister_later = self._unregister_later, []
+        for name in names:
+            self._unregister(name)
 
     def region_names(self) -> list[str]:
         with self._lock:
             return sorted(r.name for r in [*self._idle, *self._busy])
 
     def _discard(self, region: _Region) -> None:
+        # Unlinked at once: the server keeps its own mapping while it still uses the region.
         if region.registered:
             region.registered = False
-            try:
-                self.grpc_client.unregister_system_shared_memory(region.name, client_timeout=UNREGISTER_TIMEOUT)
-            except Exception as exc:  # noqa: BLE001 - server gone or hung: it forgets on its own
-                logger.debug("unregistering %s from %s failed: %s", region.name, self.server.describe(), exc)
+            self._unregister(region.name)
         region.destroy()
+
+    def _unregister(self, name: str) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            self.grpc_client.unregister_system_shared_memory(name, client_timeout=UNREGISTER_TIMEOUT)
+        except InferenceServerException as exc:
+            if exc.status() in _SERVER_GONE:  # gone or hung: it forgets the region with its process
+                logger.debug("unregistering %s from %s failed: %s", name, self.server.describe(), exc)
+            else:  # "in use" by a call still running there: later
+                with self._lock:
+                    self._unregister_later.append(name)
+        except Exception as exc:  # noqa: BLE001 - a closed channel: nothing more to do
+            logger.debug("unregistering %s from %s failed: %s", name, self.server.describe(), exc)
 
 
 class PayloadCall:
@@ -343,6 +389,7 @@ class TensorTransport:
         self.label = label
         self.timeout = timeout
         self._pools: dict[str, ShmPool] = {}
+        self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
         self._lock = threading.Lock()
         self.shm_calls = 0  # calls whose inputs went through shared memory
         self.payload_calls = 0  # calls with gRPC payloads
@@ -408,15 +455,17 @@ class TensorTransport:
         """A request left ``server_name`` for another server: release that server's regions."""
         with self._lock:
             pool = self._pools.pop(server_name, None)
+            if pool is not None:
+                self._retired.append(pool)
         if pool is not None:
             logger.info("%s: releasing the shared-memory regions on %s after a failover", self.label,
                         pool.server.describe())
-            pool.close()
+            pool.retire()
 
     def close(self) -> None:
         """Unregister and unlink every region (end of job, Ctrl-C, exit). Never raises."""
         with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
+            pools, self._pools, self._retired = [*self._pools.values(), *self._retired], {}, []
         for pool in pools:
             pool.close()
 
