@@ -212,6 +212,10 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
     server = SERVERS.models_server()
     for name in QUICK_MODELS if quick else MODELS:
         entry = {"model": name, **{f"seed_{k}": v for k, v in SEEDS[name].items()}}
+        # The server's first inferences of a model are slow (onnxruntime's first runs) and
+        # the modules' means count every event: warm the server up outside the measurement.
+        run_config("models_cfg.py", models=name, backend="sonic", server=server.grpc_address, events=3,
+                   streams=1, threads=1)
         # sonic: Client.useSharedMemory at its default (true: the server is local);
         # sonic_grpc: the same with gRPC payloads, side by side
         for backend, shm in (("direct", True), ("sonic", True), ("sonic_grpc", False)):
