@@ -143,7 +143,7 @@ class TritonRequest:
         self._last_server = server.name
         return client.transport.call(server, grpc_client, client.inputs,
                                      [client.outputs[n] for n in client.requested_outputs], arrays, rows,
-                                     all_outputs=client.call_options()["outputs"] is None)
+                                     all_outputs=len(client.requested_outputs) == len(client.outputs))
 
     def _sent_bytes(self) -> int:
         if self._ragged:
