@@ -388,3 +388,34 @@ def test_bad_values_are_one_line_configuration_errors(key, value):
                      debug_name="badModule")
     message = str(info.value)
     assert "\n" not in message and "badModule" in message and f"Client.{key} '{value}'" in message
+
+
+class RefusingClient:
+    """An InferenceServerClient whose server refuses our regions (e.g. it runs in a container)."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.refusals = 0
+
+    def register_system_shared_memory(self, *args, **kwargs):
+        from tritonclient.utils import InferenceServerException
+
+        self.refusals += 1
+        raise InferenceServerException("Unable to open shared memory region: '/x'", status="StatusCode.INTERNAL")
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+async def test_a_server_that_refuses_the_regions_gets_payloads(connect, server, caplog):
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(server.grpc_address) as real:
+        refusing = RefusingClient(real)
+        client = connect("affine")
+        client.connect(ServerInfo("local", server.grpc_address), refusing)
+        for event, x in enumerate(batches([2, 3])):
+            np.testing.assert_array_equal(await infer(client, x, event), 2 * x + 1)
+        assert refusing.refusals == 1 and client.transport.shm_calls == 0 and client.transport.payload_calls == 2
+        assert "cannot use our shared memory" in caplog.text and own_regions() == []
+        client.close()

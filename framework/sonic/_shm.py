@@ -149,8 +149,8 @@ class _Region:
         try:
             shm.destroy_shared_memory_region(self.handle)
         except Exception:  # noqa: BLE001 - an exported view keeps the mapping: unlink anyway
-            with contextlib.suppress(OSError):
-                (SHM_DIR / self.name).unlink()
+            with contextlib.suppress(Exception):
+                self.handle._mpsm_handle.unlink()  # noqa: SLF001 - also tells multiprocessing's tracker
 
 
 class ShmPool:
@@ -390,6 +390,7 @@ class TensorTransport:
         self.timeout = timeout
         self._pools: dict[str, ShmPool] = {}
         self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
+        self._refused: set[str] = set()  # servers that cannot map our regions: payloads
         self._lock = threading.Lock()
         self.shm_calls = 0  # calls whose inputs went through shared memory
         self.payload_calls = 0  # calls with gRPC payloads
@@ -402,7 +403,7 @@ class TensorTransport:
 
     def pool(self, server: ServerInfo, grpc_client: Any) -> ShmPool | None:
         """The shared-memory pool for ``server``; None: use payloads (remote server, or off)."""
-        if not self.use_shared_memory or not is_same_host(server):
+        if not self.use_shared_memory or not is_same_host(server) or server.name in self._refused:
             return None
         with self._lock:
             pool = self._pools.get(server.name)
@@ -426,16 +427,44 @@ class TensorTransport:
                 payload call then names none (the server returns all).
         """
         pool = self.pool(server, grpc_client)
-        use_shm = pool is not None and all(a.dtype != np.object_ for a in arrays.values())
-        with self._lock:
-            if use_shm:
-                self.shm_calls += 1
-            else:
-                self.payload_calls += 1
-        if pool is not None and use_shm:
+        if pool is not None and all(a.dtype != np.object_ for a in arrays.values()):
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
-            return ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
+            try:
+                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
+            except Exception as exc:
+                if not self._use_payloads_after(server, exc):
+                    raise
+            else:
+                with self._lock:
+                    self.shm_calls += 1
+                return call
+        with self._lock:
+            self.payload_calls += 1
         return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs])
+
+    def _use_payloads_after(self, server: ServerInfo, exc: Exception) -> bool:
+        """Whether a failure to set up shared memory leaves the call to gRPC payloads.
+
+        A server that refuses to register a region (e.g. one in a container on a port of
+        this host, which cannot open our ``/dev/shm``) gets payloads from now on; a full
+        ``/dev/shm`` gives this call payloads. An unreachable server is the retry policy's.
+        """
+        from tritonclient.utils import InferenceServerException
+        from tritonclient.utils.shared_memory import SharedMemoryException
+
+        if isinstance(exc, InferenceServerException):
+            if exc.status() in _SERVER_GONE:
+                return False
+            with self._lock:
+                self._refused.add(server.name)
+            logger.warning("%s: %s cannot use our shared memory (%s); gRPC payloads from now on", self.label,
+                           server.describe(), " ".join((exc.message() or str(exc)).split()))
+            return True
+        if isinstance(exc, (SharedMemoryException, OSError)):
+            logger.warning("%s: no shared-memory region for a call to %s (%s: %s); gRPC payloads for it",
+                           self.label, server.describe(), type(exc).__name__, exc)
+            return True
+        return False
 
     def lost_registration(self, server: ServerInfo, exc: BaseException) -> BaseException | None:
         """If ``exc`` says the server does not know our region (it restarted): forget the
