@@ -281,16 +281,14 @@ class TritonRequest:
                     ))
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
-            if scope.cancelled_caught:  # wait() has cancelled the calls already
-                raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
-                                               "the call was cancelled by the client", status=DEADLINE_STATUS)
-            finished = self._finish(results, chunks, server, calls)
         except BaseException as exc:
             cancel_all()  # cancelled, or one chunk failed: the other chunks are of no use
             raise self._failed_calls(server, calls, exc) from None
-        for call in calls:
-            call.done(True)
-        return finished
+        if scope.cancelled_caught:  # wait() has cancelled the calls already
+            _end_failed(calls)
+            raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
+                                           "the call was cancelled by the client", status=DEADLINE_STATUS)
+        return self._finish_calls(results, chunks, server, calls)
 
     def infer_sync(self) -> TritonRequest:
         """Blocking inference (``Sync``): one ``infer`` call per chunk, in turn.
@@ -321,19 +319,27 @@ class TritonRequest:
                 calls.append(call := self._call(server, grpc_client, chunk))
                 options["outputs"] = call.outputs
                 results.append(grpc_client.infer(client.model_name, call.inputs, **options))
-            finished = self._finish(results, chunks, server, calls)
         except BaseException as exc:
             raise self._failed_calls(server, calls, exc) from None
+        return self._finish_calls(results, chunks, server, calls)
+
+    def _finish_calls(self, results: list[Any], chunks: list[Any], server: ServerInfo,
+                      calls: list[PayloadCall | ShmCall]) -> TritonRequest:
+        """:meth:`_finish`, then end the calls (their regions reused only if all went well)."""
+        try:
+            finished = self._finish(results, chunks, server, calls)
+        except BaseException:
+            _end_failed(calls)
+            raise
         for call in calls:
             call.done(True)
         return finished
 
     def _failed_calls(self, server: ServerInfo, calls: list[PayloadCall | ShmCall],
                       exc: BaseException) -> BaseException:
-        """End the calls of a failed or cancelled try (their regions are not reused); the
-        error to raise: ``exc``, or a recoverable one if the server lost our regions."""
-        for call in calls:
-            call.done(False)
+        """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
+        recoverable one if the server lost our regions."""
+        _end_failed(calls)
         return self.client.transport.lost_registration(server, exc) or exc
 
     async def infer_pseudo_async(self) -> TritonRequest:
@@ -352,6 +358,13 @@ class TritonRequest:
                                                  abandon_on_cancel=False)
 
         return await self.client.retry_policy.run(self.what, attempt)
+
+
+def _end_failed(calls: list[PayloadCall | ShmCall]) -> None:
+    # A failed, cancelled or timed-out call: its region is not reused (the server may
+    # still write into it).
+    for call in calls:
+        call.done(False)
 
 
 def _deliver(future: ThreadSafeFuture, result: Any = None, error: Any = None) -> None:
