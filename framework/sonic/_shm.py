@@ -409,7 +409,8 @@ class TensorTransport:
             pool = self._pools.get(server.name)
             if pool is None or pool.grpc_client is not grpc_client or pool.server != server:
                 if pool is not None:  # the server moved (fallback restarted elsewhere): start afresh
-                    pool.close()
+                    pool.retire()
+                    self._retired.append(pool)
                 pool = self._pools[server.name] = ShmPool(self.label, server, grpc_client, self.timeout)
             return pool
 
