@@ -16,8 +16,11 @@ reaches TritonService's parts):
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
   the maps :class:`TritonInputMap` / :class:`TritonOutputMap` (CMSSW's names);
 * ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
-* ``_shm``: how a call's tensors travel: system shared-memory regions per client and
-  server (``Client.useSharedMemory``, servers on this host) or gRPC payloads;
+* ``_shm``: the clients' system shared-memory regions: a pool per client and server,
+  registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
+  this host;
+* ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
+  shared-memory region or as gRPC payloads;
 * ``_installation``, ``_processes``, ``_server``: the tritonserver binary and its
   processes, ``LocalTritonServer``; ``_cmstriton``: the ``cmstriton`` command;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,

@@ -49,7 +49,7 @@ from ._retry import (
 )
 from ._server import default_model_repository
 from ._server_info import ServerInfo
-from ._shm import TensorTransport
+from ._transport import TensorTransport
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._retry import RetryPolicy
     from ._server_info import ServerInfo
-    from ._shm import PayloadCall, ShmCall, TensorTransport
+    from ._transport import PayloadCall, ShmCall, TensorTransport
 
 __all__ = ["RequestClient", "TIMEOUT_GRACE", "TritonRequest"]
 
@@ -128,7 +128,7 @@ class TritonRequest:
 
     def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | ShmCall:
         """One gRPC call's inputs and requested outputs, through shared memory or payloads
-        (``framework.sonic._shm``); the caller ends it with ``call.done(ok)``."""
+        (``framework.sonic._transport``); the caller ends it with ``call.done(ok)``."""
         client = self.client
         if self._ragged:  # one entry, sent as a batch of 1 for a batching model
             batched = client.max_batch_size > 0
