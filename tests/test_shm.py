@@ -32,6 +32,7 @@ from framework.sonic import (
     TritonClient,
     TritonService,
     _shm,
+    _transport,
     client_description,
 )
 from framework.sonic._server import LocalTritonServer
@@ -104,7 +105,10 @@ def registered(server: LocalTritonServer) -> dict[str, int]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_of_ours_left():
+def nothing_of_ours_left(monkeypatch):
+    # The tiny models' calls are small: through shared memory whatever their size, except
+    # in the test of the threshold itself.
+    monkeypatch.setattr(_transport, "SHM_MIN_BYTES", 0)
     yield
     assert own_regions() == [], "regions left in /dev/shm"
 
@@ -166,6 +170,15 @@ async def test_a_larger_request_grows_the_region(connect, server):
     (second,) = pool.region_names()
     assert second != first and registered(server) == {second: 1 << 18}  # 144,000 B: the next power of two
     assert own_regions() == [second]
+
+
+async def test_small_calls_use_payloads(connect, monkeypatch):
+    monkeypatch.setattr(_transport, "SHM_MIN_BYTES", 64 * 1024)
+    client = connect("affine")
+    small, large = batches([2, 60])  # 2,400 B and 72,000 B of input
+    for x in (small, large):
+        np.testing.assert_array_equal(await infer(client, x), 2 * x + 1)
+    assert (client.transport.payload_calls, client.transport.shm_calls) == (1, 1)
 
 
 async def test_outputs_of_open_size_travel_as_payload(connect):
