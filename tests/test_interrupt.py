@@ -127,6 +127,10 @@ def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     assert "stopped after" in log and "unfinished outputs were removed" in log
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out.root"))
     assert not left, f"output left behind: {left}"
+    # The SONIC clients' shared-memory regions: unlinked by the job itself (not by
+    # multiprocessing's resource tracker at exit, which would warn of leaked objects)
+    assert "leaked shared_memory" not in log and not [n for n in os.listdir("/dev/shm")
+                                                       if n.startswith(f"pysonic_shm_{job.pid}_")]
     # The job stops its server before exiting; a zombie is only an entry of the process table.
     alive = {pid for pid in servers if _proc_state(pid) not in (None, "Z")}
     assert not alive, f"tritonserver left running: {alive}"

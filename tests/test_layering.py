@@ -202,7 +202,7 @@ def test_sonic_layers():
         assert not graph[sonic + bottom], f"{bottom} imports {graph[sonic + bottom]}"
     assert graph[sonic + "_retry"] <= {sonic + "_server_info"}
     service_side = {sonic + name for name in ("_service", "_routing", "_fallback", "_service_stats")}
-    for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_twins"):
+    for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_twins", "_shm", "_transport"):
         bad = graph[sonic + client_side] & service_side
         assert not bad, f"{client_side} imports {bad}"
     assert not graph[sonic + "_fallback"] & {sonic + "_routing", sonic + "_service"}

@@ -24,6 +24,8 @@ options.register("models", ["particlenet", "deepmet", "deeptau", "facile"], V.mu
                  "models to run")
 options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port ('' = fallback server)")
 options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode")
+options.register("sharedMemory", True, V.multiplicity.singleton, V.varType.bool,
+                 "Client.useSharedMemory (shared memory with a local server)")
 options.register("source", "pfnano", V.multiplicity.singleton, V.varType.string, "pfnano | empty")
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
 options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
@@ -73,7 +75,7 @@ process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet
 
 def client(model_name):
     return cms.PSet(modelName=cms.string(model_name), mode=cms.untracked.string(options.mode),
-                    timeout=cms.untracked.uint32(120))
+                    timeout=cms.untracked.uint32(120), useSharedMemory=cms.untracked.bool(options.sharedMemory))
 
 
 def twin(sonic_type, direct_type):

@@ -1,7 +1,7 @@
 """``python -m framework.bench``: run the benchmarks, print tables, write JSON and PNG.
 
     python -m framework.bench all [--quick] [--repeat N] [--out results/]
-    python -m framework.bench latency|client-overhead|dynamic-batching|direct|overhead|source|miniaod|clients|servers|scale
+    python -m framework.bench latency|client-overhead|dynamic-batching|direct|overhead|source|miniaod|clients|servers|scale|shm
     python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
     python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_sonic
+from . import _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic
 from ._harness import SERVERS
 
 EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
@@ -47,6 +47,7 @@ EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
     "clients": _exp_sonic.clients_per_server,
     "servers": _exp_servers.servers_per_model,
     "scale": _exp_scale.scale,
+    "shm": _exp_shm.shared_memory_vs_payloads,
 }
 """Experiment name -> function(quick, repeat) -> result dict; ``all`` runs these."""
 

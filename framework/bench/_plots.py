@@ -261,12 +261,32 @@ def _scale(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+def _shm(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_ms, ax_mb) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, n in enumerate(sorted({r["in_flight"] for r in rows})):
+        pts = sorted((r for r in rows if r["in_flight"] == n), key=lambda r: r["input_mb"])
+        mb = [r["input_mb"] for r in pts]
+        for mode, style in (("shm", "-o"), ("grpc", "--s")):
+            label = f"{'shared memory' if mode == 'shm' else 'gRPC payload'}, N = {n}"
+            ax_ms.plot(mb, [r[f"{mode}_ms"] for r in pts], style, color=f"C{i}", ms=4, label=label)
+            ax_mb.plot(mb, [r[f"{mode}_ms_per_mb"] for r in pts], style, color=f"C{i}", ms=4, label=label)
+    for ax in (ax_ms, ax_mb):
+        ax.set_xscale("log")
+        ax.set_xlabel("input per call [MB]")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    ax_ms.set_ylabel("p50 latency per call [ms]")
+    ax_mb.set_ylabel("p50 latency per MB [ms/MB]")
+    return fig
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
     "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
     "servers": _servers,
     "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _gpu_clients,
-    "gpu-miniaod": _gpu_miniaod, "plan": _plan, "scale": _scale,
+    "gpu-miniaod": _gpu_miniaod, "plan": _plan, "scale": _scale, "shm": _shm,
 }
 
 

@@ -16,6 +16,11 @@ reaches TritonService's parts):
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
   the maps :class:`TritonInputMap` / :class:`TritonOutputMap` (CMSSW's names);
 * ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
+* ``_shm``: the clients' system shared-memory regions: a pool per client and server,
+  registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
+  this host;
+* ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
+  shared-memory region or as gRPC payloads;
 * ``_installation``, ``_processes``, ``_server``: the tritonserver binary and its
   processes, ``LocalTritonServer``; ``_cmstriton``: the ``cmstriton`` command;
 * ``testing`` (public, not imported here): tiny Python-backend models written into a

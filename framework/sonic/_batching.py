@@ -55,6 +55,7 @@ from ._retry import DEADLINE_STATUS
 if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._server_info import ServerInfo
+    from ._transport import PayloadCall, ShmCall, TensorTransport
 
 __all__ = ["BatchClient", "Batcher", "BatchingOptions", "batching_description", "parse_batching"]
 
@@ -104,6 +105,7 @@ class BatchClient(Protocol):
     requested_outputs: tuple[str, ...]
     timeout: float | None
     counters: ClientCounters
+    transport: TensorTransport  # how the merged call's tensors travel (shared memory or payloads)
 
     @property
     def inputs(self) -> Mapping[str, TensorSpec]: ...
@@ -132,7 +134,7 @@ class _Batch:
     """One merged call, open (collecting slots) until sent."""
 
     __slots__ = ("key", "server", "grpc_client", "slots", "rows", "sent", "hold", "deadline", "context",
-                 "sent_bytes")
+                 "sent_bytes", "call")
 
     def __init__(self, key: tuple[Any, ...], server: ServerInfo, grpc_client: Any, deadline: float) -> None:
         self.key = key
@@ -145,6 +147,7 @@ class _Batch:
         self.deadline = deadline  # trio clock: the events give up on the call after it
         self.context: Any = None  # tritonclient's CallContext, once sent
         self.sent_bytes = 0
+        self.call: PayloadCall | ShmCall | None = None  # its tensors (shared memory or payloads), once sent
 
 
 class Batcher:
@@ -260,21 +263,22 @@ class Batcher:
             batch.hold.cancel()
         if not batch.slots:
             return
-        import tritonclient.grpc as grpcclient
-
         client = self.client
         try:
-            inputs = []
+            arrays = {}
             for index, spec in enumerate(client.inputs.values()):
                 parts = [slot.arrays[index] for slot in batch.slots]
-                data = parts[0] if len(parts) == 1 else np.concatenate(parts)
-                tensor = grpcclient.InferInput(spec.name, list(data.shape), spec.datatype)
-                tensor.set_data_from_numpy(data)
-                inputs.append(tensor)
-                batch.sent_bytes += data.nbytes
+                arrays[spec.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                batch.sent_bytes += arrays[spec.name].nbytes
+            # The merged call's tensors travel as a single request's would: through shared
+            # memory when the server is on this host (Client.useSharedMemory), else in gRPC.
+            batch.call = client.transport.call(
+                batch.server, batch.grpc_client, client.inputs, [client.outputs[n] for n in client.requested_outputs],
+                arrays, batch.rows, all_outputs=len(client.requested_outputs) == len(client.outputs))
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
-            batch.context = batch.grpc_client.async_infer(client.model_name, inputs, callback=callback,
-                                                          **client.call_options())
+            options = {**client.call_options(), "outputs": batch.call.outputs}
+            batch.context = batch.grpc_client.async_infer(client.model_name, batch.call.inputs, callback=callback,
+                                                          **options)
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)
 
@@ -287,18 +291,25 @@ class Batcher:
         """Give every event of the call its rows, or the call's error (trio thread; never raises)."""
         slots = batch.slots
         client = self.client
+        call = batch.call
         try:
             if error is not None:
-                raise error
+                # A server restarted on the same port forgot our regions: recoverable.
+                raise client.transport.lost_registration(batch.server, error) or error
             what = f"{client.what} (merged call of {len(slots)} events on {batch.server.describe()})"
             non_empty = all(a.size > 0 for slot in slots for a in slot.arrays)
-            outputs = {name: output_array(result, client.outputs[name], batch.rows, what, non_empty)
+            read = None if call is None else call.as_numpy
+            outputs = {name: output_array(result, client.outputs[name], batch.rows, what, non_empty, read=read)
                        for name in client.requested_outputs}
         except Exception as exc:  # noqa: BLE001 - handed to each event, whose retry policy decides
+            if call is not None:
+                call.done(False)  # the server may still write into its region: not reused
             for slot in slots:
                 slot.error = _own_copy(exc)
                 slot.done.set()
             return
+        if call is not None:
+            call.done(True)  # the outputs are copies (or views of the response): the region is free
         live = [slot for slot in slots if not slot.dropped]
         client.counters.add_calls(batch.server.name, calls=1, requests=len(live), inferences=batch.rows,
                                   sent=batch.sent_bytes, received=sum(a.nbytes for a in outputs.values()))

@@ -50,6 +50,7 @@ from ._retry import (
 )
 from ._server import default_model_repository
 from ._server_info import ServerInfo
+from ._transport import TensorTransport
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
@@ -59,6 +60,8 @@ __all__ = ["TritonClient", "client_description"]
 logger = logging.getLogger("pysonic.sonic")
 
 MODES = ("Async", "Sync", "PseudoAsync")
+BATCH_MODES = ("Rectangular", "Ragged")  # CMSSW's TritonBatchMode
+COMPRESSIONS = ("none", "deflate", "gzip")  # gRPC's, as tritonclient's compression_algorithm
 TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # -> seconds
 
 def client_description() -> cms.ParameterSetDescription:
@@ -78,6 +81,11 @@ def client_description() -> cms.ParameterSetDescription:
     desc.add("preferredServer", cms.untracked.string(""), "TritonService server name to use if it serves the model")
     desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
     desc.add("verbose", cms.untracked.bool(False), "log model metadata and each request")
+    desc.add("useSharedMemory", cms.untracked.bool(True),
+             "tensors through system shared memory when the server is on this host (else gRPC payloads)")
+    desc.add("batchMode", cms.untracked.string("Rectangular"),
+             "Rectangular (one array per input, batch first) | Ragged (a list of entries, each its own shape)")
+    desc.add("compression", cms.untracked.string("none"), "gRPC compression of requests: none | deflate | gzip")
     desc.add_vpset("retries", retry_description(),
                    "retry actions tried in order after a recoverable failure (sameServer | otherServer | "
                    "fallback); [] = no retry", default=default_retries_pset(), tracked=False)
@@ -133,6 +141,12 @@ class TritonClient:
                 f"{self.what}: Client.timeoutUnit '{params.timeoutUnit}' is not one of {', '.join(TIMEOUT_UNITS)}"
             )
         self.mode: str = params.mode
+        for key, value, allowed in (("batchMode", params.batchMode, BATCH_MODES),
+                                    ("compression", params.compression, COMPRESSIONS)):
+            if value not in allowed:
+                raise ConfigurationError(f"{self.what}: Client.{key} '{value}' is not one of {', '.join(allowed)}")
+        self.batch_mode: str = params.batchMode
+        self.compression: str | None = None if params.compression == "none" else params.compression
         self.timeout_text = f"{params.timeout} {params.timeoutUnit}"
         self.timeout: float | None = params.timeout * TIMEOUT_UNITS[params.timeoutUnit] or None
         self.preferred_server: str = params.preferredServer
@@ -157,6 +171,7 @@ class TritonClient:
         self.router: Router | None = None
         self._retry_policy: RetryPolicy | None = None
         self.counters = ClientCounters()
+        self.transport = TensorTransport(params.useSharedMemory, debug_name or self.model_name, self.timeout)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -230,7 +245,9 @@ class TritonClient:
                         self.max_batch_size, self.mode, "\n".join(lines))
 
     def close(self) -> None:
-        """Close the gRPC client if this client opened it (not a TritonService's shared one)."""
+        """Release the shared-memory regions; close the gRPC client if this client opened it
+        (not a TritonService's shared one)."""
+        self.transport.close()
         if self._client is not None and self._owns_client:
             self._client.close()
         self._client, self._owns_client, self._retry_policy = None, False, None
@@ -265,7 +282,8 @@ class TritonClient:
             import tritonclient.grpc as grpcclient
 
             outputs = [grpcclient.InferRequestedOutput(name) for name in self.requested_outputs]
-        return {"model_version": self.model_version, "outputs": outputs, "client_timeout": self.timeout}
+        return {"model_version": self.model_version, "outputs": outputs, "client_timeout": self.timeout,
+                "compression_algorithm": self.compression}
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client-side counters."""

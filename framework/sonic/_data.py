@@ -11,7 +11,7 @@ the text naming its request, not the request.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
@@ -77,7 +77,8 @@ def spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
                       shape, batched)
 
 
-def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inputs_non_empty: bool) -> np.ndarray:
+def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inputs_non_empty: bool,
+                 read: Callable[[Any, str], Any] | None = None) -> np.ndarray[Any, Any]:
     """Output ``spec.name`` of a tritonclient ``InferResult``, checked against the metadata.
 
     tritonclient does not check outputs against the metadata, and a misconfigured Python
@@ -86,13 +87,15 @@ def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inp
     Args:
         rows: the batch rows expected (batching models), or None.
         what: names the request(s) in messages; inputs_non_empty: no input was empty.
+        read: ``read(result, name)`` gives the output array (the call's transport: a view of
+            its shared-memory region, or the gRPC payload); default ``result.as_numpy(name)``.
 
     Raises:
         ExternalFailure: missing, malformed, wrong dtype or shape, or empty for non-empty
             inputs; names the output, what was expected and what came.
     """
     try:
-        array = result.as_numpy(spec.name)
+        array = result.as_numpy(spec.name) if read is None else read(result, spec.name)
     except ValueError as err:  # raw content does not fill the announced shape
         array, problem = None, f"malformed tensor ({err})"
     else:
@@ -157,7 +160,7 @@ class _TensorData:
     def __init__(self, spec: TensorSpec, what: str) -> None:
         self.spec = spec
         self.what = what
-        self.data: np.ndarray[Any, Any] | None = None
+        self.data: Any = None  # np.ndarray; a list of them for outputs in the Ragged batch mode
 
     @property
     def name(self) -> str:
@@ -190,9 +193,11 @@ class BatchRows:
 class TritonInputData(_TensorData):
     """One input of one request (CMSSW ``TritonInputData``): fill it with :meth:`to_server`."""
 
-    def __init__(self, spec: TensorSpec, what: str, rows: BatchRows) -> None:
+    def __init__(self, spec: TensorSpec, what: str, rows: BatchRows, ragged: bool = False) -> None:
         super().__init__(spec, what)
         self._rows = rows
+        self.ragged = ragged
+        self.entries: list[np.ndarray] | None = None  # Ragged batch mode: one array per entry
 
     def to_server(self, array: Any) -> None:
         """Set this input's data for the request.
@@ -201,12 +206,27 @@ class TritonInputData(_TensorData):
             array: array-like of exactly the input's dtype (no silent conversion: a wrong
                 dtype is usually a bug upstream), shape ``(batch, *dims)`` for a batching
                 model (every input the same ``batch``) or ``dims`` otherwise; any size for
-                ``-1`` dims. Stored C-contiguous; not copied if already so.
+                ``-1`` dims. Stored C-contiguous; not copied if already so. In the
+                ``Ragged`` batch mode (``Client.batchMode``): a sequence of entries, each
+                an array of shape ``dims`` with its own sizes for the ``-1`` dims (CMSSW's
+                ``TritonBatchMode::Ragged``); every input the same number of entries.
 
         Raises:
             ExternalFailure: dtype or shape do not match the model metadata, or the batch
                 size differs from another input's; names model, input, expected and actual.
         """
+        if self.ragged:
+            entries = [np.ascontiguousarray(e) for e in array]
+            for index, entry in enumerate(entries):
+                shape = (1, *entry.shape) if self.spec.batched else entry.shape  # sent as a batch of 1
+                if entry.dtype != self.spec.dtype or not self.spec.matches(shape):
+                    raise ExternalFailure(
+                        f"{self.what}: input '{self.spec.name}' entry {index} expects {self.spec.dims} "
+                        f"{self.spec.dtype} (Ragged batch mode), got {tuple(entry.shape)} {entry.dtype}"
+                    )
+            self._rows.agree(self.spec.name, len(entries))
+            self.entries = entries
+            return
         array = np.asarray(array)
         spec = self.spec
         if array.dtype != spec.dtype or not spec.matches(array.shape):
@@ -229,11 +249,12 @@ class TritonOutputData(_TensorData):
         super().__init__(spec, what)
         self.requested = requested
 
-    def from_server(self) -> np.ndarray[Any, Any]:
+    def from_server(self) -> Any:
         """The output array: ``(batch, *dims)`` for a batching model, else ``dims``.
 
         Read-only when it is a view of the response buffer. A request of batch 0 gives
-        ``(0, *dims)`` with variable dims 0.
+        ``(0, *dims)`` with variable dims 0. In the ``Ragged`` batch mode: a list of one
+        array per entry, each of shape ``dims`` (no batch dimension).
 
         Raises:
             ExternalFailure: the inference has not run (or was not requested); names the

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._retry import RetryPolicy
     from ._server_info import ServerInfo
+    from ._transport import PayloadCall, ShmCall, TensorTransport
 
 __all__ = ["RequestClient", "TIMEOUT_GRACE", "TritonRequest"]
 
@@ -73,6 +74,11 @@ class RequestClient(Protocol):
 
     def call_options(self) -> dict[str, Any]: ...
 
+    @property
+    def batch_mode(self) -> str: ...
+
+    @property
+    def transport(self) -> TensorTransport: ...
 
 
 class TritonRequest:
@@ -96,7 +102,10 @@ class TritonRequest:
         self.server: ServerInfo | None = None
         self.tries = 0
         self._rows = BatchRows(what)
-        self.input = TritonInputMap(what, {n: TritonInputData(s, what, self._rows) for n, s in client.inputs.items()})
+        self._ragged = client.batch_mode == "Ragged"
+        self._last_server: str | None = None  # the server of the previous try (failover: release its regions)
+        self.input = TritonInputMap(
+            what, {n: TritonInputData(s, what, self._rows, self._ragged) for n, s in client.inputs.items()})
         requested = client.requested_outputs
         self.output = TritonOutputMap(
             what, {n: TritonOutputData(s, what, n in requested) for n, s in client.outputs.items()})
@@ -105,50 +114,74 @@ class TritonRequest:
     def batch_size(self) -> int:
         """Rows of this request: the inputs' leading dimension (batching models; 0 before
         any input is set), or 1 (models without batching)."""
-        if self.client.max_batch_size == 0:
+        if self.client.max_batch_size == 0 and not self._ragged:
             return 1
         return self._rows.rows or 0
 
     # -- preparing the calls -----------------------------------------------------------
 
-    def _chunks(self) -> list[slice]:
-        """Row ranges of the gRPC calls: batches above max_batch_size are split (as CMSSW
-        does for its "many" batch mode) and the outputs joined again."""
-        missing = [name for name, tensor in self.input.items() if tensor.data is None]
+    def _chunks(self) -> list[Any]:
+        """What each gRPC call sends. Rectangular: row ranges (slices); batches above
+        max_batch_size are split (as CMSSW does for its "many" batch mode) and the outputs
+        joined again. Ragged: entry indices (ints), one call per entry, all issued together
+        (CMSSW's InferMulti)."""
+        missing = [name for name, tensor in self.input.items() if tensor.data is None and tensor.entries is None]
         if missing:
             raise ExternalFailure(f"{self.what}: input(s) {', '.join(missing)} not set (call to_server)")
+        if self._ragged:
+            return list(range(self.batch_size))
         limit = self.client.max_batch_size
         if limit == 0:
             return [slice(None)]
         rows = self.batch_size
         return [slice(start, min(start + limit, rows)) for start in range(0, rows, limit)]
 
-    def _grpc_inputs(self, rows: slice) -> list[Any]:
-        import tritonclient.grpc as grpcclient
+    def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | ShmCall:
+        """One gRPC call's inputs and requested outputs, through shared memory or payloads
+        (``framework.sonic._transport``); the caller ends it with ``call.done(ok)``."""
+        client = self.client
+        if self._ragged:  # one entry, sent as a batch of 1 for a batching model
+            batched = client.max_batch_size > 0
+            arrays = {t.name: t.entries[chunk][None] if batched else t.entries[chunk]  # type: ignore[index]
+                      for t in self.input.values()}
+            rows: int | None = 1 if batched else None
+        else:
+            arrays = {t.name: t.data[chunk] for t in self.input.values()}
+            rows = len(range(*chunk.indices(self.batch_size))) if client.max_batch_size else None
+        if self._last_server not in (None, server.name):
+            client.transport.failed_over(self._last_server)  # type: ignore[arg-type]
+        self._last_server = server.name
+        return client.transport.call(server, grpc_client, client.inputs,
+                                     [client.outputs[n] for n in client.requested_outputs], arrays, rows,
+                                     all_outputs=len(client.requested_outputs) == len(client.outputs))
 
-        inputs = []
-        for tensor in self.input.values():
-            assert tensor.data is not None  # _chunks() checked that every input is set
-            data = tensor.data[rows]
-            grpc_input = grpcclient.InferInput(tensor.name, list(data.shape), tensor.spec.datatype)
-            grpc_input.set_data_from_numpy(data)
-            inputs.append(grpc_input)
-        return inputs
+    def _sent_bytes(self) -> int:
+        if self._ragged:
+            return sum(e.nbytes for t in self.input.values() for e in (t.entries or ()))
+        return sum(t.data.nbytes for t in self.input.values() if t.data is not None)
 
     def _finish_empty(self) -> TritonRequest:
         # Batch 0: nothing to send (CMSSW's TritonClient skips the call too).
         for tensor in self.output.values():
-            if tensor.name in self.client.requested_outputs:
+            if tensor.name in self.client.requested_outputs and self._ragged:
+                tensor.data = []
+            elif tensor.name in self.client.requested_outputs:
                 shape = (0,) + tuple(max(d, 0) for d in tensor.spec.dims)
                 tensor.data = np.zeros(shape, tensor.spec.dtype)
         return self
 
-    def _finish(self, results: list[Any], chunks: list[slice], server: ServerInfo) -> TritonRequest:
+    def _finish(self, results: list[Any], chunks: list[Any], server: ServerInfo,
+                calls: list[PayloadCall | ShmCall]) -> TritonRequest:
         client = self.client
         received = 0
         for name in client.requested_outputs:
             tensor = self.output[name]
-            parts = [self._check_output(result, tensor.spec, chunk) for result, chunk in zip(results, chunks, strict=True)]
+            parts = [self._check_output(result, tensor.spec, chunk, call)
+                     for result, chunk, call in zip(results, chunks, calls, strict=True)]
+            if self._ragged:  # per entry, without the batch dimension of 1
+                tensor.data = [part[0] for part in parts] if tensor.spec.batched else parts
+                received += sum(part.nbytes for part in parts)
+                continue
             try:
                 tensor.data = parts[0] if len(parts) == 1 else np.concatenate(parts)
             except ValueError as err:
@@ -157,16 +190,23 @@ class TritonRequest:
                 ) from None
             received += tensor.data.nbytes
         client.counters.add_calls(server.name, calls=len(chunks), inferences=self.batch_size,
-                                  sent=sum(t.data.nbytes for t in self.input.values() if t.data is not None),
-                                  received=received)
+                                  sent=self._sent_bytes(), received=received)
         self.server = server
         return self
 
-    def _check_output(self, result: Any, spec: TensorSpec, chunk: slice) -> np.ndarray[Any, Any]:
-        expected_rows = len(range(*chunk.indices(self.batch_size))) if spec.batched else None
-        return output_array(result, spec, expected_rows, self.what, self._inputs_non_empty())
+    def _check_output(self, result: Any, spec: TensorSpec, chunk: Any,
+                      call: PayloadCall | ShmCall) -> np.ndarray[Any, Any]:
+        if not spec.batched:
+            expected_rows = None
+        elif self._ragged:
+            expected_rows = 1
+        else:
+            expected_rows = len(range(*chunk.indices(self.batch_size)))
+        return output_array(result, spec, expected_rows, self.what, self._inputs_non_empty(), read=call.as_numpy)
 
     def _inputs_non_empty(self) -> bool:
+        if self._ragged:
+            return all(t.entries and all(e.size > 0 for e in t.entries) for t in self.input.values())
         return all(t.data is not None and t.data.size > 0 for t in self.input.values())
 
     # -- the three modes ---------------------------------------------------------------
@@ -200,7 +240,7 @@ class TritonRequest:
         if self.batch_size == 0:
             return self._finish_empty()
         batcher = self.client.batcher
-        if batcher is not None and len(chunks) == 1 and self.batch_size <= batcher.max_rows:
+        if batcher is not None and not self._ragged and len(chunks) == 1 and self.batch_size <= batcher.max_rows:
             return await self.client.retry_policy.run(
                 self.what, lambda server, grpc_client: self._try_batched(batcher, server, grpc_client, chunks))
         return await self.client.retry_policy.run(
@@ -219,13 +259,15 @@ class TritonRequest:
         self.server = server
         return self
 
-    async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
+    async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         from tritonclient.utils import InferenceServerException
 
         client = self.client
         self.tries += 1
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
+        calls: list[PayloadCall | ShmCall] = []
+        options = {**client.call_options(), "outputs": None}
 
         def cancel_all() -> None:
             for context in contexts:
@@ -236,19 +278,21 @@ class TritonRequest:
             with trio.move_on_after(limit) as scope:
                 for chunk in chunks:
                     future = ThreadSafeFuture()
+                    calls.append(call := self._call(server, grpc_client, chunk))
+                    options["outputs"] = call.outputs
                     contexts.append(grpc_client.async_infer(
-                        client.model_name, self._grpc_inputs(chunk),
-                        callback=functools.partial(_deliver, future), **client.call_options(),
+                        client.model_name, call.inputs, callback=functools.partial(_deliver, future), **options,
                     ))
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
-        except BaseException:
+        except BaseException as exc:
             cancel_all()  # cancelled, or one chunk failed: the other chunks are of no use
-            raise
+            raise self._failed_calls(server, calls, exc) from None
         if scope.cancelled_caught:  # wait() has cancelled the calls already
+            _end_failed(calls)
             raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
                                            "the call was cancelled by the client", status=DEADLINE_STATUS)
-        return self._finish(results, chunks, server)
+        return self._finish_calls(results, chunks, server, calls)
 
     def infer_sync(self) -> TritonRequest:
         """Blocking inference (``Sync``): one ``infer`` call per chunk, in turn.
@@ -268,12 +312,39 @@ class TritonRequest:
         return self.client.retry_policy.run_blocking(
             self.what, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
 
-    def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[slice]) -> TritonRequest:
+    def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client
         self.tries += 1
-        results = [grpc_client.infer(client.model_name, self._grpc_inputs(chunk), **client.call_options())
-                   for chunk in chunks]
-        return self._finish(results, chunks, server)
+        calls: list[PayloadCall | ShmCall] = []
+        options = client.call_options()
+        try:
+            results = []
+            for chunk in chunks:
+                calls.append(call := self._call(server, grpc_client, chunk))
+                options["outputs"] = call.outputs
+                results.append(grpc_client.infer(client.model_name, call.inputs, **options))
+        except BaseException as exc:
+            raise self._failed_calls(server, calls, exc) from None
+        return self._finish_calls(results, chunks, server, calls)
+
+    def _finish_calls(self, results: list[Any], chunks: list[Any], server: ServerInfo,
+                      calls: list[PayloadCall | ShmCall]) -> TritonRequest:
+        """:meth:`_finish`, then end the calls (their regions reused only if all went well)."""
+        try:
+            finished = self._finish(results, chunks, server, calls)
+        except BaseException:
+            _end_failed(calls)
+            raise
+        for call in calls:
+            call.done(True)
+        return finished
+
+    def _failed_calls(self, server: ServerInfo, calls: list[PayloadCall | ShmCall],
+                      exc: BaseException) -> BaseException:
+        """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
+        recoverable one if the server lost our regions."""
+        _end_failed(calls)
+        return self.client.transport.lost_registration(server, exc) or exc
 
     async def infer_pseudo_async(self) -> TritonRequest:
         """``PseudoAsync``: each blocking try on a worker thread (CMSSW's SonicClientPseudoAsync).
@@ -291,6 +362,13 @@ class TritonRequest:
                                                  abandon_on_cancel=False)
 
         return await self.client.retry_policy.run(self.what, attempt)
+
+
+def _end_failed(calls: list[PayloadCall | ShmCall]) -> None:
+    # A failed, cancelled or timed-out call: its region is not reused (the server may
+    # still write into it).
+    for call in calls:
+        call.done(False)
 
 
 def _deliver(future: ThreadSafeFuture, result: Any = None, error: Any = None) -> None:

@@ -112,14 +112,15 @@ def statistics(*, assignment: Mapping[str, str], users: Mapping[str, list[str]],
         per server) and ``unavailable`` (servers that gave no end numbers). Per client:
         ``model``, ``server``, ``mode``, the :class:`~framework.sonic.ClientStatistics`
         fields (``retries``, ``failovers`` included) and ``servers`` (successful calls per
-        server). Per server: ``address``, ``healthy``, ``outages`` (times out of service),
+        server), ``shm_calls`` (calls whose inputs went through shared memory). Per server:
+        ``address``, ``healthy``, ``outages`` (times out of service),
         ``failures`` (consecutive, at the end) and ``last_error``.
     """
     models = {model: _model_entry(model, server, users[model], begin, end) for model, server in assignment.items()}
     per_client = {
         client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
                             "mode": client.mode, **dataclasses.asdict(client.statistics()),
-                            "servers": client.calls_by_server()}
+                            "servers": client.calls_by_server(), "shm_calls": client.transport.shm_calls}
         for client in clients
     }
     return {"models": models, "clients": per_client, "servers": dict(servers)}

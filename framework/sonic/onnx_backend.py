@@ -4,6 +4,18 @@ Used by :class:`framework.sonic.python_backend.TritonPythonModel` (``runner`` = 
 or ``auto`` on a CPU instance) and by the direct (in-process) producers, which run the
 same ONNX file inside the job. Tensors cross the stub boundary as numpy arrays
 (``Tensor.as_numpy``), which needs numpy < 2 with the 2.51 stub.
+
+Copies (measured with ``scripts/stub_copies.py``, 1 MB input, 2.51 stub): the stub copies
+each CPU input once when it loads the request (``PbTensor``'s constructor builds its numpy
+array with pybind11's copying ``py::array(dtype, dims, ptr)``) and each output once into
+its shared memory when the response is sent; the model code cannot avoid either.
+``as_numpy()`` then returns that array (0.2 us, no copy), ``numpy.from_dlpack(tensor)`` a
+view of the stub's shared memory (0.7-1.0 us, no copy: no gain), ``pb_utils.Tensor(name,
+array)`` keeps the array (4-5 us, no copy), and ``pb_utils.Tensor.from_dlpack`` with a
+numpy array kills the stub (its capsule renamed ``used_dlpack`` is then deleted by numpy).
+The runner adds no copy of its own: inputs and outputs of the configured dtype pass
+``np.ascontiguousarray`` unchanged and onnxruntime reads contiguous numpy inputs in place;
+only a dynamic batch of several requests is concatenated (one copy, needed).
 """
 
 from __future__ import annotations

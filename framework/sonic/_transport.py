@@ -1,0 +1,276 @@
+"""How a call's tensors travel: Triton system shared memory, or gRPC payloads.
+
+CMSSW counterpart: the ``TritonMemResource`` choice of HeterogeneousCore/SonicTriton
+(``TritonCpuShmResource`` or ``TritonHeapResource``), made by the Client PSet's untracked
+``useSharedMemory`` (default true) when the server is on the same host. A
+:class:`TensorTransport` (one per :class:`~framework.sonic.TritonClient`) gives each gRPC
+call its inputs and requested outputs: a :class:`ShmCall` (inputs first, then the outputs,
+each at a 64-byte aligned offset of one region of the client's
+:class:`~framework.sonic._shm.ShmPool` for that server) or a :class:`PayloadCall`.
+
+* Remote servers, calls with less than :data:`SHM_MIN_BYTES` of inputs, and tensors
+  shared memory cannot carry (``BYTES``; outputs whose size the metadata leaves open,
+  i.e. with a ``-1`` dim) use gRPC payloads.
+* A server restarted on the same address has forgotten the regions: the call fails with
+  "Unable to find shared memory region"; the pool then registers its regions again and
+  the failure is reported as UNAVAILABLE, so that the retry policy tries again.
+* A local server that refuses to register a region (one in a container, say) gets
+  payloads from then on; a full ``/dev/shm`` gives the call payloads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import re
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._data import TensorSpec
+from ._server_info import ServerInfo
+from ._shm import ALIGN, SERVER_GONE, ShmPool, is_same_host, remove_stale_regions_once
+
+__all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport"]
+
+logger = logging.getLogger("pysonic.sonic")
+
+UNAVAILABLE = "StatusCode.UNAVAILABLE"
+SHM_MIN_BYTES = 64 * 1024
+"""Calls with fewer input bytes use payloads even with a local server: the bookkeeping of
+a shared-memory call costs more than copying a small message (measured, tiny identity
+model, local server, 2 cores: 16 B and 16 KB inputs gave 10-15 % fewer calls/s through
+shared memory, 32-128 KB about the same, 256 KB twice as many)."""
+_NOT_REGISTERED = re.compile(r"(unable to find|not found).*shared memory region|shared memory region.*not found",
+                             re.IGNORECASE)
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class PayloadCall:
+    """One gRPC call whose tensors travel in the request and response messages."""
+
+    def __init__(self, specs: Mapping[str, TensorSpec], arrays: Mapping[str, np.ndarray],
+                 outputs: Sequence[str] | None) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.inputs = []
+        for name, data in arrays.items():
+            grpc_input = grpcclient.InferInput(name, list(data.shape), specs[name].datatype)
+            grpc_input.set_data_from_numpy(data)
+            self.inputs.append(grpc_input)
+        self.outputs = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
+
+    def as_numpy(self, result: Any, name: str) -> np.ndarray | None:
+        """The output array (a view of the response), None if missing; ValueError if malformed."""
+        return result.as_numpy(name)
+
+    def done(self, ok: bool) -> None:
+        pass
+
+
+class ShmCall:
+    """One gRPC call whose inputs (and fixed-size outputs) are in a shared-memory region.
+
+    Args:
+        pool: where the region comes from.
+        in_specs, out_specs: the model's inputs and the requested outputs.
+        arrays: input name -> C-contiguous array of this call.
+        rows: the call's batch size (None: the model does not batch).
+        outputs_in_shm: whether the outputs go to the region too (all have fixed sizes).
+    """
+
+    def __init__(self, pool: ShmPool, in_specs: Mapping[str, TensorSpec], out_specs: Sequence[TensorSpec],
+                 arrays: Mapping[str, np.ndarray], rows: int | None, outputs_in_shm: bool) -> None:
+        import tritonclient.grpc as grpcclient
+        import tritonclient.utils.shared_memory as shm
+
+        offset, placed = 0, []
+        for name, data in arrays.items():
+            placed.append((name, data, offset))
+            offset = _align(offset + data.nbytes)
+        out_places: dict[str, tuple[int, int]] = {}
+        if outputs_in_shm:
+            for spec in out_specs:
+                nbytes = math.prod(spec.dims) * spec.dtype.itemsize * (rows if rows is not None else 1)
+                out_places[spec.name] = (offset, nbytes)
+                offset = _align(offset + nbytes)
+        self.pool = pool
+        self.region = region = pool.acquire(max(offset, 1))
+        self.inputs, self.outputs = [], []
+        for name, data, at in placed:
+            shm.set_shared_memory_region(region.handle, [data], offset=at)
+            grpc_input = grpcclient.InferInput(name, list(data.shape), in_specs[name].datatype)
+            grpc_input.set_shared_memory(region.name, data.nbytes, offset=at)
+            self.inputs.append(grpc_input)
+        for spec in out_specs:
+            output = grpcclient.InferRequestedOutput(spec.name)
+            if outputs_in_shm:
+                at, nbytes = out_places[spec.name]
+                output.set_shared_memory(region.name, nbytes, offset=at)
+            self.outputs.append(output)
+        self._out_places = out_places
+
+    def as_numpy(self, result: Any, name: str) -> np.ndarray | None:
+        """A COPY of the output (the region is reused), None if missing; ValueError if malformed."""
+        place = self._out_places.get(name)
+        if place is None:
+            return result.as_numpy(name)
+        output = result.get_output(name)
+        if output is None:
+            return None
+        from tritonclient.utils import triton_to_np_dtype
+
+        dtype = np.dtype(triton_to_np_dtype(output.datatype))
+        shape = tuple(output.shape)
+        at, nbytes = place
+        if math.prod(shape) * dtype.itemsize > nbytes:
+            raise ValueError(f"shape {shape} {dtype} exceeds the {nbytes} bytes reserved in the region")
+        view: np.ndarray = np.ndarray(shape, dtype, buffer=self.region.buffer(), offset=at)
+        array = view.copy()
+        del view  # no exported pointer may outlive the call: the region is unmapped later
+        return array
+
+    def done(self, ok: bool) -> None:
+        """Return the region (reused only if the call succeeded)."""
+        self.pool.release(self.region, reusable=ok)
+
+
+class TensorTransport:
+    """A client's choice between shared memory and payloads, and its pools (one per server).
+
+    Args:
+        use_shared_memory: ``Client.useSharedMemory``.
+        label: the module label, for region names.
+        timeout: seconds for each register call (``Client.timeout``); None = none.
+    """
+
+    def __init__(self, use_shared_memory: bool, label: str, timeout: float | None) -> None:
+        self.use_shared_memory = use_shared_memory
+        self.label = label
+        self.timeout = timeout
+        self._pools: dict[str, ShmPool] = {}
+        self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
+        self._refused: set[str] = set()  # servers that cannot map our regions: payloads
+        self._lock = threading.Lock()
+        self.shm_calls = 0  # calls whose inputs went through shared memory
+        self.payload_calls = 0  # calls with gRPC payloads
+        if use_shared_memory:
+            remove_stale_regions_once()
+            _live.add(self)
+
+    def pool(self, server: ServerInfo, grpc_client: Any) -> ShmPool | None:
+        """The shared-memory pool for ``server``; None: use payloads (remote server, or off)."""
+        if not self.use_shared_memory or not is_same_host(server) or server.name in self._refused:
+            return None
+        with self._lock:
+            pool = self._pools.get(server.name)
+            if pool is None or pool.grpc_client is not grpc_client or pool.server != server:
+                if pool is not None:  # the server moved (fallback restarted elsewhere): start afresh
+                    pool.retire()
+                    self._retired.append(pool)
+                pool = self._pools[server.name] = ShmPool(self.label, server, grpc_client, self.timeout)
+            return pool
+
+    def pools(self) -> dict[str, ShmPool]:
+        with self._lock:
+            return dict(self._pools)
+
+    def call(self, server: ServerInfo, grpc_client: Any, in_specs: Mapping[str, TensorSpec],
+             out_specs: Sequence[TensorSpec], arrays: Mapping[str, np.ndarray], rows: int | None,
+             all_outputs: bool) -> PayloadCall | ShmCall:
+        """The inputs and requested outputs of one call to ``server``.
+
+        Args:
+            all_outputs: the client requests every output (``Client.outputs`` empty): a
+                payload call then names none (the server returns all).
+        """
+        pool = self.pool(server, grpc_client)
+        if (pool is not None and sum(a.nbytes for a in arrays.values()) >= SHM_MIN_BYTES
+                and all(a.dtype != np.object_ for a in arrays.values())):
+            in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
+            try:
+                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
+            except Exception as exc:
+                if not self._use_payloads_after(server, exc):
+                    raise
+            else:
+                with self._lock:
+                    self.shm_calls += 1
+                return call
+        with self._lock:
+            self.payload_calls += 1
+        return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs])
+
+    def _use_payloads_after(self, server: ServerInfo, exc: Exception) -> bool:
+        """Whether a failure to set up shared memory leaves the call to gRPC payloads.
+
+        A server that refuses to register a region (e.g. one in a container on a port of
+        this host, which cannot open our ``/dev/shm``) gets payloads from now on; a full
+        ``/dev/shm`` gives this call payloads. An unreachable server is the retry policy's.
+        """
+        from tritonclient.utils import InferenceServerException
+        from tritonclient.utils.shared_memory import SharedMemoryException
+
+        if isinstance(exc, InferenceServerException):
+            if exc.status() in SERVER_GONE:
+                return False
+            with self._lock:
+                self._refused.add(server.name)
+            logger.warning("%s: %s cannot use our shared memory (%s); gRPC payloads from now on", self.label,
+                           server.describe(), " ".join((exc.message() or str(exc)).split()))
+            return True
+        if isinstance(exc, (SharedMemoryException, OSError)):
+            logger.warning("%s: no shared-memory region for a call to %s (%s: %s); gRPC payloads for it",
+                           self.label, server.describe(), type(exc).__name__, exc)
+            return True
+        return False
+
+    def lost_registration(self, server: ServerInfo, exc: BaseException) -> BaseException | None:
+        """If ``exc`` says the server does not know our region (it restarted): forget the
+        registrations and return a recoverable (UNAVAILABLE) error to raise instead."""
+        from tritonclient.utils import InferenceServerException
+
+        if not isinstance(exc, InferenceServerException) or not _NOT_REGISTERED.search(exc.message() or ""):
+            return None
+        pool = self.pools().get(server.name)
+        if pool is None:
+            return None
+        pool.forget_registrations()
+        return InferenceServerException(f"the server lost the shared-memory registrations ({exc.message()}); "
+                                        "registering again", status=UNAVAILABLE)
+
+    def failed_over(self, server_name: str) -> None:
+        """A request left ``server_name`` for another server: release that server's regions."""
+        with self._lock:
+            pool = self._pools.pop(server_name, None)
+            if pool is not None:
+                self._retired.append(pool)
+        if pool is not None:
+            logger.info("%s: releasing the shared-memory regions on %s after a failover", self.label,
+                        pool.server.describe())
+            pool.retire()
+
+    def close(self) -> None:
+        """Unregister and unlink every region (end of job, Ctrl-C, exit). Never raises."""
+        with self._lock:
+            pools, self._pools, self._retired = [*self._pools.values(), *self._retired], {}, []
+        for pool in pools:
+            pool.close()
+
+
+_live: weakref.WeakSet[TensorTransport] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # A job that never reached end_job (an exception before it, an embedding script): no
+    # region outlives the process. SIGKILL is left to remove_stale_regions.
+    for transport in list(_live):
+        transport.close()
