@@ -31,6 +31,7 @@ from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description
 from framework.sonic._server import LocalTritonServer
+from framework.sonic.testing import TensorConfig, write_python_model
 
 MODEL_PY = textwrap.dedent('''
     import json, time
@@ -59,17 +60,13 @@ MODEL_PY = textwrap.dedent('''
 
 N_EVENTS = 48
 STREAMS = 16
+WIDE = 4096  # float32 columns of the "wide" model: one event's row (16 KiB) stays under the
+# 64 KiB below which a call keeps gRPC payloads; a merged call of 4 or more goes in shared memory
 
 
-def write_model(repo: pathlib.Path, name: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(MODEL_PY)
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\n'
-        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
-    )
+def write_model(repo: pathlib.Path, name: str, width: int = 4) -> None:
+    write_python_model(repo, name, MODEL_PY, max_batch_size=64, inputs=[TensorConfig("x", dims=(width,))],
+                       outputs=[TensorConfig("y", dims=(width,))])
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +74,7 @@ def server(tmp_path_factory, left_behind):
     repo = tmp_path_factory.mktemp("batching_models")
     for name in ("double", "count", "solo"):
         write_model(repo, name)
+    write_model(repo, "wide", WIDE)  # y = 2x, 16 KiB per row
     triton = LocalTritonServer(repo)
     triton.start(60.0)
     try:
@@ -117,7 +115,8 @@ framework.register_type("batchingRowsProducer", RowsProducer)
 
 
 def batching_process(server: LocalTritonServer, model: str, max_rows: int, max_delay_us: int = 200,
-                     streams: int = STREAMS, events: int = N_EVENTS) -> cms.Process:
+                     streams: int = STREAMS, events: int = N_EVENTS, producer: str = "batchingRowsProducer",
+                     shared_memory: bool = True) -> cms.Process:
     process = cms.Process("BATCHING")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = events
@@ -131,8 +130,9 @@ def batching_process(server: LocalTritonServer, model: str, max_rows: int, max_d
         health=cms.untracked.PSet(unhealthyAfter=cms.untracked.uint32(1000)),
     )
     process.rows = cms.EDProducer(
-        "batchingRowsProducer",
+        producer,
         Client=cms.PSet(modelName=cms.string(model), timeout=cms.untracked.uint32(20),
+                        useSharedMemory=cms.untracked.bool(shared_memory),
                         batching=cms.untracked.PSet(maxRows=cms.untracked.uint32(max_rows),
                                                     maxDelay=cms.untracked.uint32(max_delay_us))))
     process.p = cms.Path(process.rows)
@@ -183,6 +183,45 @@ async def test_a_failed_merged_call_is_retried_per_event(server, caplog):
     assert stats["calls"] == stats["requests"] == N_EVENTS  # the retries went one event per call
     assert any("retry on the same server" in r.getMessage() and "UNAVAILABLE: merged" in r.getMessage()
                for r in caplog.records)
+
+
+class WideProducer(SonicEDProducer):
+    """One row of WIDE float32 values per event (the event number, then a ramp)."""
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.produces()
+
+    def acquire(self, event, input):
+        x = np.arange(WIDE, dtype=np.float32)[None, :] + 0.25
+        x[0, 0] = event.id.event
+        input["x"].to_server(x)
+
+    def produce(self, event, output):
+        y = np.array(output["y"].from_server())
+        Records.products[event.id.event] = y
+        event.put(y)
+
+
+framework.register_type("batchingWideProducer", WideProducer)
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory):
+    # The merged call's tensors travel as a single request's would (Client.useSharedMemory).
+    process = batching_process(server, "wide", max_rows=64, producer="batchingWideProducer",
+                               shared_memory=shared_memory)
+    products, stats = await run(process)
+    assert sorted(products) == list(range(1, N_EVENTS + 1))
+    for number, y in products.items():
+        x = np.arange(WIDE, dtype=np.float32)[None, :] + 0.25
+        x[0, 0] = number
+        np.testing.assert_array_equal(y, 2 * x, err_msg=f"event {number}")
+    assert stats["calls"] < N_EVENTS / 2 and stats["errors"] == 0
+    if shared_memory:
+        assert stats["shm_calls"] >= 1  # merged calls of >= 4 events (>= 64 KiB of inputs)
+    else:
+        assert stats["shm_calls"] == 0
 
 
 # ----------------------------------------------------------------------------------------
