@@ -293,7 +293,9 @@ async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None]
         try:
             for svc in job.services.services.values():
                 await svc.begin_job()
-            job.assemble(await trio.to_thread.run_sync(job.source.collections))
+            # abandon_on_cancel: opening the first file may wait for a remote server; a
+            # stopped job must not wait with it (the source bounds that wait on its own).
+            job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
             # Built after assemble(): output modules' consumes count as dependencies too.
             scheduler = _Scheduler(job, on_event, report)
             for module in modules:

@@ -9,6 +9,7 @@ tables (server-side statistics per model).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,7 +70,8 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     mean_cpu, mean_acquire, mean_wait, mean_run, and percentiles of ``own`` (acquire +
     produce), ``acquire``, ``wait`` (ExternalWork) and ``run`` (produce/filter/...)),
     ``streams``, ``threads``, ``services`` (type name ->
-    the service's ``statistics()``, e.g. Triton's per-model server-side numbers).
+    the service's ``statistics()``, e.g. Triton's per-model server-side numbers), ``source``
+    (the source's ``statistics()``: files opened and where, entries read, read retries).
     """
     if report.summary is None:
         report.summary = _summary(job, report)
@@ -111,7 +113,13 @@ def _summary(job: Job, report: JobReport) -> dict[str, Any]:
         "modules": modules,
         "services": {name: stats for name, svc in job.services.services.items()
                      if (stats := svc.statistics())},
+        "source": _source_statistics(job.source),
     }
+
+
+def _source_statistics(source: Any) -> dict[str, Any]:
+    stats = source.statistics()
+    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) and not isinstance(stats, type) else {}
 
 
 def _trig_tables(summary: dict[str, Any]) -> list[Table]:
@@ -185,4 +193,6 @@ def print_summary(job: Job, report: JobReport, console: Console | None = None) -
     for svc in job.services.services.values():
         for renderable in svc.report():
             console.print(renderable)
+    for renderable in job.source.report():
+        console.print(renderable)
     return summary
