@@ -38,14 +38,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import trio
 
-from .._errors import ConfigurationError, FileReadError
+from .._errors import ConfigurationError, FileOpenError, FileReadError
 from .._event import EventID
 from .._source_base import Source, SourceEvent
 from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
 from ._files import local_file_problem, one_line, open_input
 from ._fileset import expand_file_names
 from ._layout import Collection, check_types, resolve_request, scan_tree, unreadable_branch
-from ._remote import OpenedFile, RemoteAccess, close_in_background, is_remote, is_transient, read_with_retries
+from ._remote import (OpenedFile, RemoteAccess, close_in_background, is_remote, is_transient, read_with_retries,
+                      reason)
 from ._units import WorkUnit
 
 __all__ = ["PoolSource", "SourceStatistics"]
@@ -308,19 +309,20 @@ class PoolSource(Source):
         for key in [k for k, kept in self._kept.items() if kept is handle]:
             del self._kept[key]
 
-    def _reopen(self, handle: _Handle, error: BaseException, where: str) -> None:
+    def _reopen(self, handle: _Handle, error: BaseException, where: str, retry: int) -> None:
         """Open a remote file again where it was opened, after a transient read error
         (uproot's XRootD source closes the file on a failed read)."""
         name, opened = handle.opened.name, handle.opened
         self._retries[name] = self._retries.get(name, 0) + 1
         log.warning("input file %s: reading %s from %s failed (%s): trying again (%d of %d)", name, where,
-                    opened.served_by, one_line(error), self._retries[name], self.access.read_retries)
+                    opened.served_by, reason(error, opened.url), retry, self.access.read_retries)
         close_in_background(handle.file)
         try:
             handle.file, handle.tree, _ = open_input(opened.url, handle.tree_path, self.access)
         except FileOpenError as exc:
             raise FileReadError(f"cannot read {where} of input file '{name}' from {opened.served_by}: "
-                                f"{one_line(error)}; opening it again failed: {exc.args[0]}", file=name) from exc
+                                f"{reason(error, opened.url)}; opening it again failed: {exc.args[0]}",
+                                file=name) from exc
 
     def _branch_list(self, layout: dict[str, Collection], request: dict[str, Any], tree: Any) -> list[str]:
         names = [b for b in ID_BRANCHES if b in tree]  # not tree.keys(): ~10 ms for NanoAOD
@@ -427,7 +429,7 @@ class PoolSource(Source):
 
         def reopen(error: BaseException) -> None:
             tries.append(error)
-            self._reopen(handle, error, where)
+            self._reopen(handle, error, where, len(tries))
 
         try:
             if remote:
@@ -442,10 +444,11 @@ class PoolSource(Source):
                 # The server, not the data: reading each branch again to find a culprit
                 # would only wait again.
                 server = handle.opened.served_by
+                url = handle.opened.url
                 if isinstance(exc, TimeoutError):
-                    why = f"no answer within timeout = {self.access.timeout:g} s ({one_line(exc)})"
+                    why = f"no answer within timeout = {self.access.timeout:g} s ({reason(exc, url)})"
                 else:
-                    why = f"{one_line(exc)} (after {len(tries) + 1} tries)" if tries else one_line(exc)
+                    why = f"{reason(exc, url)} (after {len(tries) + 1} tries)" if tries else reason(exc, url)
                 raise FileReadError(f"cannot read {where} of tree '{tree.name}' in input file '{name}' from "
                                     f"{server}: {why}", file=name, entries=(lo, hi)) from exc
             culprit = unreadable_branch(tree, branches, lo, hi)

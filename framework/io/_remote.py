@@ -48,7 +48,7 @@ import uproot
 from .._errors import ConfigurationError, FileOpenError
 
 __all__ = ["RemoteAccess", "OpenedFile", "is_lfn", "is_url", "is_remote", "server_of", "open_root_file",
-           "is_transient", "read_with_retries", "close_in_background"]
+           "is_transient", "read_with_retries", "close_in_background", "reason"]
 
 log = logging.getLogger("pysonic.source")
 
@@ -176,11 +176,15 @@ class OpenedFile:
     failed: tuple[str, ...] = ()
 
 
-def _one_line(exc: BaseException) -> str:
+def reason(exc: BaseException, url: str | None = None) -> str:
+    """``"Type: message"`` on one line, without uproot's repetitions of the URL (the caller
+    names the file and server once) or its page on how to name files."""
     text = str(exc)
+    if url:
+        text = text.replace(f" in file {url}", "").replace(f"for URL {url}", "").replace(f"in file {url}", "")
     if isinstance(exc, FileNotFoundError):  # uproot's adds a page on how to name files
-        text = text.split("\n", 1)[0]
-    return f"{type(exc).__name__}: {' '.join(text.split())}"
+        text = text.split("\n\n", 1)[0]
+    return f"{type(exc).__name__}: {' '.join(text.split())}".replace(" )", ")")
 
 
 _xrootd_configured = threading.Lock()
@@ -226,6 +230,10 @@ def _handler(name: str, url: str, access: RemoteAccess) -> dict[str, Any]:
     return {}
 
 
+class DeadlinePassed(TimeoutError):
+    """:func:`bounded` gave up waiting."""
+
+
 def bounded(call: Callable[[], T], seconds: float, on_late: Callable[[T], None]) -> T:
     """``call()`` on a daemon thread, waited for at most ``seconds`` (wall clock).
 
@@ -234,7 +242,7 @@ def bounded(call: Callable[[], T], seconds: float, on_late: Callable[[T], None])
     the caller gave up goes to ``on_late`` (to close a file opened too late).
 
     Raises:
-        TimeoutError: ``call`` did not return within ``seconds``.
+        DeadlinePassed: ``call`` did not return within ``seconds``.
         whatever ``call`` raises.
     """
     done = threading.Event()
@@ -257,7 +265,7 @@ def bounded(call: Callable[[], T], seconds: float, on_late: Callable[[T], None])
         with lock:
             if not done.is_set():
                 box["abandoned"] = True
-                raise TimeoutError(f"no answer within {seconds:g} s")
+                raise DeadlinePassed(f"no answer within {seconds:g} s")
     if "error" in box:
         raise box["error"]
     return box["result"]  # type: ignore[no-any-return]
@@ -311,21 +319,21 @@ def open_root_file(name: str, access: RemoteAccess, *, open_file: Callable[[str,
                 file = bounded(lambda u=url, o=options: opener(u, o), access.open_timeout, _close_quietly)
             else:
                 file = opener(url, options)
-        except TimeoutError as exc:
-            reason = f"no answer within openTimeout = {access.open_timeout:g} s ({_one_line(exc)})"
+        except DeadlinePassed:
+            why = f"no answer within openTimeout = {access.open_timeout:g} s"
+        except TimeoutError as exc:  # the library's own timeout (each request: timeout)
+            why = f"no answer within timeout = {access.timeout:g} s ({reason(exc, url)})"
         except FileOpenError:
             raise
         except Exception as exc:  # noqa: BLE001 - the next place may serve it
             if not is_remote(name):
                 raise
-            reason = _one_line(exc)
+            why = reason(exc, url)
         else:
             if len(places) > 1 and failed:
                 log.warning("input file %s: opened at %s after %d failed place(s)", name, served_by, len(failed))
             return file, OpenedFile(name, url, served_by, _data_server(file), time.monotonic() - start, tuple(failed))
-        # uproot repeats the URL in its messages; the place is named once, in front.
-        reason = reason.replace(f" in file {url}", "").replace(f" for URL {url}", "")
-        failed.append(f"{served_by if is_lfn(name) else server_of(url)}: {reason}")
+        failed.append(f"{served_by if is_lfn(name) else server_of(url)}: {why}")
     if len(places) == 1:
         raise FileOpenError(f"cannot open input file '{name}' at server {failed[0]}", file=name)
     raise FileOpenError(f"cannot open input file '{name}' through any of its {len(places)} redirectors: "
