@@ -40,6 +40,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,8 +49,7 @@ import uproot
 
 from framework import FileOpenError, FileReadError
 from framework._cmsrun import main as cmsrun_main
-from framework.io import PoolSource, RemoteAccess
-from framework.io import _remote
+from framework.io import PoolSource, RemoteAccess, _remote
 from framework.samples import locate_sample
 from framework.sonic._processes import TAG_VARIABLE
 
@@ -326,7 +326,7 @@ def read_jets(source: PoolSource) -> list[list[float]]:
     found: list[list[float]] = []
 
     async def main() -> None:
-        send, receive = trio.open_memory_channel[object](100)
+        send, receive = trio.open_memory_channel[Any](100)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(source.run, send, -1)
             async for event in receive:
@@ -470,8 +470,9 @@ def test_missing_xrootd_client_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "XRootD", None)  # import XRootD -> ImportError
     with pytest.raises(FileOpenError) as info:
         make_source("root://127.0.0.1:1//store/mc/pfnano.root").collections()
-    assert str(info.value) == ("[FileOpenError] cannot open input file 'root://127.0.0.1:1//store/mc/pfnano.root': "
-                               f"reading root:// needs the XRootD client, which is not installed: {_remote.INSTALL_XROOTD}")
+    assert str(info.value) == (
+        "[FileOpenError] cannot open input file 'root://127.0.0.1:1//store/mc/pfnano.root': reading root:// needs "
+        f"the XRootD client, which is not installed: {_remote.INSTALL_XROOTD}")
 
 
 # -- HTTP ----------------------------------------------------------------------------------
@@ -534,3 +535,53 @@ def test_remote_access_is_validated_and_picklable():
         RemoteAccess(("site",))
     with pytest.raises(Exception, match="openTimeout = 0.0 s, expected > 0"):
         RemoteAccess(open_timeout=0.0)
+
+
+# -- datasets and work units ---------------------------------------------------------------
+
+REMOTE_CFG = pathlib.Path(__file__).resolve().parents[1] / "configs" / "remote_cfg.py"
+
+
+def histograms(path: pathlib.Path) -> dict[str, list[float]]:
+    with uproot.open(path) as f:
+        return {k: f[k].values(flow=True).tolist() for k in f.keys(cycle=False)}
+
+
+@needs_xrootd
+def test_fileset_of_urls_and_lfns(xrootd, pfnano, cmsrun, tmp_path):
+    """The README's remote example: configs/remote_cfg.py over a fileset of a root:// URL and
+    a /store/ name (preprocessed through the redirectors too), as with the local file."""
+    fileset = tmp_path / "fileset.yaml"
+    fileset.write_text(f"URL: ['{xrootd.url}{LFN.lstrip('/')}']\nLFN: {{files: {{'{LFN}': Events}}}}\n")
+    code, err = cmsrun(REMOTE_CFG, f"redirectors={xrootd.url}", "--dataset", str(fileset), cwd=tmp_path / "remote")
+    assert code == 0, err
+    code, err = cmsrun(REMOTE_CFG, f"inputFiles={pfnano}", cwd=tmp_path / "local")
+    assert code == 0, err
+    local = events(tmp_path / "local" / "remote.root")
+    for dataset in ("URL", "LFN"):
+        assert_same_events(events(tmp_path / "remote" / f"remote_{dataset}.root"), local)
+        assert histograms(tmp_path / "remote" / f"remote_hists_{dataset}.root") == \
+            histograms(tmp_path / "local" / "remote_hists.root")
+
+
+@needs_xrootd
+def test_a_work_unit_of_an_lfn_runs_where_the_config_goes(xrootd, pfnano, tmp_path, monkeypatch):
+    """What a Dask worker does: run_unit with the config; the redirectors come with it (no
+    process-wide setting), from a thread other than the main one."""
+    import framework.config as cms
+    from framework._datasets import run_unit
+    from framework.io import WorkUnit
+
+    monkeypatch.chdir(tmp_path)
+    process = cms.load_config(str(REMOTE_CFG), [f"redirectors=root://127.0.0.1:{free_port()}//,{xrootd.url}"])
+    unit = WorkUnit("LFN", LFN, "Events", 2, 7)
+    result: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: result.update(done=run_unit(process, unit)))
+    worker.start()
+    worker.join(60)
+    assert "done" in result, "run_unit failed or hung (see the log)"
+    assert result["done"].report.events == 5
+    (part,) = [p for p in result["done"].parts if p.parent.name == "remote_LFN.root.parts"]
+    with uproot.open(part) as f, uproot.open(pfnano) as g:
+        np.testing.assert_array_equal(f["Events"]["Muon_pt"].array(library="np")[0],
+                                      g["Events"]["Muon_pt"].array(entry_start=2, entry_stop=3, library="np")[0])

@@ -45,8 +45,15 @@ from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
 from ._files import local_file_problem, one_line, open_input
 from ._fileset import expand_file_names
 from ._layout import Collection, check_types, resolve_request, scan_tree, unreadable_branch
-from ._remote import (OpenedFile, RemoteAccess, close_in_background, is_remote, is_transient, read_with_retries,
-                      reason)
+from ._remote import (
+    OpenedFile,
+    RemoteAccess,
+    close_in_background,
+    is_remote,
+    is_transient,
+    read_with_retries,
+    reason,
+)
 from ._units import WorkUnit
 
 __all__ = ["PoolSource", "SourceStatistics"]
@@ -432,10 +439,7 @@ class PoolSource(Source):
             self._reopen(handle, error, where, len(tries))
 
         try:
-            if remote:
-                arrays = read_with_retries(read, self.access.read_retries, reopen)
-            else:
-                arrays = read()
+            arrays = read_with_retries(read, self.access.read_retries, reopen) if remote else read()
         except FileReadError:
             raise
         except Exception as exc:  # noqa: BLE001 - corrupt or truncated data, or the network

@@ -31,6 +31,8 @@ environment variables, which win (XRootD's own rule).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import http.client
 import logging
 import math
@@ -278,10 +280,8 @@ def close_in_background(file: Any) -> None:
 
 
 def _close_quietly(file: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the server is gone: nothing left to release here
         file.close()
-    except Exception:  # noqa: BLE001 - the server is gone: nothing left to release here
-        pass
 
 
 def _data_server(file: Any) -> str | None:
@@ -316,7 +316,7 @@ def open_root_file(name: str, access: RemoteAccess, *, open_file: Callable[[str,
         start = time.monotonic()
         try:
             if is_url(url):
-                file = bounded(lambda u=url, o=options: opener(u, o), access.open_timeout, _close_quietly)
+                file = bounded(functools.partial(opener, url, options), access.open_timeout, _close_quietly)
             else:
                 file = opener(url, options)
         except DeadlinePassed:

@@ -142,7 +142,10 @@ def preprocess_file(path: str, tree: str, access: RemoteAccess | None = None) ->
                                 f"'{path}': {one_line(exc)}") from exc
         uuid = str(file.file.uuid)
     finally:
-        close_in_background(file) if is_remote(path) else file.close()
+        if is_remote(path):
+            close_in_background(file)  # a remote close asks the server: not waited for
+        else:
+            file.close()
     clusters = sorted({0, n, *(x for x in offsets if 0 <= x <= n)})
     return FileInfo(path, tree, n, tuple(clusters), uuid, size, mtime_ns)
 
