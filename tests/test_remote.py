@@ -211,17 +211,39 @@ def silent() -> Iterator[Silent]:
     server.close()
 
 
-@pytest.fixture
-def http(pfnano: pathlib.Path):
-    """pytest-httpserver serving ``pfnano.root`` at ``/store/mc/pfnano.root`` (Range requests);
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> pathlib.Path | None:
+    """A self-signed certificate for 127.0.0.1 (its own CA), or None without ``openssl``."""
+    if shutil.which("openssl") is None:
+        return None
+    folder = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
+                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+@pytest.fixture(params=["http", "https"])
+def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkeypatch):
+    """pytest-httpserver serving ``pfnano.root`` at ``/store/mc/pfnano.root`` (Range requests),
+    over HTTP and over HTTPS (a self-signed certificate, trusted through ``SSL_CERT_FILE``);
     ``http.fail_next`` answers that many requests for ``Jet_pt``'s baskets with 503 first
     (the event data, not the metadata that opening the file reads)."""
+    import ssl
+
     from pytest_httpserver import HTTPServer
     from werkzeug import Response
     from werkzeug.utils import send_file
 
+    context = None
+    if request.param == "https":
+        if certificate is None:
+            pytest.skip("needs the openssl command for a test certificate")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate / "cert.pem"))  # read by each new client context
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True, ssl_context=context)
     with uproot.open(pfnano) as f:
         branch = f["Events"]["Jet_pt"]
         baskets = [int(x) for x in branch.member("fBasketSeek")[: branch.num_baskets]]
@@ -244,6 +266,7 @@ def http(pfnano: pathlib.Path):
     server.expect_request(re.compile(".*")).respond_with_handler(handler)
     server.start()
     state.server, state.url = server, server.url_for(LFN)
+    assert state.url.startswith(f"{request.param}://")
     yield state
     server.clear()
     server.stop()
@@ -304,11 +327,22 @@ def fatal_line(stderr: str) -> str:
     return lines[lines.index("----- Begin Fatal Exception -----") + 1]
 
 
-@pytest.fixture
-def local_events(pfnano, job, cmsrun, tmp_path):
-    code, err = cmsrun(job, f"inputFiles={pfnano}", cwd=tmp_path / "local")
-    assert code == 0, err
-    found = events(tmp_path / "local" / "out.root")
+@pytest.fixture(scope="module")
+def local_events(pfnano, tmp_path_factory):
+    """The events of the job run over the local file (once for the module)."""
+    folder = tmp_path_factory.mktemp("local")
+    (folder / "remote_cfg.py").write_text(JOB)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "path", list(sys.path))
+        try:
+            assert cmsrun_main([str(folder / "remote_cfg.py"), f"inputFiles={pfnano}", "--no-progress"]) == 0
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+    found = events(folder / "out.root")
     assert len(found) == 10
     return found
 
@@ -484,6 +518,7 @@ def test_http_url_gives_the_local_events(http, local_events, job, cmsrun, tmp_pa
     assert_same_events(events(tmp_path / "remote" / "out.root"), local_events)
 
 
+@pytest.mark.parametrize("http", ["http"], indirect=True)
 def test_lfn_through_an_http_redirector(http, local_events, job, cmsrun, tmp_path):
     prefix = http.server.url_for("/")
     code, err = cmsrun(job, f"inputFiles={LFN}", f"redirectors={prefix}", cwd=tmp_path / "remote")
@@ -512,6 +547,7 @@ def test_transient_http_errors_are_retried_and_counted(http, pfnano):
     assert retries.keys() == {http.url} and 1 <= retries[http.url] <= 2
 
 
+@pytest.mark.parametrize("http", ["http"], indirect=True)
 def test_transient_errors_give_up_after_read_retries(http):
     source = make_source(http.url, readRetries=1)
     source.collections()
