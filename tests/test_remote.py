@@ -469,6 +469,36 @@ def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
 
 
 @needs_xrootd
+def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
+    url = f"{xrootd.url}store/mc/pfnano.root"
+    process = subprocess.Popen([sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}",
+                                "timeout=600", "--no-progress"],
+                               cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        log = ""
+        while "opened input file" not in log:  # then the server stops answering: reads hang
+            line = process.stderr.readline()  # type: ignore[union-attr]
+            assert line, f"cmsrun ended before opening its input: {log}"
+            log += line
+        os.kill(xrootd.process.pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, err = process.communicate(timeout=SIGNAL_BOUND)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"cmsrun still running {SIGNAL_BOUND} s after SIGTERM")
+        assert time.monotonic() - sent < SIGNAL_BOUND
+    finally:
+        os.kill(xrootd.process.pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM, log + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["remote_cfg.py"]
+
+
+@needs_xrootd
 def test_a_read_from_a_server_that_stops_answering_fails_within_the_timeout(xrootd):
     source = make_source(f"{xrootd.url}store/mc/pfnano.root", timeout=2.0)
     source.collections()  # opened while the server answers
