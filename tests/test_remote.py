@@ -228,7 +228,8 @@ def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkey
     """pytest-httpserver serving ``pfnano.root`` at ``/store/mc/pfnano.root`` (Range requests),
     over HTTP and over HTTPS (a self-signed certificate, trusted through ``SSL_CERT_FILE``);
     ``http.fail_next`` answers that many requests for ``Jet_pt``'s baskets with 503 first
-    (the event data, not the metadata that opening the file reads)."""
+    (the event data, not the metadata that opening the file reads); with ``http.hang`` set,
+    such requests get no answer until the test ends."""
     import ssl
 
     from pytest_httpserver import HTTPServer
@@ -247,7 +248,8 @@ def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkey
     with uproot.open(pfnano) as f:
         branch = f["Events"]["Jet_pt"]
         baskets = [int(x) for x in branch.member("fBasketSeek")[: branch.num_baskets]]
-    state = types.SimpleNamespace(fail_next=0, failed=0, lock=threading.Lock())
+    state = types.SimpleNamespace(fail_next=0, failed=0, lock=threading.Lock(), hang=False,
+                                  release=threading.Event())
 
     def wants_baskets(header: str | None) -> bool:
         ranges = [r.split("-") for r in (header or "").removeprefix("bytes=").split(",") if "-" in r]
@@ -256,6 +258,9 @@ def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkey
     def handler(request):
         if request.path != LFN:
             return Response("not found", status=404)
+        if state.hang and wants_baskets(request.headers.get("Range")):
+            state.release.wait(60)
+            return Response("too late", status=503)
         with state.lock:
             if state.fail_next > 0 and wants_baskets(request.headers.get("Range")):
                 state.fail_next -= 1
@@ -268,6 +273,7 @@ def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkey
     state.server, state.url = server, server.url_for(LFN)
     assert state.url.startswith(f"{request.param}://")
     yield state
+    state.release.set()
     server.clear()
     server.stop()
 
@@ -651,3 +657,18 @@ def test_a_work_unit_of_an_lfn_runs_where_the_config_goes(xrootd, pfnano, tmp_pa
     with uproot.open(part) as f, uproot.open(pfnano) as g:
         np.testing.assert_array_equal(f["Events"]["Muon_pt"].array(library="np")[0],
                                       g["Events"]["Muon_pt"].array(entry_start=2, entry_stop=3, library="np")[0])
+
+
+def test_an_http_read_without_answer_fails_within_the_timeout(http):
+    source = make_source(http.url, timeout=2.0)
+    source.collections()
+    http.hang = True
+    start = time.monotonic()
+    with pytest.raises(FileReadError) as info:
+        read_jets(source)
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert message.startswith(f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
+                              f"'{http.url}' from 127.0.0.1:{http.server.port}: no answer within timeout = 2 s"), message
+    assert "\n" not in message
+    assert elapsed < 2 + SLACK
