@@ -50,7 +50,7 @@ import uproot
 from .._errors import ConfigurationError, FileOpenError
 
 __all__ = ["RemoteAccess", "OpenedFile", "is_lfn", "is_url", "is_remote", "server_of", "open_root_file",
-           "is_transient", "read_with_retries", "close_in_background", "reason"]
+           "is_transient", "read_with_retries", "close_in_background", "reason", "bounded"]
 
 log = logging.getLogger("pysonic.source")
 
@@ -236,8 +236,8 @@ class DeadlinePassed(TimeoutError):
     """:func:`bounded` gave up waiting."""
 
 
-def bounded(call: Callable[[], T], seconds: float, on_late: Callable[[T], None]) -> T:
-    """``call()`` on a daemon thread, waited for at most ``seconds`` (wall clock).
+def bounded(call: Callable[[], T], seconds: float | None, on_late: Callable[[T], None]) -> T:
+    """``call()`` on a daemon thread, waited for at most ``seconds`` (wall clock; None: no bound).
 
     The wait is interruptible (Ctrl-C on the main thread), and neither it nor the
     abandoned thread holds the process at exit (daemon). A result that arrives after
@@ -263,7 +263,13 @@ def bounded(call: Callable[[], T], seconds: float, on_late: Callable[[T], None])
             on_late(box["result"])
 
     threading.Thread(target=run, name="pysonic-open", daemon=True).start()
-    if not done.wait(seconds):
+    try:
+        finished = done.wait(seconds)
+    except BaseException:  # Ctrl-C while waiting (main thread): the call finishes alone
+        with lock:
+            box["abandoned"] = not done.is_set()
+        raise
+    if not finished:
         with lock:
             if not done.is_set():
                 box["abandoned"] = True

@@ -33,7 +33,7 @@ from typing import Any
 from .._errors import FileOpenError
 from ._fileset import Dataset, FileSpec
 from ._files import local_path, one_line, open_tree
-from ._remote import RemoteAccess, close_in_background, is_remote
+from ._remote import RemoteAccess, bounded, close_in_background, is_remote
 from ._writer import atomic_write
 
 __all__ = ["FileInfo", "WorkUnit", "preprocess_file", "split_units", "PreprocessCache", "preprocess",
@@ -128,6 +128,18 @@ def preprocess_file(path: str, tree: str, access: RemoteAccess | None = None) ->
         FileOpenError: one line naming the file: missing, not ROOT, truncated, no such tree,
             damaged metadata.
     """
+    if is_remote(path):
+        # On a daemon thread, waited for interruptibly: cmsrun --dataset preprocesses on its
+        # main thread, where Ctrl-C must not wait for a server (the reads are bounded anyway).
+        return bounded(functools.partial(_preprocess_file, path, tree, access), None, _ignore)
+    return _preprocess_file(path, tree, access)
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+def _preprocess_file(path: str, tree: str, access: RemoteAccess | None) -> FileInfo:
     try:
         size, mtime_ns = _stat(path)  # before reading: a file changed meanwhile is read again next time
     except OSError:
