@@ -10,7 +10,8 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
   ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
   name through the registry).
-* ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource, the
+* ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource (local files,
+  ``root://``/``https://`` URLs, ``/store/`` names through redirectors, bounded waits), the
   NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
   and work units, output names per dataset/unit and the merge of unit parts, the real
   CMS samples (``framework.samples`` re-exports them). Built on the core's source

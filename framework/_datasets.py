@@ -27,7 +27,7 @@ import trio
 from ._builder import build_job
 from ._errors import ConfigurationError, FileOpenError, FileReadError
 from ._scheduler import JobReport, run_job
-from .io import Dataset, WorkUnit, load_fileset, output_naming, preprocess
+from .io import Dataset, RemoteAccess, WorkUnit, load_fileset, output_naming, preprocess
 
 __all__ = ["plan_datasets", "preprocess_cache_path", "run_unit", "UnitResult"]
 
@@ -65,7 +65,7 @@ def plan_datasets(process: Any, fileset: str | Path, chunk_size: int,
         cache = preprocess_cache_path(process, fileset)
         if not cache.parent.is_dir():
             cache = None  # the output module names the missing folder when the job starts
-    units = preprocess(datasets, chunk_size, cache=cache, mapper=mapper)
+    units = preprocess(datasets, chunk_size, cache=cache, mapper=mapper, access=RemoteAccess.from_config(source))
     return [(d, units[d.name]) for d in datasets]
 
 

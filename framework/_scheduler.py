@@ -331,7 +331,9 @@ async def begin_job(job: Job) -> None:
     try:
         for svc in job.services.services.values():
             await svc.begin_job()
-        job.assemble(await trio.to_thread.run_sync(job.source.collections))
+        # abandon_on_cancel: opening the first file may wait for a remote server; a
+        # stopped job must not wait with it (the source bounds that wait on its own).
+        job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
         for module in job.modules:
             module.begin_job()
             job.begun.append(module)

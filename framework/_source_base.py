@@ -73,6 +73,15 @@ class Source:
     def close(self) -> None:
         pass
 
+    def report(self) -> list[Any]:
+        """Renderables (rich tables or strings) for the end-of-job summary, as a service's
+        ``report()`` (PoolSource: where its remote files were opened). Default: none."""
+        return []
+
+    def statistics(self) -> Any:
+        """What the source did, as a dataclass or None (``--summary-json``'s ``source``)."""
+        return None
+
 
 class EmptySource(Source):
     """CMSSW's ``EmptySource``: events with ids and no data, for tests and benchmarks.

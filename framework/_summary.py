@@ -18,6 +18,7 @@ A plain job's summary uses the exact values.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Iterable, Sequence
@@ -136,7 +137,8 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     mean_cpu, mean_acquire, mean_wait, mean_run, and percentiles of ``own`` (acquire +
     produce), ``acquire``, ``wait`` (ExternalWork) and ``run`` (produce/filter/...)),
     ``streams``, ``threads``, ``services`` (type name ->
-    the service's ``statistics()``, e.g. Triton's per-model server-side numbers).
+    the service's ``statistics()``, e.g. Triton's per-model server-side numbers), ``source``
+    (the source's ``statistics()``: files opened and where, entries read, read retries).
     """
     if report.summary is None:
         report.summary = _summary(job, report)
@@ -178,6 +180,7 @@ def _summary(job: Job, report: JobReport) -> dict[str, Any]:
         "modules": modules,
         "services": {name: stats for name, svc in job.services.services.items()
                      if (stats := svc.statistics())},
+        "source": _source_statistics(job.source),
     }
 
 
@@ -265,6 +268,11 @@ def summary_from_record(record: dict[str, Any], *, process: str, streams: int, t
     }
 
 
+def _source_statistics(source: Any) -> dict[str, Any]:
+    stats = source.statistics()
+    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) and not isinstance(stats, type) else {}
+
+
 def _trig_tables(summary: dict[str, Any]) -> list[Table]:
     tables = []
     paths = Table(title=Text("TrigReport ---------- Path / EndPath Summary ------------"), title_justify="left")
@@ -327,6 +335,7 @@ def print_summary(job: Job, report: JobReport, console: Console | None = None) -
     """Print TrigReport, TimeReport and the services' reports; return :func:`summary_dict`."""
     summary = summary_dict(job, report)
     renderables = [r for svc in job.services.services.values() for r in svc.report()]
+    renderables += job.source.report()  # e.g. where remote files were opened
     print_summary_dict(summary, console, renderables)
     return summary
 

@@ -13,7 +13,10 @@ Files (implementation modules are underscored; the names below are the public on
 * ``_chunks``: chunk-wide collections from one read (:class:`JaggedChunk`, ...).
 * ``_views``: the per-event views into them that modules get (:class:`JaggedView`,
   :class:`SingletonView`: awkward objects whose fields are NumPy views of the chunk).
-* ``_pool_source``: :class:`PoolSource`, CMSSW's source of events from ROOT files.
+* ``_remote``: remote inputs: ``root://`` and ``https://`` URLs, ``/store/...`` names
+  through redirectors (:class:`RemoteAccess`), bounded opens and reads, retries.
+* ``_pool_source``: :class:`PoolSource`, CMSSW's source of events from ROOT files;
+  ``_report``: its summary table of remote inputs.
 * ``_fileset``: datasets from coffea filesets (JSON/YAML) (:func:`load_fileset`).
 * ``_units``: preprocessing (entry counts, clusters; :func:`preprocess_file`, cached) and
   the split of a dataset into :class:`WorkUnit` entry ranges (:func:`split_units`).
@@ -48,6 +51,8 @@ from ._parts import part_path as part_path
 from ._parts import parts_folder as parts_folder
 from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics
+from ._remote import OpenedFile as OpenedFile
+from ._remote import RemoteAccess as RemoteAccess
 from ._units import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
 from ._units import FileInfo as FileInfo
 from ._units import PreprocessCache as PreprocessCache

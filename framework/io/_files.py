@@ -2,7 +2,8 @@
 
 Checked before uproot opens a local file (uproot may read what is left of a truncated
 file, and its own messages span several lines); what uproot still finds wrong is turned
-into one line naming the file (:class:`~framework.FileOpenError`).
+into one line naming the file (:class:`~framework.FileOpenError`). URLs and logical file
+names are opened through ``_remote`` (redirectors, bounded waits).
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import uproot
-
 from .._errors import FileOpenError
+from ._remote import OpenedFile, RemoteAccess, close_in_background, is_remote, open_root_file
 
-__all__ = ["local_path", "one_line", "local_file_problem", "open_tree"]
+__all__ = ["local_path", "one_line", "local_file_problem", "open_tree", "open_input"]
 
 
 def local_path(name: str) -> str:
@@ -32,10 +32,10 @@ def local_file_problem(name: str) -> str | None:
 
     Missing, not a ROOT file, or truncated: ROOT's ``TFile`` header (``"root"``, fVersion,
     fBEGIN, fEND, ...) records fEND, the file's length when it was closed (4 bytes, or 8
-    for fVersion > 1000000). URLs are left to uproot.
+    for fVersion > 1000000). URLs and logical file names (``/store/...``) are left to uproot.
     """
     path = local_path(name)
-    if "://" in path:
+    if is_remote(path):
         return None
     try:
         with open(path, "rb") as f:
@@ -58,17 +58,33 @@ def local_file_problem(name: str) -> str | None:
     return None
 
 
-def open_tree(name: str, tree_name: str) -> tuple[Any, Any]:
-    """Open ``name`` and return (file, tree). Raises FileOpenError naming the file."""
+def open_tree(name: str, tree_name: str, access: RemoteAccess | None = None) -> tuple[Any, Any]:
+    """Open ``name`` and return (file, tree); see :func:`open_input`."""
+    file, tree, _ = open_input(name, tree_name, access)
+    return file, tree
+
+
+def open_input(name: str, tree_name: str, access: RemoteAccess | None = None) -> tuple[Any, Any, OpenedFile]:
+    """Open ``name`` (a local path, URL or ``/store/...`` LFN) and return (file, tree, where).
+
+    Args:
+        access: redirectors, timeouts (None: :class:`RemoteAccess` defaults, no redirectors).
+
+    Raises:
+        FileOpenError: one line naming the file (and, for remote files, the servers tried).
+    """
     # Checked first: uproot may read what is left of a truncated file, and its messages for
     # the other cases repeat the path on several lines. CMSSW refuses a truncated file too.
     problem = local_file_problem(name)
     if problem:
         raise FileOpenError(problem)
     try:
-        file = uproot.open(local_path(name), array_cache=None)
+        file, opened = open_root_file(local_path(name), access or RemoteAccess())
+    except FileOpenError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure to open is the file's fault
         raise FileOpenError(f"cannot open input file '{name}': {one_line(exc)}") from exc
+    close = close_in_background if is_remote(name) else lambda f: f.close()
     try:
         classnames = file.classnames(cycle=False)
         if tree_name not in classnames:
@@ -83,12 +99,13 @@ def open_tree(name: str, tree_name: str) -> tuple[Any, Any]:
         tree = file[tree_name]
         tree.num_entries  # noqa: B018 - touch the metadata now, so that damage shows up here
     except FileOpenError:
-        file.close()
+        close(file)
         raise
     except Exception as exc:  # noqa: BLE001
-        file.close()
+        close(file)
+        where = f" (at {opened.served_by})" if is_remote(name) else ""
         raise FileOpenError(
-            local_file_problem(name) or f"cannot read tree '{tree_name}' of input file '{name}': {one_line(exc)}"
+            local_file_problem(name) or f"cannot read tree '{tree_name}' of input file '{name}'{where}: {one_line(exc)}"
         ) from exc
-    return file, tree
+    return file, tree, opened
 

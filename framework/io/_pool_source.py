@@ -32,19 +32,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import trio
 
-from .._errors import ConfigurationError, FileReadError
+from .._errors import ConfigurationError, FileOpenError, FileReadError
 from .._event import EventID
 from .._source_base import Source, SourceEvent
 from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
-from ._files import local_file_problem, one_line, open_tree
+from ._files import local_file_problem, one_line, open_input
 from ._fileset import expand_file_names
 from ._layout import Collection, check_types, resolve_request, scan_tree, unreadable_branch
+from ._remote import (
+    OpenedFile,
+    RemoteAccess,
+    close_in_background,
+    is_remote,
+    is_transient,
+    read_with_retries,
+    reason,
+)
 from ._units import WorkUnit
 
 __all__ = ["PoolSource", "SourceStatistics"]
@@ -65,6 +74,16 @@ class _Input(NamedTuple):
     stop: int | None = None
 
 
+class _Handle:
+    """An open input file: the uproot file and tree (replaced when a remote file is opened
+    again after a read error), its layout, and where it was opened."""
+
+    __slots__ = ("file", "tree", "tree_path", "layout", "opened")
+
+    def __init__(self, file: Any, tree: Any, tree_path: str, layout: dict[str, Collection], opened: OpenedFile) -> None:
+        self.file, self.tree, self.tree_path, self.layout, self.opened = file, tree, tree_path, layout, opened
+
+
 @dataclass(frozen=True)
 class SourceStatistics:
     """What a :class:`PoolSource` has done so far (``PoolSource.statistics()``).
@@ -75,6 +94,8 @@ class SourceStatistics:
         events_sent: events delivered to the scheduler.
         duplicates_skipped: events dropped by ``duplicateCheckMode``.
         branches: branch names of the last read (what the branch request selected).
+        inputs: where each file was opened, in order (the summary's input table).
+        read_retries: file name -> reads tried again after a transient error.
     """
 
     files_opened: tuple[str, ...]
@@ -82,14 +103,16 @@ class SourceStatistics:
     events_sent: int
     duplicates_skipped: int
     branches: tuple[str, ...]
-
+    inputs: tuple[OpenedFile, ...] = ()
+    read_retries: dict[str, int] = field(default_factory=dict)
 
 
 class PoolSource(Source):
     """Reads events from NanoAOD-style ROOT files (CMSSW's ``PoolSource``).
 
     Parameters (all untracked): ``fileNames`` (vstring: local paths, ``file:`` paths,
-    or any URL uproot reads, e.g. ``root://``, ``https://``; local glob patterns such as
+    any URL uproot reads, e.g. ``root://``, ``https://``, or CMS logical file names
+    ``/store/...``, read through ``redirectors``; local glob patterns such as
     ``data/*.root`` are expanded, sorted; may be empty when :meth:`set_units` gives the
     input, as ``cmsrun --dataset`` does),
     ``skipEvents`` (uint32, 0: entries skipped at the start of the input, across files),
@@ -97,7 +120,11 @@ class PoolSource(Source):
     event id seen before is skipped with a warning, as in CMSSW; "noDuplicateCheck": the
     same file may be listed several times; it is then opened once and stays open until its
     last listing), ``eventsPerRead`` (uint32, 0 = the file's own clusters; else entries
-    per read).
+    per read); for remote files (``_remote``): ``redirectors`` (vstring: URL prefixes tried
+    in order for an LFN, as CMSSW's site-local, regional and global redirectors),
+    ``openTimeout`` (double, 30 s: per open at one place), ``timeout`` (double, 30 s: per
+    read request), ``readRetries`` (uint32, 2: further tries after a transient read error).
+    The end-of-job summary lists where each remote file was opened (:meth:`report`).
 
     Instead of whole files, :meth:`set_units` makes the source read entry ranges of files
     (:class:`~framework.io.WorkUnit`, each with its own tree), as a Dask worker reads one
@@ -109,7 +136,9 @@ class PoolSource(Source):
     Raises (from :meth:`collections`, :meth:`set_branch_request`, :meth:`run`):
         FileOpenError: a file cannot be opened or has no such tree (names file and trees).
         FileReadError: a requested branch is missing (names the nearest ones), cannot be
-            interpreted, or its data cannot be read (names file and entry range).
+            interpreted, or its data cannot be read (names file and entry range; for a
+            remote file the server, and the timeout that passed).
+        ConfigurationError: a bad redirector or timeout.
     """
 
     @classmethod
@@ -124,6 +153,13 @@ class PoolSource(Source):
                  "'checkAllFilesOpened' (skip repeated event ids with a warning) or 'noDuplicateCheck'")
         desc.add("eventsPerRead", cms.untracked.uint32(0),
                  "entries per read; 0 = the file's own clusters (TTree::GetClusterIterator)")
+        desc.add("redirectors", cms.untracked.vstring(),
+                 "URL prefixes tried in order for /store/... names, e.g. root://cms-xrd-global.cern.ch//")
+        desc.add("openTimeout", cms.untracked.double(30.0),
+                 "seconds an open of a remote file may take at one place (a URL, each redirector)")
+        desc.add("timeout", cms.untracked.double(30.0), "seconds each read request to a remote server may wait")
+        desc.add("readRetries", cms.untracked.uint32(2),
+                 "further tries of a remote read after a transient error (not after a timeout)")
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
@@ -136,9 +172,12 @@ class PoolSource(Source):
             raise ConfigurationError(
                 f"PoolSource: duplicateCheckMode '{self.duplicate_check}' is not one of {', '.join(DUPLICATE_MODES)}"
             )
-        self._open: list[Any] = []  # uproot files still open
-        self._first: tuple[Any, Any, dict[str, Collection]] | None = None
-        self._kept: dict[tuple[str, str], tuple[Any, Any, dict[str, Collection]]] = {}
+        self.access = RemoteAccess.from_params(params)
+        self._open: list[_Handle] = []  # files still open
+        self._first: _Handle | None = None
+        self._kept: dict[tuple[str, str], _Handle] = {}
+        self._opened: list[OpenedFile] = []
+        self._retries: dict[str, int] = {}
         self._request: dict[str, Any] | None = None
         self._set_inputs([_Input(name, self.tree_name) for name in self.file_names])
         self._files_opened: list[str] = []
@@ -157,7 +196,7 @@ class PoolSource(Source):
         Raises:
             FileOpenError: the first file cannot be opened or lacks the tree.
         """
-        layout = self._first_file()[2]
+        layout = self._first_file().layout
         return {name: coll.fields for name, coll in layout.items()}
 
     def set_branch_request(self, request: dict[str, set[str] | None]) -> None:
@@ -167,10 +206,10 @@ class PoolSource(Source):
             FileReadError: a requested collection or field is not in the first file, or
                 has a type uproot cannot interpret.
         """
-        _, tree, layout = self._first_file()
+        first = self._first_file()
         name = self._inputs[0].name
-        resolved = resolve_request(layout, dict(request), name)
-        check_types(tree, layout, resolved, name)
+        resolved = resolve_request(first.layout, dict(request), name)
+        check_types(first.tree, first.layout, resolved, name)
         self._request = dict(request)
 
     def set_units(self, units: Sequence[WorkUnit]) -> None:
@@ -230,9 +269,10 @@ class PoolSource(Source):
                 raise
 
     def close(self) -> None:
-        """Close every file still open (also after a failure)."""
-        for file in self._open:
-            file.close()
+        """Close every file still open (also after a failure); remote ones without waiting
+        for their server (a stopped job must not hang on a server that does not answer)."""
+        for handle in self._open:
+            _close(handle.file, handle.opened.name)
         self._open.clear()
         self._first = None
         self._kept.clear()
@@ -240,33 +280,56 @@ class PoolSource(Source):
     def statistics(self) -> SourceStatistics:
         """Counters of what was opened, read and sent so far."""
         return SourceStatistics(tuple(self._files_opened), self._entries_read, self._events_sent,
-                                self._duplicates, self._last_branches)
+                                self._duplicates, self._last_branches, tuple(self._opened), dict(self._retries))
+
+    def report(self) -> list[Any]:
+        """The summary's input table (``_report``): where each remote file was opened, what
+        failed first, read retries; nothing if every input was local."""
+        from ._report import input_table
+
+        return input_table(self._opened, self._retries)
 
     # -- reading ----------------------------------------------------------------------
 
-    def _first_file(self) -> tuple[Any, Any, dict[str, Collection]]:
+    def _first_file(self) -> _Handle:
         if not self._inputs:
             raise ConfigurationError("PoolSource: fileNames is empty (and no dataset was given)")
         if self._first is None:
-            file, tree = self._open_file(self._inputs[0])
-            self._first = (file, tree, scan_tree(tree))
+            self._first = self._open_file(self._inputs[0])
         return self._first
 
-    def _open_file(self, source: _Input) -> tuple[Any, Any]:
-        file, tree = open_tree(source.name, source.tree)
-        self._open.append(file)
+    def _open_file(self, source: _Input) -> _Handle:
+        file, tree, opened = open_input(source.name, source.tree, self.access)
+        handle = _Handle(file, tree, source.tree, scan_tree(tree), opened)
+        self._open.append(handle)
         self._files_opened.append(source.name)
-        log.info("opened input file %s: %d entries in tree '%s'", source.name, tree.num_entries, source.tree)
-        return file, tree
+        self._opened.append(opened)
+        served = f" (served by {opened.served_by})" if is_remote(source.name) else ""
+        log.info("opened input file %s%s: %d entries in tree '%s'", source.name, served, tree.num_entries, source.tree)
+        return handle
 
-    def _close(self, file: Any) -> None:
-        file.close()
-        # By identity: uproot directories are Mappings, whose == would read both files' keys.
-        self._open = [f for f in self._open if f is not file]
-        if self._first is not None and self._first[0] is file:
+    def _close(self, handle: _Handle) -> None:
+        _close(handle.file, handle.opened.name)
+        self._open = [h for h in self._open if h is not handle]
+        if self._first is handle:
             self._first = None
-        for key in [k for k, kept in self._kept.items() if kept[0] is file]:
+        for key in [k for k, kept in self._kept.items() if kept is handle]:
             del self._kept[key]
+
+    def _reopen(self, handle: _Handle, error: BaseException, where: str, retry: int) -> None:
+        """Open a remote file again where it was opened, after a transient read error
+        (uproot's XRootD source closes the file on a failed read)."""
+        name, opened = handle.opened.name, handle.opened
+        self._retries[name] = self._retries.get(name, 0) + 1
+        log.warning("input file %s: reading %s from %s failed (%s): trying again (%d of %d)", name, where,
+                    opened.served_by, reason(error, opened.url), retry, self.access.read_retries)
+        close_in_background(handle.file)
+        try:
+            handle.file, handle.tree, _ = open_input(opened.url, handle.tree_path, self.access)
+        except FileOpenError as exc:
+            raise FileReadError(f"cannot read {where} of input file '{name}' from {opened.served_by}: "
+                                f"{reason(error, opened.url)}; opening it again failed: {exc.args[0]}",
+                                file=name) from exc
 
     def _branch_list(self, layout: dict[str, Collection], request: dict[str, Any], tree: Any) -> list[str]:
         names = [b for b in ID_BRANCHES if b in tree]  # not tree.keys(): ~10 ms for NanoAOD
@@ -291,29 +354,32 @@ class PoolSource(Source):
             planned = 0  # events that chunks read so far will deliver
             for index, source in enumerate(self._inputs):
                 name = source.name
-                file, tree, layout, request, branches = await trio.to_thread.run_sync(
-                    self._prepare_file, index, source
+                # abandon_on_cancel: a read that waits for a server must not hold a stopped
+                # job (the thread is a daemon, bounded by the timeouts, and its result dropped).
+                handle, request, branches = await trio.to_thread.run_sync(
+                    self._prepare_file, index, source, abandon_on_cancel=True
                 )
                 has_ids = all(b in branches for b in ID_BRANCHES)
                 if not has_ids:
                     log.warning("input file %s has no run/luminosityBlock/event branches: "
                                 "event ids are 1:1:<entry+1>, without duplicate check", name)
-                start, stop = self._entry_range(source, tree.num_entries)
+                start, stop = self._entry_range(source, handle.tree.num_entries)
                 skipped = min(to_skip, stop - start)
                 start, to_skip = start + skipped, to_skip - skipped
-                for lo, hi in self._ranges(tree, branches, start, stop):
+                for lo, hi in self._ranges(handle.tree, branches, start, stop):
                     while lo < hi and not 0 <= max_events <= planned:
                         # Read only what max_events still needs; if duplicates leave it
                         # short, the rest of the range is read next.
                         stop = hi if max_events < 0 else min(hi, lo + max_events - planned)
                         chunk = await trio.to_thread.run_sync(
-                            self._read_chunk, tree, name, layout, request, branches, lo, stop, has_ids
+                            self._read_chunk, handle, name, request, branches, lo, stop, has_ids,
+                            abandon_on_cancel=True,
                         )
                         planned += len(chunk.kept)
                         lo = stop
                         await chunk_send.send(chunk)
                 if self._last_listing[(name, source.tree)] == index:
-                    self._close(file)
+                    self._close(handle)
                 if 0 <= max_events <= planned:
                     return
 
@@ -327,22 +393,21 @@ class PoolSource(Source):
             )
         return source.start, stop
 
-    def _prepare_file(self, index: int, source: _Input) -> tuple[Any, Any, dict[str, Collection], dict[str, Any], list[str]]:
+    def _prepare_file(self, index: int, source: _Input) -> tuple[_Handle, dict[str, Any], list[str]]:
         # On a worker thread: opening and scanning a NanoAOD file's ~2,000 branches takes ~1 s.
         name, key = source.name, (source.name, source.tree)
         if index == 0 and self._first is not None:
-            file, tree, layout = self._first
+            handle = self._first
         elif key in self._kept:
-            file, tree, layout = self._kept[key]
+            handle = self._kept[key]
         else:
-            file, tree = self._open_file(source)
-            layout = scan_tree(tree)
+            handle = self._open_file(source)
         if self._last_listing[key] > index:
-            self._kept[key] = (file, tree, layout)
-        request = resolve_request(layout, self._request, name)
-        branches = self._branch_list(layout, request, tree)
-        check_types(tree, layout, request, name)
-        return file, tree, layout, request, branches
+            self._kept[key] = handle
+        request = resolve_request(handle.layout, self._request, name)
+        branches = self._branch_list(handle.layout, request, handle.tree)
+        check_types(handle.tree, handle.layout, request, name)
+        return handle, request, branches
 
     def _ranges(self, tree: Any, branches: list[str], start: int, stop: int) -> Iterator[tuple[int, int]]:
         if self.events_per_read > 0:
@@ -357,14 +422,39 @@ class PoolSource(Source):
             if hi > start:
                 yield max(lo, start), min(hi, stop)
 
-    def _read_chunk(self, tree: Any, name: str, layout: dict[str, Collection],
-                    request: dict[str, Any], branches: list[str], lo: int, hi: int,
-                    has_ids: bool) -> Chunk:
+    def _read_chunk(self, handle: _Handle, name: str, request: dict[str, Any], branches: list[str],
+                    lo: int, hi: int, has_ids: bool) -> Chunk:
         # Runs on a worker thread: the read, the decompression and the zip.
         where = f"entries [{lo}, {hi})"
+        layout = handle.layout
+
+        def read() -> dict[str, Any]:
+            return handle.tree.arrays(branches, entry_start=lo, entry_stop=hi, how=dict)  # type: ignore[no-any-return]
+
+        remote = is_remote(name)
+        tries: list[BaseException] = []  # errors retried for this read
+
+        def reopen(error: BaseException) -> None:
+            tries.append(error)
+            self._reopen(handle, error, where, len(tries))
+
         try:
-            arrays = tree.arrays(branches, entry_start=lo, entry_stop=hi, how=dict)
-        except Exception as exc:  # noqa: BLE001 - corrupt or truncated data
+            arrays = read_with_retries(read, self.access.read_retries, reopen) if remote else read()
+        except FileReadError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - corrupt or truncated data, or the network
+            tree = handle.tree
+            if remote and (isinstance(exc, TimeoutError) or is_transient(exc)):
+                # The server, not the data: reading each branch again to find a culprit
+                # would only wait again.
+                server = handle.opened.served_by
+                url = handle.opened.url
+                if isinstance(exc, TimeoutError):
+                    why = f"no answer within timeout = {self.access.timeout:g} s ({reason(exc, url)})"
+                else:
+                    why = f"{reason(exc, url)} (after {len(tries) + 1} tries)" if tries else reason(exc, url)
+                raise FileReadError(f"cannot read {where} of tree '{tree.name}' in input file '{name}' from "
+                                    f"{server}: {why}", file=name, entries=(lo, hi)) from exc
             culprit = unreadable_branch(tree, branches, lo, hi)
             what = f"branch '{culprit}', " if culprit else ""
             raise FileReadError(
@@ -373,7 +463,7 @@ class PoolSource(Source):
             ) from exc
         self._entries_read += hi - lo
         self._last_branches = tuple(branches)
-        collections = build_collections(layout, request, arrays, hi - lo, name, f"{where} of tree '{tree.name}'")
+        collections = build_collections(layout, request, arrays, hi - lo, name, f"{where} of tree '{handle.tree.name}'")
         if has_ids:
             ids = list(zip(*(np.asarray(arrays[b]).tolist() for b in ID_BRANCHES), strict=True))
         else:
@@ -399,3 +489,10 @@ class PoolSource(Source):
             seen.add(event_id)
             kept.append(i)
         return kept
+
+
+def _close(file: Any, name: str) -> None:
+    if is_remote(name):
+        close_in_background(file)
+    else:
+        file.close()

@@ -19,6 +19,7 @@ This is coffea's ``preprocess`` (``step_size``, ``align_clusters=True``) and CMS
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -32,6 +33,7 @@ from typing import Any
 from .._errors import FileOpenError
 from ._files import local_path, one_line, open_tree
 from ._fileset import Dataset, FileSpec
+from ._remote import RemoteAccess, bounded, close_in_background, is_remote
 from ._writer import atomic_write
 
 __all__ = ["FileInfo", "WorkUnit", "preprocess_file", "split_units", "PreprocessCache", "preprocess",
@@ -108,28 +110,41 @@ class WorkUnit:
 
 
 def _stat(path: str) -> tuple[int | None, int | None]:
-    if "://" in path:
+    if is_remote(path):
         return None, None
     st = os.stat(local_path(path))
     return st.st_size, st.st_mtime_ns
 
 
-def preprocess_file(path: str, tree: str) -> FileInfo:
+def preprocess_file(path: str, tree: str, access: RemoteAccess | None = None) -> FileInfo:
     """Open ``path`` and read its tree's entry count, cluster boundaries and UUID.
 
     Runs anywhere (a thread, a Dask worker): no trio, picklable arguments and result.
     Reads the tree's metadata only (~0.1-1 s for a NanoAOD tree of ~2,000 branches), no
-    event data.
+    event data. ``access``: redirectors and timeouts for URLs and ``/store/...`` names
+    (None: the defaults, no redirectors).
 
     Raises:
         FileOpenError: one line naming the file: missing, not ROOT, truncated, no such tree,
             damaged metadata.
     """
+    if is_remote(path):
+        # On a daemon thread, waited for interruptibly: cmsrun --dataset preprocesses on its
+        # main thread, where Ctrl-C must not wait for a server (the reads are bounded anyway).
+        return bounded(functools.partial(_preprocess_file, path, tree, access), None, _ignore)
+    return _preprocess_file(path, tree, access)
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+def _preprocess_file(path: str, tree: str, access: RemoteAccess | None) -> FileInfo:
     try:
         size, mtime_ns = _stat(path)  # before reading: a file changed meanwhile is read again next time
     except OSError:
         size = mtime_ns = None  # open_tree says what is wrong
-    file, ttree = open_tree(path, tree)
+    file, ttree = open_tree(path, tree, access)
     try:
         n = int(ttree.num_entries)
         try:
@@ -139,7 +154,10 @@ def preprocess_file(path: str, tree: str) -> FileInfo:
                                 f"'{path}': {one_line(exc)}") from exc
         uuid = str(file.file.uuid)
     finally:
-        file.close()
+        if is_remote(path):
+            close_in_background(file)  # a remote close asks the server: not waited for
+        else:
+            file.close()
     clusters = sorted({0, n, *(x for x in offsets if 0 <= x <= n)})
     return FileInfo(path, tree, n, tuple(clusters), uuid, size, mtime_ns)
 
@@ -207,12 +225,13 @@ class PreprocessCache:
 
     The file holds ``{"version": 1, "files": [FileInfo as a mapping, ...]}``; it is written
     atomically. An entry is valid for (path, tree) while the local file has the same size
-    and mtime (nanoseconds), or, for a URL, the same UUID (:meth:`lookup` then opens the
-    file's header). A missing, unreadable or other-version cache file is an empty cache
-    (with a warning for the unreadable one): the cache never fails a job.
+    and mtime (nanoseconds), or, for a URL or LFN, the same UUID (:meth:`lookup` then opens
+    the file's header, through ``access``). A missing, unreadable or other-version cache
+    file is an empty cache (with a warning for the unreadable one): the cache never fails a job.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, access: RemoteAccess | None = None) -> None:
+        self.access = access or RemoteAccess()
         self.path = None if path is None else Path(path)
         self.entries: dict[tuple[str, str], FileInfo] = {}
         if self.path is not None and self.path.exists():
@@ -237,11 +256,14 @@ class PreprocessCache:
         if info is None:
             return None
         try:
-            if "://" in path:
-                import uproot
+            if is_remote(path):
+                from ._remote import open_root_file
 
-                with uproot.open(path) as f:
+                f, _ = open_root_file(path, self.access)
+                try:
                     return info if str(f.file.uuid) == info.uuid else None
+                finally:
+                    close_in_background(f)
             return info if _stat(path) == (info.size, info.mtime_ns) else None
         except Exception:  # noqa: BLE001 - gone or unreadable: preprocess_file says why
             return None
@@ -264,7 +286,8 @@ Mapper = Callable[..., Iterable[FileInfo]]
 
 
 def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE, *,
-               cache: Path | None = None, mapper: Mapper = map) -> dict[str, list[WorkUnit]]:
+               cache: Path | None = None, mapper: Mapper = map,
+               access: RemoteAccess | None = None) -> dict[str, list[WorkUnit]]:
     """The work units of each dataset: cached file facts, :func:`preprocess_file` for the
     rest (each distinct (path, tree) once, even if several datasets list it), then
     :func:`split_units`.
@@ -276,6 +299,7 @@ def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE
         mapper: ``mapper(preprocess_file, paths, trees)`` returns the FileInfo of each pair in
             order; ``map`` runs them here, one after the other; a Dask client would submit
             them (``lambda f, *a: client.gather(client.map(f, *a))``).
+        access: redirectors and timeouts for remote files (PoolSource's; picklable).
 
     Returns:
         dataset name -> units in fileset order (file by file, entry order within a file).
@@ -284,7 +308,7 @@ def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE
         FileOpenError: a file cannot be read (from ``preprocess_file``: one line naming it).
         ValueError: steps of a preprocessed fileset beyond a file's entries.
     """
-    store = PreprocessCache(cache)
+    store = PreprocessCache(cache, access)
     wanted: dict[tuple[str, str], FileInfo | None] = {}
     for dataset in datasets:
         for spec in dataset.files:
@@ -294,7 +318,8 @@ def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE
     missing = [key for key, info in wanted.items() if info is None]
     if missing:
         log.info("preprocessing %d file(s): entry counts and cluster boundaries", len(missing))
-        found = list(mapper(preprocess_file, [k[0] for k in missing], [k[1] for k in missing]))
+        reader = functools.partial(preprocess_file, access=access) if access is not None else preprocess_file
+        found = list(mapper(reader, [k[0] for k in missing], [k[1] for k in missing]))
         wanted.update(zip(missing, found, strict=True))
         store.store(found)
     return {d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
