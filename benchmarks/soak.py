@@ -55,8 +55,12 @@ WARMUP_RECORD = 4096  # cmsrun logs its 1st, 2nd, 4th, ... event: the warm-up po
 TARGET_GROWTH = 10.0  # percent
 FEATURES = ("pt", "eta", "phi", "mass")
 
-MODEL_CONFIG = {"inputs": [TensorConfig("jet_features", dims=(4,))], "outputs": [TensorConfig("score", dims=(1,))],
-                "max_batch_size": 1024, "extra": "dynamic_batching { max_queue_delay_microseconds: 100 }"}
+MODEL_CONFIG = {
+    "inputs": [TensorConfig("jet_features", dims=(4,))],
+    "outputs": [TensorConfig("score", dims=(1,))],
+    "max_batch_size": 1024,
+    "extra": "dynamic_batching { max_queue_delay_microseconds: 100 }",
+}
 
 # score = sigmoid(features . W): W in 1/GeV, 1, 1/rad, 1/GeV; arbitrary, only to compute something.
 MODEL_CODE = """\
@@ -159,8 +163,11 @@ def sample(job_pid: int) -> dict[str, int]:
         pid = todo.pop()
         server_tree.append(pid)
         todo += tree.get(pid, [])
-    return {"cmsrun": _rss_bytes(job_pid), "tritonserver": sum(_rss_bytes(p) for p in server_tree),
-            "server_processes": len(server_tree)}
+    return {
+        "cmsrun": _rss_bytes(job_pid),
+        "tritonserver": sum(_rss_bytes(p) for p in server_tree),
+        "server_processes": len(server_tree),
+    }
 
 
 # ---------------------------------------------------------------------------- the run
@@ -180,19 +187,41 @@ def write_job(folder: pathlib.Path, args: argparse.Namespace, sample_path: str) 
     write_python_model(folder / "models", "jetscore", MODEL_CODE, **MODEL_CONFIG)
     config = folder / "soak_cfg.py"
     listings = -(-args.events // EVENTS_PER_FILE)
-    config.write_text(CONFIG.format(sample=sample_path, listings=listings, events=args.events,
-                                    streams=args.streams, threads=args.threads, mode=args.mode,
-                                    repository=str(folder / "models")))
+    config.write_text(
+        CONFIG.format(
+            sample=sample_path,
+            listings=listings,
+            events=args.events,
+            streams=args.streams,
+            threads=args.threads,
+            mode=args.mode,
+            repository=str(folder / "models"),
+        )
+    )
     return config
 
 
 def run_job(config: pathlib.Path, args: argparse.Namespace) -> dict:
     """Run cmsrun on ``config``, sampling memory; returns what was measured."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress",
-           "--summary-json", str(config.parent / "summary.json")]
-    job = subprocess.Popen(cmd, cwd=config.parent, env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "framework._cmsrun",
+        str(config),
+        "--no-progress",
+        "--summary-json",
+        str(config.parent / "summary.json"),
+    ]
+    job = subprocess.Popen(
+        cmd,
+        cwd=config.parent,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log: list[str] = []
     records: dict[int, float] = {}  # cmsrun's "Processed the Nth record" lines: N -> time
 
@@ -232,12 +261,19 @@ def run_job(config: pathlib.Path, args: argparse.Namespace) -> dict:
         reader.join(10)
     duration = time.monotonic() - t0
     if job.returncode != 0 or warmup is None or end is None:
-        raise RuntimeError(f"soak job failed (exit code {job.returncode}, warm-up sample {warmup is not None}):\n"
-                           + "".join(log[-40:]))
+        raise RuntimeError(
+            f"soak job failed (exit code {job.returncode}, warm-up sample {warmup is not None}):\n" + "".join(log[-40:])
+        )
     summary = json.loads((config.parent / "summary.json").read_text())
-    return {"duration_s": round(duration, 1), "samples": samples, "warmup": warmup, "end": end,
-            "warmup_events": warmup_record,
-            "summary": summary, "log_tail": "".join(log[-15:])}
+    return {
+        "duration_s": round(duration, 1),
+        "samples": samples,
+        "warmup": warmup,
+        "end": end,
+        "warmup_events": warmup_record,
+        "summary": summary,
+        "log_tail": "".join(log[-15:]),
+    }
 
 
 def _growth(before: int, after: int) -> float:
@@ -270,27 +306,47 @@ def main(argv: list[str] | None = None) -> int:
         with uproot.open(folder / "soak.root") as f:
             scores = f["Events"]["jetScore"].array(library="np")
         flat = np.concatenate(scores) if len(scores) else np.zeros(0)
-        written = {"events": len(scores), "jets": int(flat.size),
-                   "scores_in_0_1": bool(flat.size and np.all((flat > 0) & (flat < 1)))}
+        written = {
+            "events": len(scores),
+            "jets": int(flat.size),
+            "scores_in_0_1": bool(flat.size and np.all((flat > 0) & (flat < 1))),
+        }
     warm, end = measured["warmup"], measured["end"]
     events = measured["summary"].get("events")
     result = {
-        "config": {"events": args.events, "streams": args.streams, "threads": args.threads, "mode": args.mode,
-                   "model": "jetscore (Python backend, 4 -> 1 per jet, dynamic batching)",
-                   "input": f"pfnano.root x {-(-args.events // EVENTS_PER_FILE)}, noDuplicateCheck"},
+        "config": {
+            "events": args.events,
+            "streams": args.streams,
+            "threads": args.threads,
+            "mode": args.mode,
+            "model": "jetscore (Python backend, 4 -> 1 per jet, dynamic batching)",
+            "input": f"pfnano.root x {-(-args.events // EVENTS_PER_FILE)}, noDuplicateCheck",
+        },
         "versions": _versions(),
         "events_processed": events,
         "duration_s": measured["duration_s"],
         "event_loop_s": round(measured["summary"]["wall_time"], 1),
         "throughput_per_s": round(measured["summary"]["throughput"], 1),
-        "rss_mib": {"cmsrun": {"warmup": _mib(warm["cmsrun"]), "end": _mib(end["cmsrun"]),
-                               "peak": _mib(max(s["cmsrun"] for s in measured["samples"]))},
-                    "tritonserver": {"warmup": _mib(warm["tritonserver"]), "end": _mib(end["tritonserver"]),
-                                     "peak": _mib(max(s["tritonserver"] for s in measured["samples"]))}},
-        "growth_percent": {"cmsrun": _growth(warm["cmsrun"], end["cmsrun"]),
-                           "tritonserver": _growth(warm["tritonserver"], end["tritonserver"])},
+        "rss_mib": {
+            "cmsrun": {
+                "warmup": _mib(warm["cmsrun"]),
+                "end": _mib(end["cmsrun"]),
+                "peak": _mib(max(s["cmsrun"] for s in measured["samples"])),
+            },
+            "tritonserver": {
+                "warmup": _mib(warm["tritonserver"]),
+                "end": _mib(end["tritonserver"]),
+                "peak": _mib(max(s["tritonserver"] for s in measured["samples"])),
+            },
+        },
+        "growth_percent": {
+            "cmsrun": _growth(warm["cmsrun"], end["cmsrun"]),
+            "tritonserver": _growth(warm["tritonserver"], end["tritonserver"]),
+        },
         "target_growth_percent": TARGET_GROWTH,
-        "warmup_at_s": warm["t"], "warmup_events": measured["warmup_events"], "end_at_s": end["t"],
+        "warmup_at_s": warm["t"],
+        "warmup_events": measured["warmup_events"],
+        "end_at_s": end["t"],
         "output": written,
         "samples": measured["samples"],
     }
@@ -299,15 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     rss, growth = result["rss_mib"], result["growth_percent"]
-    print(f"Soak: {events} events (pfnano.root listed {-(-args.events // EVENTS_PER_FILE)} times) at "
-          f"{args.streams} streams / {args.threads} threads, {args.mode} requests to the tiny 'jetscore' model "
-          f"on the job's fallback tritonserver, in {result['duration_s']} s. Resident memory from the warm-up "
-          f"point ({measured['warmup_events']} events, t = {warm['t']} s) to the end (t = {end['t']} s): cmsrun "
-          f"{rss['cmsrun']['warmup']} -> {rss['cmsrun']['end']} MiB ({growth['cmsrun']:+.1f} %), tritonserver "
-          f"with its backend stubs {rss['tritonserver']['warmup']} -> {rss['tritonserver']['end']} MiB "
-          f"({growth['tritonserver']:+.1f} %); target < {TARGET_GROWTH:g} %: {'PASSED' if ok else 'FAILED'}. "
-          f"tritonclient {result['versions']['tritonclient']}, grpcio {result['versions']['grpcio']}. "
-          f"Details: {args.out}.")
+    print(
+        f"Soak: {events} events (pfnano.root listed {-(-args.events // EVENTS_PER_FILE)} times) at "
+        f"{args.streams} streams / {args.threads} threads, {args.mode} requests to the tiny 'jetscore' model "
+        f"on the job's fallback tritonserver, in {result['duration_s']} s. Resident memory from the warm-up "
+        f"point ({measured['warmup_events']} events, t = {warm['t']} s) to the end (t = {end['t']} s): cmsrun "
+        f"{rss['cmsrun']['warmup']} -> {rss['cmsrun']['end']} MiB ({growth['cmsrun']:+.1f} %), tritonserver "
+        f"with its backend stubs {rss['tritonserver']['warmup']} -> {rss['tritonserver']['end']} MiB "
+        f"({growth['tritonserver']:+.1f} %); target < {TARGET_GROWTH:g} %: {'PASSED' if ok else 'FAILED'}. "
+        f"tritonclient {result['versions']['tritonclient']}, grpcio {result['versions']['grpcio']}. "
+        f"Details: {args.out}."
+    )
     return 0 if ok else 1
 
 

@@ -31,15 +31,35 @@ process.options.wantSummary = True  # TrigReport / TimeReport (with --executor d
 
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
 process.twoJets = cms.EDFilter("JetMultiplicityFilter", minNumber=cms.uint32(2), minPt=cms.double(30.0))
-process.hists = cms.EDAnalyzer("HistogramAnalyzer", fileName=cms.untracked.string(options.histFile),
+process.hists = cms.EDAnalyzer(
+    "HistogramAnalyzer",
+    fileName=cms.untracked.string(options.histFile),
     histograms=cms.VPSet(
-        cms.PSet(name=cms.string("jet_pt"), src=cms.InputTag("Jet"), field=cms.string("pt"),
-                 nbins=cms.uint32(50), min=cms.double(0.0), max=cms.double(250.0), xlabel=cms.string("jet pT [GeV]")),
-        cms.PSet(name=cms.string("ht"), src=cms.InputTag("jetHT"), nbins=cms.uint32(40), min=cms.double(0.0),
-                 max=cms.double(800.0), xlabel=cms.string("HT [GeV]"))))
-process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string(options.outputFile),
+        cms.PSet(
+            name=cms.string("jet_pt"),
+            src=cms.InputTag("Jet"),
+            field=cms.string("pt"),
+            nbins=cms.uint32(50),
+            min=cms.double(0.0),
+            max=cms.double(250.0),
+            xlabel=cms.string("jet pT [GeV]"),
+        ),
+        cms.PSet(
+            name=cms.string("ht"),
+            src=cms.InputTag("jetHT"),
+            nbins=cms.uint32(40),
+            min=cms.double(0.0),
+            max=cms.double(800.0),
+            xlabel=cms.string("HT [GeV]"),
+        ),
+    ),
+)
+process.out = cms.OutputModule(
+    "NanoAODOutputModule",
+    fileName=cms.untracked.string(options.outputFile),
     # Branches every NanoAOD version has (v15 renamed MET to PFMET).
-    outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep Jet_eta", "keep jetHT"))
+    outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep Jet_eta", "keep jetHT"),
+)
 
 process.p = cms.Path(process.jetHT * process.twoJets * process.hists)
 process.e = cms.EndPath(process.out)

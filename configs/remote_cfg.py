@@ -16,10 +16,20 @@ import framework.config as cms
 
 V = cms.VarParsing
 options = V()
-options.register("inputFiles", [], V.multiplicity.list, V.varType.string,
-                 "input files: paths, root:// or https:// URLs, /store/ names (or use --dataset)")
-options.register("redirectors", ["root://cmsxrootd.fnal.gov//", "root://cms-xrd-global.cern.ch//"],
-                 V.multiplicity.list, V.varType.string, "redirectors for /store/ names, in order")
+options.register(
+    "inputFiles",
+    [],
+    V.multiplicity.list,
+    V.varType.string,
+    "input files: paths, root:// or https:// URLs, /store/ names (or use --dataset)",
+)
+options.register(
+    "redirectors",
+    ["root://cmsxrootd.fnal.gov//", "root://cms-xrd-global.cern.ch//"],
+    V.multiplicity.list,
+    V.varType.string,
+    "redirectors for /store/ names, in order",
+)
 options.register("openTimeout", 30.0, V.multiplicity.singleton, V.varType.float, "seconds per open at one place")
 options.register("timeout", 30.0, V.multiplicity.singleton, V.varType.float, "seconds per read request")
 options.register("outputFile", "remote.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
@@ -42,14 +52,32 @@ process.muonHists = cms.EDAnalyzer(
     "HistogramAnalyzer",
     fileName=cms.untracked.string(options.histFile),
     histograms=cms.VPSet(
-        cms.PSet(name=cms.string("muon_pt"), src=cms.InputTag("Muon"), field=cms.string("pt"), nbins=cms.uint32(50),
-                 min=cms.double(0.0), max=cms.double(100.0), xlabel=cms.string("muon p_{T} [GeV]")),
-        cms.PSet(name=cms.string("muon_eta"), src=cms.InputTag("Muon"), field=cms.string("eta"),
-                 nbins=cms.uint32(48), min=cms.double(-2.4), max=cms.double(2.4), xlabel=cms.string("muon #eta")),
+        cms.PSet(
+            name=cms.string("muon_pt"),
+            src=cms.InputTag("Muon"),
+            field=cms.string("pt"),
+            nbins=cms.uint32(50),
+            min=cms.double(0.0),
+            max=cms.double(100.0),
+            xlabel=cms.string("muon p_{T} [GeV]"),
+        ),
+        cms.PSet(
+            name=cms.string("muon_eta"),
+            src=cms.InputTag("Muon"),
+            field=cms.string("eta"),
+            nbins=cms.uint32(48),
+            min=cms.double(-2.4),
+            max=cms.double(2.4),
+            xlabel=cms.string("muon #eta"),
+        ),
     ),
 )
-process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string(options.outputFile),
-                               outputCommands=cms.untracked.vstring("drop *", "keep Muon_pt", "keep Muon_eta",
-                                                                    "keep Muon_phi", "keep Muon_charge"))
+process.out = cms.OutputModule(
+    "NanoAODOutputModule",
+    fileName=cms.untracked.string(options.outputFile),
+    outputCommands=cms.untracked.vstring(
+        "drop *", "keep Muon_pt", "keep Muon_eta", "keep Muon_phi", "keep Muon_charge"
+    ),
+)
 process.p = cms.Path(process.muonHists)
 process.e = cms.EndPath(process.out)

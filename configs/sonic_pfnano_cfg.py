@@ -14,18 +14,44 @@ flow, they are no physics result.
 import framework.config as cms
 
 options = cms.VarParsing()
-options.register("inputFiles", [], cms.VarParsing.multiplicity.list, cms.VarParsing.varType.string,
-                 "input files (default: the real pfnano.root sample)")
-options.register("outputFile", "sonic_pfnano.root", cms.VarParsing.multiplicity.singleton,
-                 cms.VarParsing.varType.string, "output ROOT file with the new products")
-options.register("histFile", "sonic_pfnano_histograms.root", cms.VarParsing.multiplicity.singleton,
-                 cms.VarParsing.varType.string, "output ROOT file with histograms")
-options.register("maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int,
-                 "events to process (-1 = all)")
-options.register("mode", "Async", cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.string,
-                 "SONIC client mode: Async, Sync or PseudoAsync")
-options.register("server", "", cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.string,
-                 "address:port of a Triton server to use (empty: the fallback local server)")
+options.register(
+    "inputFiles",
+    [],
+    cms.VarParsing.multiplicity.list,
+    cms.VarParsing.varType.string,
+    "input files (default: the real pfnano.root sample)",
+)
+options.register(
+    "outputFile",
+    "sonic_pfnano.root",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "output ROOT file with the new products",
+)
+options.register(
+    "histFile",
+    "sonic_pfnano_histograms.root",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "output ROOT file with histograms",
+)
+options.register(
+    "maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int, "events to process (-1 = all)"
+)
+options.register(
+    "mode",
+    "Async",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "SONIC client mode: Async, Sync or PseudoAsync",
+)
+options.register(
+    "server",
+    "",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "address:port of a Triton server to use (empty: the fallback local server)",
+)
 options.parseArguments()
 
 if options.inputFiles:
@@ -45,8 +71,13 @@ process.options.wantSummary = True
 servers = []
 if options.server:
     address, _, port = options.server.rpartition(":")
-    servers.append(cms.PSet(name=cms.untracked.string("remote"), address=cms.untracked.string(address),
-                            port=cms.untracked.uint32(int(port))))
+    servers.append(
+        cms.PSet(
+            name=cms.untracked.string("remote"),
+            address=cms.untracked.string(address),
+            port=cms.untracked.uint32(int(port)),
+        )
+    )
 process.TritonService = cms.Service(
     "TritonService",
     servers=cms.untracked.VPSet(*servers),
@@ -65,20 +96,27 @@ def client(model_name):
 
 process.particleNetInputs = cms.EDProducer("ParticleNetInputProducer")
 process.particleNetAK4 = cms.EDProducer(
-    "ParticleNetSonicProducer", src=cms.InputTag("particleNetInputs"), Client=client("particlenet_ak4"))
+    "ParticleNetSonicProducer", src=cms.InputTag("particleNetInputs"), Client=client("particlenet_ak4")
+)
 process.deepMETInputs = cms.EDProducer("DeepMETInputProducer")
-process.deepMET = cms.EDProducer(
-    "DeepMETSonicProducer", src=cms.InputTag("deepMETInputs"), Client=client("deepmet"))
+process.deepMET = cms.EDProducer("DeepMETSonicProducer", src=cms.InputTag("deepMETInputs"), Client=client("deepmet"))
 process.inputsTask = cms.Task(process.particleNetInputs, process.deepMETInputs)
 
-process.dijetFilter = cms.EDFilter("JetMultiplicityFilter", minNumber=cms.uint32(2),
-                                   minPt=cms.double(30.0), maxAbsEta=cms.double(2.5))
+process.dijetFilter = cms.EDFilter(
+    "JetMultiplicityFilter", minNumber=cms.uint32(2), minPt=cms.double(30.0), maxAbsEta=cms.double(2.5)
+)
 
 
 def histogram(name, src, field, nbins, low, high, xlabel):
-    return cms.PSet(name=cms.string(name), src=cms.InputTag(src), field=cms.string(field),
-                    nbins=cms.uint32(nbins), min=cms.double(low), max=cms.double(high),
-                    xlabel=cms.string(xlabel))
+    return cms.PSet(
+        name=cms.string(name),
+        src=cms.InputTag(src),
+        field=cms.string(field),
+        nbins=cms.uint32(nbins),
+        min=cms.double(low),
+        max=cms.double(high),
+        xlabel=cms.string(xlabel),
+    )
 
 
 process.histograms = cms.EDAnalyzer(
@@ -97,7 +135,9 @@ process.out = cms.OutputModule(
     fileName=cms.untracked.string(options.outputFile),
     outputCommands=cms.untracked.vstring(
         "drop *",
-        "keep Jet_pt", "keep Jet_eta", "keep Jet_phi",
+        "keep Jet_pt",
+        "keep Jet_eta",
+        "keep Jet_phi",
         "keep RawMET_*",
         "keep particleNetAK4_*",
         "keep deepMET_*",

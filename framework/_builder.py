@@ -161,13 +161,21 @@ class Job:
             branch = err.branch or ""
             return label == err.collection or branch == label or branch.startswith(label + "_")
 
-        culprits = [w.describe() for w in self.workers.values()
-                    if any(concerned(c.label) for c in w.consumes if c.label not in self.workers)]
+        culprits = [
+            w.describe()
+            for w in self.workers.values()
+            if any(concerned(c.label) for c in w.consumes if c.label not in self.workers)
+        ]
         if not culprits:
             return err
-        return FileReadError(f"{err.args[0]}; consumed by {', '.join(culprits)}", file=err.file,
-                             collection=err.collection, branch=err.branch, nearest=err.nearest,
-                             entries=err.entries)
+        return FileReadError(
+            f"{err.args[0]}; consumed by {', '.join(culprits)}",
+            file=err.file,
+            collection=err.collection,
+            branch=err.branch,
+            nearest=err.nearest,
+            entries=err.entries,
+        )
 
 
 def _construct(obj: Any, expected_kind: str, label: str) -> Any:
@@ -177,8 +185,7 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     cls: Any = find_type(type_name, context=f"{expected_kind} '{label}'")
     if getattr(cls, "kind", None) != expected_kind and not _kind_matches(cls, expected_kind):
         raise ConfigurationError(
-            f"{context}: type {type_name} is a {getattr(cls, 'kind', type(cls).__name__)}, "
-            f"not a {expected_kind}"
+            f"{context}: type {type_name} is a {getattr(cls, 'kind', type(cls).__name__)}, not a {expected_kind}"
         )
     desc = cms.ParameterSetDescription()
     cls.fill_descriptions(desc)
@@ -203,8 +210,9 @@ def _kind_matches(cls: type, expected: str) -> bool:
     return False
 
 
-def build_job(process: Any, *, max_events: int | None = None, streams: int | None = None,
-              threads: int | None = None) -> Job:
+def build_job(
+    process: Any, *, max_events: int | None = None, streams: int | None = None, threads: int | None = None
+) -> Job:
     """Construct source, services and modules of ``process`` and resolve its schedule.
 
     Args:
@@ -250,8 +258,20 @@ def build_job(process: Any, *, max_events: int | None = None, streams: int | Non
     endpaths = [_path_spec(name, p, workers, end=True) for name, p in process.endpaths_().items()]
     _check_dependencies(workers)
     mx = max_events if max_events is not None else process.maxEvents_()
-    job = Job(process.name_(), source, registry, workers, paths, endpaths, mx, streams, threads,
-              bool(options["wantSummary"]), limiter, _exception_actions(options))
+    job = Job(
+        process.name_(),
+        source,
+        registry,
+        workers,
+        paths,
+        endpaths,
+        mx,
+        streams,
+        threads,
+        bool(options["wantSummary"]),
+        limiter,
+        _exception_actions(options),
+    )
     for worker in workers.values():
         worker.activity = job.activity
     for service in registry.services.values():
@@ -280,7 +300,9 @@ def _path_spec(name: str, path: Any, workers: dict[str, Worker], *, end: bool) -
             raise ConfigurationError(f"{'EndPath' if end else 'Path'} '{name}' refers to unknown module '{label}'")
         worker = workers[label]
         if inverted and not isinstance(worker.module, EDFilter):
-            raise ConfigurationError(f"Path '{name}': '~{label}' inverts a {worker.kind}, only EDFilters can be inverted")
+            raise ConfigurationError(
+                f"Path '{name}': '~{label}' inverts a {worker.kind}, only EDFilters can be inverted"
+            )
         if not end and isinstance(worker.module, OutputModule):
             raise ConfigurationError(f"Path '{name}': OutputModule '{label}' belongs on an EndPath")
         entries.append((worker, inverted))
@@ -310,7 +332,7 @@ def _check_dependencies(workers: dict[str, Worker]) -> None:
         if state.get(label) == 2:
             return
         if state.get(label) == 1:
-            cycle = " -> ".join(chain[chain.index(label):] + [label])
+            cycle = " -> ".join(chain[chain.index(label) :] + [label])
             raise ConfigurationError(f"circular product dependency between modules: {cycle}")
         state[label] = 1
         for c in workers[label].consumes:

@@ -72,9 +72,11 @@ async def _cancel_on_signal(scope: trio.CancelScope, received: list[int]) -> Non
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             received.append(signum)
-            log.warning("cmsrun: %s received: stopping the job (unfinished outputs are removed, the "
-                        "fallback server is stopped; press Ctrl-C again to stop at once)",
-                        signal.Signals(signum).name)
+            log.warning(
+                "cmsrun: %s received: stopping the job (unfinished outputs are removed, the "
+                "fallback server is stopped; press Ctrl-C again to stop at once)",
+                signal.Signals(signum).name,
+            )
             scope.cancel()
             break
     # Leaving the block restores trio's handler: a second Ctrl-C raises KeyboardInterrupt.
@@ -115,20 +117,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", action="store_true", help="print the summary even if wantSummary is False")
     p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dataset", metavar="FILESET",
-                   help="run over each dataset of a coffea fileset (JSON/YAML); outputs get the dataset's name")
-    p.add_argument("--chunk-size", type=int, metavar="N",
-                   help=f"events per work unit with --dataset (default {DEFAULT_CHUNK_SIZE:,})")
-    p.add_argument("--executor", choices=("sequential", "dask"), default="sequential",
-                   help="with --dataset: 'dask' runs the work units on a Dask cluster")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="with --executor dask: an existing Dask scheduler (tcp://host:8786); default: a LocalCluster")
-    p.add_argument("--workers", type=int, metavar="N",
-                   help="with --executor dask and no --scheduler: worker processes (default: cores)")
-    p.add_argument("--skip-bad-files", action="store_true",
-                   help="with --executor dask: skip units whose file cannot be read (listed in the summary)")
-    p.add_argument("--keep-parts", action="store_true",
-                   help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs")
+    p.add_argument(
+        "--dataset",
+        metavar="FILESET",
+        help="run over each dataset of a coffea fileset (JSON/YAML); outputs get the dataset's name",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        metavar="N",
+        help=f"events per work unit with --dataset (default {DEFAULT_CHUNK_SIZE:,})",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("sequential", "dask"),
+        default="sequential",
+        help="with --dataset: 'dask' runs the work units on a Dask cluster",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --executor dask: an existing Dask scheduler (tcp://host:8786); default: a LocalCluster",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="with --executor dask and no --scheduler: worker processes (default: cores)",
+    )
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        help="with --executor dask: skip units whose file cannot be read (listed in the summary)",
+    )
+    p.add_argument(
+        "--keep-parts",
+        action="store_true",
+        help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs",
+    )
     p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
@@ -161,13 +187,25 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         from .executor import DaskOptions, run_on_dask
 
         options = DaskOptions(
-            config=ns.config, args=list(ns.args), fileset=ns.dataset, chunk_size=ns.chunk_size or DEFAULT_CHUNK_SIZE,
-            scheduler=ns.scheduler, workers=ns.workers, streams=ns.streams, threads=ns.threads,
-            skip_bad_files=ns.skip_bad_files, keep_parts=ns.keep_parts, progress=not ns.no_progress,
-            summary=bool(process.options_()["wantSummary"]) or ns.summary, summary_json=ns.summary_json)
+            config=ns.config,
+            args=list(ns.args),
+            fileset=ns.dataset,
+            chunk_size=ns.chunk_size or DEFAULT_CHUNK_SIZE,
+            scheduler=ns.scheduler,
+            workers=ns.workers,
+            streams=ns.streams,
+            threads=ns.threads,
+            skip_bad_files=ns.skip_bad_files,
+            keep_parts=ns.keep_parts,
+            progress=not ns.no_progress,
+            summary=bool(process.options_()["wantSummary"]) or ns.summary,
+            summary_json=ns.summary_json,
+        )
         summary = run_on_dask(process, options, console)
-        console.print(f"[green]cmsrun: {process.name_()}: {summary['events']} events processed in "
-                      f"{summary['wall_time']:.2f} s on Dask ({len(summary['workers'])} worker(s))[/green]")
+        console.print(
+            f"[green]cmsrun: {process.name_()}: {summary['events']} events processed in "
+            f"{summary['wall_time']:.2f} s on Dask ({len(summary['workers'])} worker(s))[/green]"
+        )
         return 0
     from ._datasets import plan_datasets
 
@@ -175,22 +213,35 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
         job.source.set_units(units)  # type: ignore[attr-defined]  # a PoolSource: datasets need one
         entries = sum(u.num_entries for u in units)
-        console.print(f"[bold]cmsrun: dataset '{dataset.name}': {len(dataset.files)} file(s), {entries:,} events "
-                      f"in {len(units)} unit(s)[/bold]")
+        console.print(
+            f"[bold]cmsrun: dataset '{dataset.name}': {len(dataset.files)} file(s), {entries:,} events "
+            f"in {len(units)} unit(s)[/bold]"
+        )
         summary_json = dataset_output_path(ns.summary_json, dataset.name) if ns.summary_json else None
         with output_naming(dataset=dataset.name):  # trio.run below runs in a copy of this context
             _run_job(job, ns, console, f"{process.name_()} {dataset.name}", entries, summary_json)
     return 0
 
 
-def _run_job(job: Any, ns: argparse.Namespace, console: Console, title: str, entries: int | None,
-             summary_json: str | os.PathLike[str] | None) -> JobReport:
+def _run_job(
+    job: Any,
+    ns: argparse.Namespace,
+    console: Console,
+    title: str,
+    entries: int | None,
+    summary_json: str | os.PathLike[str] | None,
+) -> JobReport:
     """Run one job with progress, then its summary (printed and/or ``summary_json``)."""
     show_progress = not ns.no_progress and console.is_terminal
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-        console=console, disable=not show_progress, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+        transient=False,
     )
     limits = [x for x in (job.max_events if job.max_events >= 0 else None, entries) if x is not None]
     task = progress.add_task(title, total=min(limits) if limits else None, rate="")
@@ -201,8 +252,13 @@ def _run_job(job: Any, ns: argparse.Namespace, console: Console, title: str, ent
         done += 1
         progress.update(task, advance=1, rate=f"{principal.id}")
         if not show_progress and (done & (done - 1)) == 0:  # 1, 2, 4, 8, ... events: a log line
-            log.info("Processed the %s record: event %s on stream %d (%.1f ms)", _ordinal(done),
-                     principal.id, principal.stream, latency * 1e3)
+            log.info(
+                "Processed the %s record: event %s on stream %d (%.1f ms)",
+                _ordinal(done),
+                principal.id,
+                principal.stream,
+                latency * 1e3,
+            )
 
     try:
         with progress:
@@ -229,8 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         # Logs of batch jobs: wide enough that the summary tables do not wrap.
         console = Console(stderr=True, width=140)
     level = logging.DEBUG if ns.verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
-                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+    logging.basicConfig(
+        level=level,
+        format="%(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(console=console, show_path=False)],
+        force=True,
+    )
     if ns.list_types:
         for name in available_types():
             print(name)
@@ -244,16 +305,33 @@ def main(argv: list[str] | None = None) -> int:
             print("cmsrun: error: a configuration file is required", file=sys.stderr)
             return 2
         if ns.executor == "dask" and ns.max_events is not None:
-            print("cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
-                  "files: use --chunk-size, or a fileset's steps)", file=sys.stderr)
+            print(
+                "cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
+                "files: use --chunk-size, or a fileset's steps)",
+                file=sys.stderr,
+            )
             return 2
-        dask_only = [o for o, v in (("--scheduler", ns.scheduler), ("--workers", ns.workers),
-                                    ("--skip-bad-files", ns.skip_bad_files), ("--keep-parts", ns.keep_parts)) if v]
-        if (ns.executor == "dask" and not ns.dataset) or (dask_only and ns.executor != "dask") or (
-                ns.workers is not None and ns.workers < 1):
+        dask_only = [
+            o
+            for o, v in (
+                ("--scheduler", ns.scheduler),
+                ("--workers", ns.workers),
+                ("--skip-bad-files", ns.skip_bad_files),
+                ("--keep-parts", ns.keep_parts),
+            )
+            if v
+        ]
+        if (
+            (ns.executor == "dask" and not ns.dataset)
+            or (dask_only and ns.executor != "dask")
+            or (ns.workers is not None and ns.workers < 1)
+        ):
             _parser().print_usage(sys.stderr)
-            print(f"cmsrun: error: --executor dask needs --dataset; {', '.join(dask_only) or 'its options'} "
-                  f"need --executor dask; --workers >= 1", file=sys.stderr)
+            print(
+                f"cmsrun: error: --executor dask needs --dataset; {', '.join(dask_only) or 'its options'} "
+                f"need --executor dask; --workers >= 1",
+                file=sys.stderr,
+            )
             return 2
         if ns.chunk_size is not None and (not ns.dataset or ns.chunk_size < 1):
             _parser().print_usage(sys.stderr)
@@ -267,8 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)  # JobStopped, or the executor's
-        console.print(f"[bold red]cmsrun: interrupted ({signal.Signals(signum).name}); the job stopped "
-                      f"and its unfinished outputs were removed[/bold red]")
+        console.print(
+            f"[bold red]cmsrun: interrupted ({signal.Signals(signum).name}); the job stopped "
+            f"and its unfinished outputs were removed[/bold red]"
+        )
         return 128 + signum
 
 

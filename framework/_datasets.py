@@ -42,8 +42,9 @@ def preprocess_cache_path(process: Any, fileset: str | Path) -> Path:
     return folder / f"{Path(fileset).stem}.preprocessed.json"
 
 
-def plan_datasets(process: Any, fileset: str | Path, chunk_size: int,
-                  cache: Path | None = None, mapper: Any = map) -> list[tuple[Dataset, list[WorkUnit]]]:
+def plan_datasets(
+    process: Any, fileset: str | Path, chunk_size: int, cache: Path | None = None, mapper: Any = map
+) -> list[tuple[Dataset, list[WorkUnit]]]:
     """The datasets of ``fileset`` with their work units, for ``process``.
 
     Files whose tree the fileset does not name use the PoolSource's ``treeName``

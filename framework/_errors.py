@@ -71,9 +71,17 @@ class FileReadError(FrameworkError):
 
     category = "FileReadError"
 
-    def __init__(self, message: str, *, file: str | None = None, collection: str | None = None,
-                 branch: str | None = None, nearest: tuple[str, ...] = (),
-                 entries: tuple[int, int] | None = None, category: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        collection: str | None = None,
+        branch: str | None = None,
+        nearest: tuple[str, ...] = (),
+        entries: tuple[int, int] | None = None,
+        category: str | None = None,
+    ) -> None:
         super().__init__(message, category=category)
         self.file = file
         self.collection = collection

@@ -232,8 +232,7 @@ class _StreamFeeder:
 
 
 class _Scheduler:
-    def __init__(self, job: Job, on_event: Callable[[EventPrincipal, float], None] | None,
-                 report: JobReport) -> None:
+    def __init__(self, job: Job, on_event: Callable[[EventPrincipal, float], None] | None, report: JobReport) -> None:
         self.job = job
         self.on_event = on_event
         self.report = report
@@ -341,8 +340,12 @@ async def begin_job(job: Job) -> None:
         await _abort(job, exc)
 
 
-async def process_events(job: Job, *, on_event: Callable[[EventPrincipal, float], None] | None = None,
-                         on_start: Callable[[], None] | None = None) -> JobReport:
+async def process_events(
+    job: Job,
+    *,
+    on_event: Callable[[EventPrincipal, float], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> JobReport:
     """Every event of the source's current input through the Paths, between the modules'
     ``begin_unit`` and ``end_unit`` (a work unit's outputs: ``framework.io.output_naming``).
 
@@ -432,8 +435,12 @@ def _raise_leaf(exc: BaseException, error: BaseException) -> NoReturn:
     raise error
 
 
-async def run_job(job: Job, *, on_event: Callable[[EventPrincipal, float], None] | None = None,
-                  on_start: Callable[[], None] | None = None) -> JobReport:
+async def run_job(
+    job: Job,
+    *,
+    on_event: Callable[[EventPrincipal, float], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> JobReport:
     """Run a built job to the end: :func:`begin_job`, :func:`process_events`, :func:`end_job`.
 
     On failure every module's ``abort_unit`` and ``abort_job`` run instead of ``end_unit``

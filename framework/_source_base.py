@@ -98,9 +98,7 @@ class EmptySource(Source):
         desc.add("firstRun", cms.untracked.uint32(1), "run number of the events")
         desc.add("firstLuminosityBlock", cms.untracked.uint32(1), "first luminosity block")
         desc.add("firstEvent", cms.untracked.uint32(1), "first event number")
-        desc.add(
-            "numberEventsInLuminosityBlock", cms.untracked.uint32(100), "events per luminosity block"
-        )
+        desc.add("numberEventsInLuminosityBlock", cms.untracked.uint32(100), "events per luminosity block")
 
     async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         if max_events < 0:

@@ -33,8 +33,16 @@ from rich.text import Text
 from ._builder import Job, PathSpec
 from ._scheduler import JobReport
 
-__all__ = ["summary_dict", "print_summary", "print_summary_dict", "TimeSketch", "unit_record", "merge_records",
-           "summary_from_record", "SKETCH_RELATIVE_ERROR"]
+__all__ = [
+    "summary_dict",
+    "print_summary",
+    "print_summary_dict",
+    "TimeSketch",
+    "unit_record",
+    "merge_records",
+    "summary_from_record",
+    "SKETCH_RELATIVE_ERROR",
+]
 
 SKETCH_RELATIVE_ERROR = 0.01  # a TimeSketch bin spans a factor 1.01: quantiles within +-0.5 %
 _SKETCH_MIN = 1e-7  # seconds; shorter times share the first bin
@@ -55,7 +63,7 @@ class TimeSketch:
         count: number of times; total: their sum (s); max: the largest (s).
     """
 
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    counts: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     count: int = 0
     total: float = 0.0
     max: float = 0.0
@@ -89,8 +97,13 @@ class TimeSketch:
         """As ``_percentiles``: mean, p50, p90, p99, max (seconds)."""
         if not self.count:
             return _percentiles(())
-        return {"mean": self.total / self.count, "p50": self.quantile(0.5), "p90": self.quantile(0.9),
-                "p99": self.quantile(0.99), "max": self.max}
+        return {
+            "mean": self.total / self.count,
+            "p50": self.quantile(0.5),
+            "p90": self.quantile(0.9),
+            "p99": self.quantile(0.99),
+            "max": self.max,
+        }
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -98,8 +111,7 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
     a = np.frombuffer(values, dtype=np.float64) if isinstance(values, array) else np.asarray(values)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
-            "max": float(a.max())}
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -178,8 +190,7 @@ def _summary(job: Job, report: JobReport) -> dict[str, Any]:
         "paths": [_path_dict(p) for p in job.paths],
         "endpaths": [_path_dict(p) for p in job.endpaths],
         "modules": modules,
-        "services": {name: stats for name, svc in job.services.services.items()
-                     if (stats := svc.statistics())},
+        "services": {name: stats for name, svc in job.services.services.items() if (stats := svc.statistics())},
         "source": _source_statistics(job.source),
     }
 
@@ -196,16 +207,28 @@ def unit_record(job: Job, report: JobReport) -> dict[str, Any]:
     for w in job.workers.values():
         t = w.times
         modules[w.label] = {
-            "type": w.type_name, "kind": w.kind, "external_work": w.external, "calls": t.calls,
-            "errors": w.errors, "skipped": w.skipped,
-            "sum_acquire": float(sum(t.acquire)), "sum_wait": float(sum(t.wait)), "sum_run": float(sum(t.run)),
-            "own": TimeSketch.of(t.own), "acquire": TimeSketch.of(t.acquire), "wait": TimeSketch.of(t.wait),
+            "type": w.type_name,
+            "kind": w.kind,
+            "external_work": w.external,
+            "calls": t.calls,
+            "errors": w.errors,
+            "skipped": w.skipped,
+            "sum_acquire": float(sum(t.acquire)),
+            "sum_wait": float(sum(t.wait)),
+            "sum_run": float(sum(t.run)),
+            "own": TimeSketch.of(t.own),
+            "acquire": TimeSketch.of(t.acquire),
+            "wait": TimeSketch.of(t.wait),
             "run": TimeSketch.of(t.run),
         }
     return {
-        "events": report.events, "passed": report.passed, "events_with_errors": report.events_with_errors,
-        "wall_time": report.wall_time, "latency": TimeSketch.of(report.latencies),
-        "paths": [_path_dict(p) for p in job.paths], "endpaths": [_path_dict(p) for p in job.endpaths],
+        "events": report.events,
+        "passed": report.passed,
+        "events_with_errors": report.events_with_errors,
+        "wall_time": report.wall_time,
+        "latency": TimeSketch.of(report.latencies),
+        "paths": [_path_dict(p) for p in job.paths],
+        "endpaths": [_path_dict(p) for p in job.endpaths],
         "modules": modules,
     }
 
@@ -236,8 +259,15 @@ def merge_records(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def summary_from_record(record: dict[str, Any], *, process: str, streams: int, threads: int,
-                        wall_time: float, services: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary_from_record(
+    record: dict[str, Any],
+    *,
+    process: str,
+    streams: int,
+    threads: int,
+    wall_time: float,
+    services: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The :func:`summary_dict` of merged records: the same keys, percentiles from the sketches.
 
     Args:
@@ -249,21 +279,35 @@ def summary_from_record(record: dict[str, Any], *, process: str, streams: int, t
         calls = m["calls"]
         ext_calls = m["wait"].count
         modules[label] = {
-            "type": m["type"], "kind": m["kind"], "external_work": m["external_work"], "calls": calls,
-            "errors": m["errors"], "skipped": m["skipped"],
+            "type": m["type"],
+            "kind": m["kind"],
+            "external_work": m["external_work"],
+            "calls": calls,
+            "errors": m["errors"],
+            "skipped": m["skipped"],
             "mean_cpu": (m["sum_acquire"] + m["sum_run"]) / calls if calls else 0.0,
             "mean_acquire": m["sum_acquire"] / m["acquire"].count if m["acquire"].count else 0.0,
             "mean_wait": m["sum_wait"] / ext_calls if ext_calls else 0.0,
             "mean_run": m["sum_run"] / calls if calls else 0.0,
-            "own": m["own"].percentiles(), "acquire": m["acquire"].percentiles(),
-            "wait": m["wait"].percentiles(), "run": m["run"].percentiles(),
+            "own": m["own"].percentiles(),
+            "acquire": m["acquire"].percentiles(),
+            "wait": m["wait"].percentiles(),
+            "run": m["run"].percentiles(),
         }
     return {
-        "process": process, "streams": streams, "threads": threads, "events": record["events"],
-        "passed": record["passed"], "events_with_errors": record["events_with_errors"], "wall_time": wall_time,
+        "process": process,
+        "streams": streams,
+        "threads": threads,
+        "events": record["events"],
+        "passed": record["passed"],
+        "events_with_errors": record["events_with_errors"],
+        "wall_time": wall_time,
         "throughput": record["events"] / wall_time if wall_time > 0 else 0.0,
-        "latency": record["latency"].percentiles(), "latency_error": SKETCH_RELATIVE_ERROR / 2,
-        "paths": record["paths"], "endpaths": record["endpaths"], "modules": modules,
+        "latency": record["latency"].percentiles(),
+        "latency_error": SKETCH_RELATIVE_ERROR / 2,
+        "paths": record["paths"],
+        "endpaths": record["endpaths"],
+        "modules": modules,
         "services": dict(services or {}),
     }
 
@@ -280,12 +324,17 @@ def _trig_tables(summary: dict[str, Any]) -> list[Table]:
         paths.add_column(Text(col), justify="right" if col != "Name" else "left")
     for bit, p in enumerate(summary["paths"] + summary["endpaths"]):
         kind = "EndPath" if bit >= len(summary["paths"]) else "Path"
-        paths.add_row(str(bit), str(p["visited"]), str(p["passed"]), str(p["failed"]), str(p["errors"]),
-                      Text(f"{p['name']} ({kind})"))
+        paths.add_row(
+            str(bit),
+            str(p["visited"]),
+            str(p["passed"]),
+            str(p["failed"]),
+            str(p["errors"]),
+            Text(f"{p['name']} ({kind})"),
+        )
     tables.append(paths)
     for p in summary["paths"] + summary["endpaths"]:
-        t = Table(title=Text(f"TrigReport ---------- Modules in Path: {p['name']} ------------"),
-                  title_justify="left")
+        t = Table(title=Text(f"TrigReport ---------- Modules in Path: {p['name']} ------------"), title_justify="left")
         for col in ("Visited", "Passed", "Failed", "Error", "Name"):
             t.add_column(Text(col), justify="right" if col != "Name" else "left")
         for m in p["modules"]:
@@ -300,8 +349,18 @@ def _time_tables(summary: dict[str, Any]) -> list[Table]:
     # and drop it (a unit such as "[ms]", or a label).
     ms = 1e3
     mods = Table(title=Text("TimeReport ---------- Module Summary ---[ms per call]----"), title_justify="left")
-    for col in ("Calls", "acquire [ms]", "ext. wait [ms]", "produce [ms]", "own mean [ms]", "own p50 [ms]",
-                "own p99 [ms]", "Errors", "Skipped", "Name"):
+    for col in (
+        "Calls",
+        "acquire [ms]",
+        "ext. wait [ms]",
+        "produce [ms]",
+        "own mean [ms]",
+        "own p50 [ms]",
+        "own p99 [ms]",
+        "Errors",
+        "Skipped",
+        "Name",
+    ):
         mods.add_column(Text(col), justify="right" if col != "Name" else "left")
     for label, m in summary["modules"].items():
         ext = m["external_work"]
@@ -340,8 +399,9 @@ def print_summary(job: Job, report: JobReport, console: Console | None = None) -
     return summary
 
 
-def print_summary_dict(summary: dict[str, Any], console: Console | None = None,
-                       renderables: Iterable[Any] = ()) -> None:
+def print_summary_dict(
+    summary: dict[str, Any], console: Console | None = None, renderables: Iterable[Any] = ()
+) -> None:
     """Print a summary (:func:`summary_dict` or :func:`summary_from_record`), then ``renderables``
     (the services' tables)."""
     console = console or Console(stderr=True)

@@ -54,16 +54,23 @@ class Tracer:
         origin = min((s[4] for s in spans), default=0.0)
         events: list[dict[str, Any]] = []
         for stream in sorted({s[0] for s in spans}):
-            events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": stream,
-                           "args": {"name": f"stream {stream}"}})
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": 1, "tid": stream, "args": {"name": f"stream {stream}"}}
+            )
         for stream, event_id, label, phase, t0, t1 in spans:
             name = f"event {event_id}" if label == "event" else f"{label} {phase}"
-            events.append({
-                "ph": "X", "pid": 1, "tid": stream, "name": name,
-                "cat": "event" if label == "event" else phase,
-                "ts": (t0 - origin) * 1e6, "dur": max(t1 - t0, 0.0) * 1e6,
-                "args": {"event": event_id, "module": label, "phase": phase},
-            })
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": stream,
+                    "name": name,
+                    "cat": "event" if label == "event" else phase,
+                    "ts": (t0 - origin) * 1e6,
+                    "dur": max(t1 - t0, 0.0) * 1e6,
+                    "args": {"event": event_id, "module": label, "phase": phase},
+                }
+            )
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def write(self, path: str) -> None:
@@ -86,8 +93,9 @@ class FastTimerService(Service):
 
         desc.add("writeJSONSummary", cms.untracked.bool(False), "write the timing summary as JSON")
         desc.add("jsonFileName", cms.untracked.string("resources.json"), "file for the JSON summary")
-        desc.add("traceFile", cms.untracked.string(""),
-                 "Chrome trace-event JSON for Perfetto / chrome://tracing ('' = none)")
+        desc.add(
+            "traceFile", cms.untracked.string(""), "Chrome trace-event JSON for Perfetto / chrome://tracing ('' = none)"
+        )
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)

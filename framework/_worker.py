@@ -89,8 +89,12 @@ class Worker:
         self.errors = 0
         self.skipped = 0
         self.activity = ActivityRegistry()  # the job's, set by the builder
-        self._phase = {"EDFilter": "filter", "EDProducer": "produce", "EDAnalyzer": "analyze",
-                       "OutputModule": "write"}.get(self.kind, "run")
+        self._phase = {
+            "EDFilter": "filter",
+            "EDProducer": "produce",
+            "EDAnalyzer": "analyze",
+            "OutputModule": "write",
+        }.get(self.kind, "run")
 
     def describe(self) -> str:
         return f"{self.kind} '{self.label}' (type {self.type_name})"
@@ -125,8 +129,10 @@ class Worker:
                 holder = WaitingTaskHolder()
                 _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]  # ExternalWork's
                 if not holder.used:
-                    raise RuntimeError("acquire() returned without starting external work "
-                                       "(call holder.done_waiting or holder.run_async)")
+                    raise RuntimeError(
+                        "acquire() returned without starting external work "
+                        "(call holder.done_waiting or holder.run_async)"
+                    )
                 w0 = time.perf_counter()
                 result = await holder.wait()
                 w1 = time.perf_counter()
@@ -148,9 +154,7 @@ class Worker:
             raise self._wrap(exc, principal, path) from exc
         if isinstance(module, EDFilter):
             if not isinstance(decision, (bool, int)) or decision is None:
-                raise self._wrap(
-                    TypeError(f"filter() returned {decision!r}, expected bool"), principal, path
-                )
+                raise self._wrap(TypeError(f"filter() returned {decision!r}, expected bool"), principal, path)
             return bool(decision)
         return True
 

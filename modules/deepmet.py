@@ -19,8 +19,7 @@ from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversion
 
 from .deepmet_inputs import DEEPMET_MAX_CANDIDATES, build_deepmet_inputs, met_from_weights
 
-_PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "d0", "dz", "puppiWeight", "charge", "pdgId",
-                  "pvAssocQuality"]
+_PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "d0", "dz", "puppiWeight", "charge", "pdgId", "pvAssocQuality"]
 
 
 class DeepMETInputProducer(EDProducer):

@@ -48,9 +48,11 @@ class DeepTauInputProducer(EDProducer):
 
     def produce(self, event: Any) -> None:
         inputs = build_deeptau_inputs(
-            event.get(self.taus), event.get(self.pfcands),
+            event.get(self.taus),
+            event.get(self.pfcands),
             event.get(self.jets) if self.jets is not None else None,
-            min_taus=self.min_taus, event_id=tuple(event.id),
+            min_taus=self.min_taus,
+            event_id=tuple(event.id),
         )
         event.put({**inputs, "n": len(inputs["tau_features"])})
 

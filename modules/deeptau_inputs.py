@@ -44,9 +44,24 @@ BLOCKS = {"egamma": 86, "muon": 64, "hadron": 38}
 N_CELL_FEATURES = sum(BLOCKS.values())  # 188
 CELL_REAL_FEATURES = ["valid", "pt_frac", "deta", "dphi", "log_pt", "mass", "n_cands"]
 """The first features of each block, computed from the block's highest-pT candidate in the cell."""
-TAU_FEATURES = ["pt", "eta", "phi", "mass", "charge", "decayMode", "dxy", "dz", "chargedIso",
-                "neutralIso", "leadTkPtOverTauPt", "leadTkDeltaEta", "leadTkDeltaPhi",
-                "photonsOutsideSignalCone", "puCorr", "rawIso"]
+TAU_FEATURES = [
+    "pt",
+    "eta",
+    "phi",
+    "mass",
+    "charge",
+    "decayMode",
+    "dxy",
+    "dz",
+    "chargedIso",
+    "neutralIso",
+    "leadTkPtOverTauPt",
+    "leadTkDeltaEta",
+    "leadTkDeltaPhi",
+    "photonsOutsideSignalCone",
+    "puCorr",
+    "rawIso",
+]
 """Columns of ``tau_features`` (the ``Tau_*`` branches; CMS DeepTau v2 has 43 such features)."""
 DEEPTAU_CLASSES = ["e", "mu", "tau", "jet"]
 """Output classes of ``deeptau``, in softmax order."""
@@ -94,8 +109,9 @@ def tau_candidates(taus: Any, jets: Any | None, min_taus: int) -> np.ndarray:
     return np.concatenate([rows, seeds])
 
 
-def _fill_grid(grid: np.ndarray, cands: dict[str, np.ndarray], tau: np.ndarray, n_cells: int, size: float,
-               rng: np.random.Generator) -> None:
+def _fill_grid(
+    grid: np.ndarray, cands: dict[str, np.ndarray], tau: np.ndarray, n_cells: int, size: float, rng: np.random.Generator
+) -> None:
     """Fill ``grid`` float32 (188, n, n) for one tau from candidate arrays (see module doc)."""
     half = n_cells * size / 2
     deta = cands["eta"] - tau[1]
@@ -112,23 +128,32 @@ def _fill_grid(grid: np.ndarray, cands: dict[str, np.ndarray], tau: np.ndarray, 
     best = order[first]
     offsets = np.cumsum([0, *BLOCKS.values()])[:-1]
     b, e, p = keys // (n_cells * n_cells), (keys // n_cells) % n_cells, keys % n_cells
-    real = np.stack([
-        np.ones(len(keys)), pt[best] / max(float(tau[0]), 1e-3), deta[inside][best], dphi[inside][best],
-        np.log(np.maximum(pt[best], 1e-3)), cands["mass"][inside][best], counts.astype(np.float64),
-    ], axis=1).astype(np.float32)
+    real = np.stack(
+        [
+            np.ones(len(keys)),
+            pt[best] / max(float(tau[0]), 1e-3),
+            deta[inside][best],
+            dphi[inside][best],
+            np.log(np.maximum(pt[best], 1e-3)),
+            cands["mass"][inside][best],
+            counts.astype(np.float64),
+        ],
+        axis=1,
+    ).astype(np.float32)
     n_real = len(CELL_REAL_FEATURES)
     for k, width in enumerate(BLOCKS.values()):
         sel = b == k
         if not sel.any():
             continue
         start = offsets[k]
-        grid[start:start + n_real, e[sel], p[sel]] = real[sel].T
+        grid[start : start + n_real, e[sel], p[sel]] = real[sel].T
         synth = rng.standard_normal((width - n_real, int(sel.sum())), dtype=np.float32)
-        grid[start + n_real:start + width, e[sel], p[sel]] = synth
+        grid[start + n_real : start + width, e[sel], p[sel]] = synth
 
 
-def build_deeptau_inputs(taus: Any, pfcands: Any, jets: Any | None = None, *, min_taus: int = 0,
-                         event_id: tuple[int, int, int] = (0, 0, 0)) -> dict[str, np.ndarray]:
+def build_deeptau_inputs(
+    taus: Any, pfcands: Any, jets: Any | None = None, *, min_taus: int = 0, event_id: tuple[int, int, int] = (0, 0, 0)
+) -> dict[str, np.ndarray]:
     """The three ``deeptau`` inputs for every tau candidate of one event.
 
     Args:

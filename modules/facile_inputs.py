@@ -23,8 +23,23 @@ import numpy as np
 
 FACILE_N_CHANNELS = 16000
 """Rows per event by default (seed talk 004: "FACILE (batch 16000)")."""
-FACILE_FEATURES = ["ieta", "cos_iphi", "sin_iphi", "depth", "is_endcap", "gain", "pedestal",
-                   "ts0", "ts1", "ts2", "ts3", "ts4", "ts5", "ts6", "ts7"]
+FACILE_FEATURES = [
+    "ieta",
+    "cos_iphi",
+    "sin_iphi",
+    "depth",
+    "is_endcap",
+    "gain",
+    "pedestal",
+    "ts0",
+    "ts1",
+    "ts2",
+    "ts3",
+    "ts4",
+    "ts5",
+    "ts6",
+    "ts7",
+]
 """Columns of ``rechit_inputs`` (15): geometry scaled to O(1), then log(1 + charge / fC) per time sample."""
 SYNTH_SEED = 20201204
 OCCUPANCY = 0.2  # fraction of channels with a pulse

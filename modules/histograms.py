@@ -47,12 +47,15 @@ class _Histogram:
     def __init__(self, p: Any, module: EDAnalyzer) -> None:
         context = f"EDAnalyzer '{module.label}': histogram '{p.name}'"
         if p.nbins < 1 or not p.min < p.max:
-            raise ConfigurationError(f"{context}: needs nbins >= 1 and min < max, got nbins={p.nbins}, "
-                                     f"min={p.min}, max={p.max}")
+            raise ConfigurationError(
+                f"{context}: needs nbins >= 1 and min < max, got nbins={p.nbins}, min={p.min}, max={p.max}"
+            )
         self.name, self.field = p.name, p.field
         self.token = module.consumes(p.src, branches=[p.field] if p.field else None)
         self.what = f"{context}: source '{p.src}'" + (f" field '{p.field}'" if p.field else "")
-        self.hist: hist.Hist[Any] = hist.Hist(hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name)
+        self.hist: hist.Hist[Any] = hist.Hist(
+            hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name
+        )
         # uproot takes the TH1 title from a ``title`` attribute (hist has none of its own).
         self.hist.title = p.title or p.name  # type: ignore[attr-defined]  # not a declared attribute
 
@@ -116,11 +119,15 @@ class HistogramAnalyzer(EDAnalyzer):
         self.target = output_path(self.file_name)  # per dataset / unit when cmsrun runs those
         folder = self.target.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
-            problem = ("is not writable" if folder.is_dir()
-                       else "is a file, not a folder" if folder.exists() else "does not exist")
+            problem = (
+                "is not writable"
+                if folder.is_dir()
+                else "is a file, not a folder"
+                if folder.exists()
+                else "does not exist"
+            )
             raise FileOpenError(
-                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' "
-                f"(folder '{folder}' {problem})"
+                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' (folder '{folder}' {problem})"
             )
 
     def analyze(self, event: Event) -> None:

@@ -66,7 +66,6 @@ class OutputCommands:
         return False
 
 
-
 class NanoAODOutputModule(OutputModule):
     """Writes the selected events to a NanoAOD-style TTree (CMSSW's ``NanoAODOutputModule``).
 
@@ -90,16 +89,22 @@ class NanoAODOutputModule(OutputModule):
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         desc.add("fileName", cms.untracked.string, "output ROOT file")
-        desc.add("outputCommands", cms.untracked.vstring("keep *"),
-                 "keep/drop <glob> statements over branch names, applied in order")
+        desc.add(
+            "outputCommands",
+            cms.untracked.vstring("keep *"),
+            "keep/drop <glob> statements over branch names, applied in order",
+        )
         select = cms.ParameterSetDescription()
         select.add("SelectEvents", cms.vstring(), "Path names; an event is written if any accepted it (empty: all)")
         desc.add("SelectEvents", select, "which events to write", tracked=False)
         desc.add("treeName", cms.untracked.string("Events"), "name of the output TTree")
         desc.add("basketSize", cms.untracked.uint32(1000), "events per TTree basket (one write per basket)")
         desc.add("compressionAlgorithm", cms.untracked.string("ZLIB"), "ZLIB, LZMA, LZ4 or ZSTD")
-        desc.add_optional("compressionLevel", cms.untracked.uint32,
-                          "1-9; absent: 1, uproot's default (CMSSW's NanoAOD productions use LZMA 9)")
+        desc.add_optional(
+            "compressionLevel",
+            cms.untracked.uint32,
+            "1-9; absent: 1, uproot's default (CMSSW's NanoAOD productions use LZMA 9)",
+        )
 
     def __init__(self, params: cms.ParameterSet) -> None:
         context = f"OutputModule '{self.label}'"

@@ -20,10 +20,31 @@ from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversion
 from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
 
 _JET_FIELDS = ["pt", "eta", "phi", "mass"]
-_JETPFCAND_FIELDS = ["jetIdx", "pFCandsIdx", "btagEtaRel", "btagPtRatio", "btagPParRatio",
-                     "btagSip3dVal", "btagSip3dSig", "btagJetDistVal"]
-_PFCAND_FIELDS = ["pt", "eta", "phi", "mass", "charge", "pdgId", "pvAssocQuality",
-                  "lostInnerHits", "d0", "d0Err", "dz", "dzErr", "puppiWeight"]
+_JETPFCAND_FIELDS = [
+    "jetIdx",
+    "pFCandsIdx",
+    "btagEtaRel",
+    "btagPtRatio",
+    "btagPParRatio",
+    "btagSip3dVal",
+    "btagSip3dSig",
+    "btagJetDistVal",
+]
+_PFCAND_FIELDS = [
+    "pt",
+    "eta",
+    "phi",
+    "mass",
+    "charge",
+    "pdgId",
+    "pvAssocQuality",
+    "lostInnerHits",
+    "d0",
+    "d0Err",
+    "dz",
+    "dzErr",
+    "puppiWeight",
+]
 INPUT_NAMES = ("pf_points", "pf_features", "pf_mask")
 
 
@@ -42,8 +63,7 @@ class ParticleNetInputProducer(EDProducer):
         desc.add("jets", cms.InputTag("Jet"), "AK4 jets")
         desc.add("jetPFCands", cms.InputTag("JetPFCands"), "jet-constituent links with b-tag features")
         desc.add("pfCands", cms.InputTag("PFCands"), "PF candidates")
-        desc.add("nConstituents", cms.uint32(PARTICLENET_N_CONSTITUENTS),
-                 "constituent slots per jet (the model's P)")
+        desc.add("nConstituents", cms.uint32(PARTICLENET_N_CONSTITUENTS), "constituent slots per jet (the model's P)")
 
     def __init__(self, params: cms.ParameterSet) -> None:
         self.jets = self.consumes(params.jets, branches=_JET_FIELDS)
@@ -53,10 +73,14 @@ class ParticleNetInputProducer(EDProducer):
         self.produces(doc="particlenet_ak4 inputs per jet")
 
     def produce(self, event) -> None:
-        event.put(build_particlenet_inputs(
-            event.get(self.jets), event.get(self.jet_pfcands), event.get(self.pfcands),
-            n_constituents=self.n_constituents,
-        ))
+        event.put(
+            build_particlenet_inputs(
+                event.get(self.jets),
+                event.get(self.jet_pfcands),
+                event.get(self.pfcands),
+                n_constituents=self.n_constituents,
+            )
+        )
 
 
 class _ParticleNetConversion(ModelConversion):

@@ -235,7 +235,8 @@ class DeepTau(nn.Module):
         self.outer = CellGrid(OUTER_CELLS)
         self.tau = nn.Sequential(nn.Linear(len(TAU_FEATURES), DEEPTAU_TAU_UNITS), nn.ReLU())
         self.head = nn.Sequential(
-            nn.Linear(2 * DEEPTAU_CELL_CHANNELS + DEEPTAU_TAU_UNITS, DEEPTAU_HEAD_UNITS), nn.ReLU(),
+            nn.Linear(2 * DEEPTAU_CELL_CHANNELS + DEEPTAU_TAU_UNITS, DEEPTAU_HEAD_UNITS),
+            nn.ReLU(),
             nn.Linear(DEEPTAU_HEAD_UNITS, len(DEEPTAU_CLASSES)),
         )
 
@@ -282,7 +283,11 @@ def model_specs() -> dict[str, dict]:
     return {
         "particlenet_ak4": dict(
             build=lambda: ParticleNetAK4(n_feat, len(PARTICLENET_CLASSES)),
-            inputs=[("pf_points", "FP32", (2, n_pf)), ("pf_features", "FP32", (n_feat, n_pf)), ("pf_mask", "FP32", (1, n_pf))],
+            inputs=[
+                ("pf_points", "FP32", (2, n_pf)),
+                ("pf_features", "FP32", (n_feat, n_pf)),
+                ("pf_mask", "FP32", (1, n_pf)),
+            ],
             outputs=[("softmax", "FP32", (len(PARTICLENET_CLASSES),))],
             max_batch_size=256,
             comment=(
@@ -293,7 +298,10 @@ def model_specs() -> dict[str, dict]:
         ),
         "deepmet": dict(
             build=lambda: DeepMET(len(DEEPMET_CONTINUOUS), DEEPMET_CATEGORY_SIZES),
-            inputs=[("pf_cont", "FP32", (n_cand, len(DEEPMET_CONTINUOUS))), ("pf_cat", "INT32", (n_cand, len(DEEPMET_CATEGORICAL)))],
+            inputs=[
+                ("pf_cont", "FP32", (n_cand, len(DEEPMET_CONTINUOUS))),
+                ("pf_cat", "INT32", (n_cand, len(DEEPMET_CATEGORICAL))),
+            ],
             outputs=[("weights", "FP32", (n_cand,))],
             max_batch_size=16,
             comment=(
@@ -305,9 +313,11 @@ def model_specs() -> dict[str, dict]:
         ),
         "deeptau": dict(
             build=DeepTau,
-            inputs=[("inner", "FP32", (N_CELL_FEATURES, INNER_CELLS, INNER_CELLS)),
-                    ("outer", "FP32", (N_CELL_FEATURES, OUTER_CELLS, OUTER_CELLS)),
-                    ("tau_features", "FP32", (len(TAU_FEATURES),))],
+            inputs=[
+                ("inner", "FP32", (N_CELL_FEATURES, INNER_CELLS, INNER_CELLS)),
+                ("outer", "FP32", (N_CELL_FEATURES, OUTER_CELLS, OUTER_CELLS)),
+                ("tau_features", "FP32", (len(TAU_FEATURES),)),
+            ],
             outputs=[("softmax", "FP32", (len(DEEPTAU_CLASSES),))],
             max_batch_size=16,
             comment=(
@@ -435,7 +445,9 @@ def check_onnx(model: nn.Module, onnx_bytes: bytes, spec: dict) -> float:
             ref = model(*(torch.from_numpy(a) for a in inputs.values()))
         got = session.run(None, inputs)[0]
         if got.shape != tuple(ref.shape) or not np.all(np.isfinite(got)):
-            raise RuntimeError(f"onnxruntime output shape {got.shape} / finiteness differs from torch {tuple(ref.shape)}")
+            raise RuntimeError(
+                f"onnxruntime output shape {got.shape} / finiteness differs from torch {tuple(ref.shape)}"
+            )
         worst = max(worst, float(np.max(np.abs(got - ref.numpy()))))
     return worst
 
@@ -445,7 +457,9 @@ def config_pbtxt(name: str, spec: dict) -> str:
 
     def tensor(entry: tuple) -> str:
         tname, dtype, dims = entry
-        return f'  {{\n    name: "{tname}"\n    data_type: TYPE_{dtype}\n    dims: [ {", ".join(map(str, dims))} ]\n  }}'
+        return (
+            f'  {{\n    name: "{tname}"\n    data_type: TYPE_{dtype}\n    dims: [ {", ".join(map(str, dims))} ]\n  }}'
+        )
 
     return (
         f"# {spec['comment']}\n"
@@ -481,7 +495,9 @@ def build(name: str, spec: dict) -> tuple[nn.Module, bytes, bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=REPO / "data" / "models", help="model repository folder")
-    parser.add_argument("--check-only", action="store_true", help="rebuild in memory and compare with the files on disk")
+    parser.add_argument(
+        "--check-only", action="store_true", help="rebuild in memory and compare with the files on disk"
+    )
     args = parser.parse_args(argv)
     status = 0
     for name, spec in model_specs().items():
@@ -510,8 +526,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{script_path}: {'same weights' if same else 'DIFFERS'}")
         else:
             script_path.write_bytes(script_bytes)
-        print(f"{name}: {len(onnx_bytes) / 1024:.0f} KiB, sha256 {digest}..., max |onnxruntime - torch| = {diff:.2e}, "
-              f"max |TorchScript - torch| = {script_diff:.2e}")
+        print(
+            f"{name}: {len(onnx_bytes) / 1024:.0f} KiB, sha256 {digest}..., max |onnxruntime - torch| = {diff:.2e}, "
+            f"max |TorchScript - torch| = {script_diff:.2e}"
+        )
     return status
 
 

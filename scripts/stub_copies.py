@@ -20,7 +20,7 @@ import textwrap
 
 import numpy as np
 
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     import time
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -44,7 +44,7 @@ MODEL = textwrap.dedent('''
                         np.shares_memory(a, b)]
                 out.append(pb_utils.InferenceResponse([o, pb_utils.Tensor("info", np.array([info], np.float64))]))
             return out
-''')
+""")
 
 
 def main() -> None:
@@ -64,7 +64,8 @@ def main() -> None:
             f'input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {n} ] }} ]\n'
             f'output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {n} ] }}, '
             '{ name: "info" data_type: TYPE_FP64 dims: [ 5 ] } ]\n'
-            'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+            "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        )
         with LocalTritonServer(repo) as server, grpcclient.InferenceServerClient(server.grpc_address) as client:
             x = np.random.default_rng(0).normal(size=(1, n)).astype(np.float32)
             for _ in range(3):
@@ -73,9 +74,11 @@ def main() -> None:
                 result = client.infer("probe", [grpc_input])
                 assert np.array_equal(result.as_numpy("y"), 2 * x)
                 as_numpy_s, dlpack_s, tensor_s, view, dlpack_view = result.as_numpy("info")[0]
-                print(f"{x.nbytes / 1e6:.2f} MB: as_numpy {as_numpy_s * 1e6:.1f} us (same memory each time: "
-                      f"{bool(view)}), numpy.from_dlpack {dlpack_s * 1e6:.1f} us (same memory as as_numpy: "
-                      f"{bool(dlpack_view)}), pb_utils.Tensor(name, array) {tensor_s * 1e6:.1f} us")
+                print(
+                    f"{x.nbytes / 1e6:.2f} MB: as_numpy {as_numpy_s * 1e6:.1f} us (same memory each time: "
+                    f"{bool(view)}), numpy.from_dlpack {dlpack_s * 1e6:.1f} us (same memory as as_numpy: "
+                    f"{bool(dlpack_view)}), pb_utils.Tensor(name, array) {tensor_s * 1e6:.1f} us"
+                )
 
 
 if __name__ == "__main__":

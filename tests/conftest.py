@@ -86,5 +86,8 @@ def nothing_left_behind():
     # The SONIC clients' own regions (framework/sonic/_shm.py) of this process
     regions += sorted(name for name in os.listdir("/dev/shm") if name.startswith(f"pysonic_shm_{os.getpid()}_"))
     if processes or regions:
-        pytest.fail(f"the test session left {len(processes)} process(es) and {len(regions)} /dev/shm "
-                    f"region(s) of its Triton servers: {'; '.join(processes + regions)}", pytrace=False)
+        pytest.fail(
+            f"the test session left {len(processes)} process(es) and {len(regions)} /dev/shm "
+            f"region(s) of its Triton servers: {'; '.join(processes + regions)}",
+            pytrace=False,
+        )

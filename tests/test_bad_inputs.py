@@ -53,14 +53,20 @@ class Result:
         begin = next((i for i, line in enumerate(lines) if "Begin Fatal Exception" in line), None)
         assert begin is not None, f"no fatal exception printed (exit code {self.code}):\n{self.stderr[-3000:]}"
         end = next(i for i in range(begin, len(lines)) if "End Fatal Exception" in lines[i])
-        body = lines[begin + 1:end]
+        body = lines[begin + 1 : end]
         assert len(body) == 1, f"the error is not one line: {body}"
         return body[0]
 
 
 def cmsrun_subprocess(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> Result:
-    done = subprocess.run([sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return Result(done.returncode, done.stderr)
 
 
@@ -103,8 +109,11 @@ def write_tree(path: pathlib.Path, data: dict, tree: str = "Events") -> pathlib.
 
 
 def ids(n: int) -> dict:
-    return {"run": np.ones(n, np.uint32), "luminosityBlock": np.ones(n, np.uint32),
-            "event": np.arange(1, n + 1, dtype=np.uint64)}
+    return {
+        "run": np.ones(n, np.uint32),
+        "luminosityBlock": np.ones(n, np.uint32),
+        "event": np.arange(1, n + 1, dtype=np.uint64),
+    }
 
 
 JET_PT = ak.Array([[35.0, 40.0], [50.0], []])  # GeV; 3 events
@@ -121,8 +130,9 @@ process.e = cms.EndPath(process.out)
 """
 
 
-def file_job(folder: pathlib.Path, *files: pathlib.Path | str, out: str = "out.root",
-             extra: str = "", name: str = "job_cfg.py") -> pathlib.Path:
+def file_job(
+    folder: pathlib.Path, *files: pathlib.Path | str, out: str = "out.root", extra: str = "", name: str = "job_cfg.py"
+) -> pathlib.Path:
     config = folder / name
     config.write_text(FILE_JOB.format(files=", ".join(repr(str(f)) for f in files), out=out) + extra)
     return config
@@ -140,11 +150,11 @@ def inputs(tmp_path_factory) -> dict[str, pathlib.Path]:
     files["text"].write_text("this is not a ROOT file\n" * 50)
     data = good.read_bytes()
     files["truncated"] = d / "truncated.root"
-    files["truncated"].write_bytes(data[:len(data) // 2])  # as an interrupted copy leaves it
+    files["truncated"].write_bytes(data[: len(data) // 2])  # as an interrupted copy leaves it
     branch = uproot.open(good)["Events"]["Jet_pt"]
     seek, size = int(branch.member("fBasketSeek")[0]), int(branch.member("fBasketBytes")[0])
     corrupt = bytearray(data)
-    corrupt[seek:seek + size] = b"\xff" * size  # the Jet_pt basket overwritten
+    corrupt[seek : seek + size] = b"\xff" * size  # the Jet_pt basket overwritten
     files["corrupt"] = d / "corrupt.root"
     files["corrupt"].write_bytes(bytes(corrupt))
     files["other_tree"] = write_tree(d / "other_tree.root", {"x": np.arange(3.0)}, tree="Other")
@@ -152,10 +162,12 @@ def inputs(tmp_path_factory) -> dict[str, pathlib.Path]:
         f["Events"] = {**ids(3), "Jet_pt": JET_PT}  # uproot writes a dict as an RNTuple
     files["rntuple"] = d / "rntuple.root"
     files["no_eta"] = write_tree(d / "no_eta.root", {**ids(3), "Jet": ak.zip({"pt": JET_PT})})
-    files["pt_strings"] = write_tree(d / "pt_strings.root", {
-        **ids(3), "Jet": ak.zip({"eta": JET_PT}), "Jet_pt": ak.Array(["35", "50", ""])})
-    files["pt_arrays"] = write_tree(d / "pt_arrays.root", {
-        **ids(3), "Jet": ak.zip({"eta": JET_PT}), "Jet_pt": np.zeros((3, 2))})
+    files["pt_strings"] = write_tree(
+        d / "pt_strings.root", {**ids(3), "Jet": ak.zip({"eta": JET_PT}), "Jet_pt": ak.Array(["35", "50", ""])}
+    )
+    files["pt_arrays"] = write_tree(
+        d / "pt_arrays.root", {**ids(3), "Jet": ak.zip({"eta": JET_PT}), "Jet_pt": np.zeros((3, 2))}
+    )
     files["empty"] = write_tree(d / "empty.root", {**ids(0), "Jet": ak.zip({"pt": JET_PT[:0], "eta": JET_PT[:0]})})
     return files
 
@@ -170,20 +182,38 @@ def test_missing_file(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("zero_bytes", "input file '{path}' is empty (0 bytes)"),
-    ("text", "input file '{path}' is not a ROOT file (it starts with b'this', not b'root')"),
-    ("truncated", "input file '{path}' is truncated: it has {size:,} bytes, its header says"),
-    ("corrupt", "cannot read branch 'Jet_pt', entries [0, 3) of tree 'Events' in input file '{path}'"),
-    ("other_tree", "input file '{path}' has no tree 'Events' (trees in the file: Other)"),
-    ("rntuple", "'Events' in input file '{path}' is a ROOT::RNTuple, not a TTree"),
-    ("no_eta", ("input file '{path}' has no branch 'Jet_eta' (nearest: 'Jet_pt'); "
-                "consumed by EDFilter 'jets' (type JetMultiplicityFilter)")),
-    ("pt_strings", ("branch 'Jet_pt' of input file '{path}' is char* (uproot AsStrings), "
-                    "expected one number per Jet object (a numeric jagged branch counted by 'nJet')")),
-    ("pt_arrays", ("branch 'Jet_pt' of input file '{path}' is double[2] (uproot AsDtype), "
-                   "expected one number per Jet object")),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("zero_bytes", "input file '{path}' is empty (0 bytes)"),
+        ("text", "input file '{path}' is not a ROOT file (it starts with b'this', not b'root')"),
+        ("truncated", "input file '{path}' is truncated: it has {size:,} bytes, its header says"),
+        ("corrupt", "cannot read branch 'Jet_pt', entries [0, 3) of tree 'Events' in input file '{path}'"),
+        ("other_tree", "input file '{path}' has no tree 'Events' (trees in the file: Other)"),
+        ("rntuple", "'Events' in input file '{path}' is a ROOT::RNTuple, not a TTree"),
+        (
+            "no_eta",
+            (
+                "input file '{path}' has no branch 'Jet_eta' (nearest: 'Jet_pt'); "
+                "consumed by EDFilter 'jets' (type JetMultiplicityFilter)"
+            ),
+        ),
+        (
+            "pt_strings",
+            (
+                "branch 'Jet_pt' of input file '{path}' is char* (uproot AsStrings), "
+                "expected one number per Jet object (a numeric jagged branch counted by 'nJet')"
+            ),
+        ),
+        (
+            "pt_arrays",
+            (
+                "branch 'Jet_pt' of input file '{path}' is double[2] (uproot AsDtype), "
+                "expected one number per Jet object"
+            ),
+        ),
+    ],
+)
 def test_bad_file(cmsrun, tmp_path, inputs, name, expected):
     path = inputs[name]
     result = cmsrun(file_job(tmp_path, path), cwd=tmp_path)
@@ -232,25 +262,50 @@ def test_no_process(cmsrun, tmp_path, inputs):
     assert f"{config}: defines no 'process' (expected process = cms.Process(\"NAME\"))" in result.message
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
-    ('process.ht = cms.EDProducer("JetHTProducr")\nprocess.p2 = cms.Path(process.ht)\n',
-     "EDProducer 'ht': unknown module type 'JetHTProducr'"),
-    ('process.jets.minNumbr = cms.uint32(2)\n',
-     "EDFilter 'jets' (type JetMultiplicityFilter): unknown parameter 'minNumbr' (did you mean 'minNumber'?)"),
-    ('process.jets.minNumber = cms.string("two")\n',
-     "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minNumber': expected uint32, got string 'two'"),
-    ('process.jets.minPt = "30"\n',
-     "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': expected double, got string '30'"),
-    ('del process.out.fileName\n',
-     "OutputModule 'out' (type NanoAODOutputModule): missing required parameter 'fileName'"),
-    ('process.jets = cms.EDProducer("DeepMETInputProducer")\n',
-     "duplicate label 'jets': already used by EDFilter 'jets' (type JetMultiplicityFilter)"),
-    ('process.p3 = cms.Path(process.jets + process.nosuch)\n',
-     "AttributeError: process 'BAD' has no 'nosuch'"),
-    ('process.p3 = cms.Path(cms.EDFilter("JetMultiplicityFilter"))\n',
-     "Path 'p3' refers to an EDFilter of type 'JetMultiplicityFilter' that is not attached to the process"),
-], ids=["unknown type", "unknown parameter", "wrong type", "string for double", "missing required",
-        "duplicate label", "undefined module in Path", "unattached module in Path"])
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            'process.ht = cms.EDProducer("JetHTProducr")\nprocess.p2 = cms.Path(process.ht)\n',
+            "EDProducer 'ht': unknown module type 'JetHTProducr'",
+        ),
+        (
+            "process.jets.minNumbr = cms.uint32(2)\n",
+            "EDFilter 'jets' (type JetMultiplicityFilter): unknown parameter 'minNumbr' (did you mean 'minNumber'?)",
+        ),
+        (
+            'process.jets.minNumber = cms.string("two")\n',
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minNumber': expected uint32, got string 'two'",
+        ),
+        (
+            'process.jets.minPt = "30"\n',
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': expected double, got string '30'",
+        ),
+        (
+            "del process.out.fileName\n",
+            "OutputModule 'out' (type NanoAODOutputModule): missing required parameter 'fileName'",
+        ),
+        (
+            'process.jets = cms.EDProducer("DeepMETInputProducer")\n',
+            "duplicate label 'jets': already used by EDFilter 'jets' (type JetMultiplicityFilter)",
+        ),
+        ("process.p3 = cms.Path(process.jets + process.nosuch)\n", "AttributeError: process 'BAD' has no 'nosuch'"),
+        (
+            'process.p3 = cms.Path(cms.EDFilter("JetMultiplicityFilter"))\n',
+            "Path 'p3' refers to an EDFilter of type 'JetMultiplicityFilter' that is not attached to the process",
+        ),
+    ],
+    ids=[
+        "unknown type",
+        "unknown parameter",
+        "wrong type",
+        "string for double",
+        "missing required",
+        "duplicate label",
+        "undefined module in Path",
+        "unattached module in Path",
+    ],
+)
 def test_bad_config(cmsrun, tmp_path, inputs, extra, expected):
     result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), cwd=tmp_path)
     assert result.code == 1
@@ -258,10 +313,13 @@ def test_bad_config(cmsrun, tmp_path, inputs, extra, expected):
     assert_nothing_left(tmp_path)
 
 
-@pytest.mark.parametrize(("out", "problem"), [
-    ("a_file/out.root", "folder 'a_file' is a file, not a folder"),
-    ("no_folder/out.root", "folder 'no_folder' does not exist"),
-])
+@pytest.mark.parametrize(
+    ("out", "problem"),
+    [
+        ("a_file/out.root", "folder 'a_file' is a file, not a folder"),
+        ("no_folder/out.root", "folder 'no_folder' does not exist"),
+    ],
+)
 def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
     (tmp_path / "a_file").write_text("a regular file\n")
     result = cmsrun(file_job(tmp_path, inputs["good"], out=out), cwd=tmp_path)
@@ -296,10 +354,10 @@ class TritonPythonModel:
 """,
 }
 
-BROKEN_MODEL = 'raise ImportError("broken: no module named \'torch_scatter\'")\n'
+BROKEN_MODEL = "raise ImportError(\"broken: no module named 'torch_scatter'\")\n"
 
 # A SONIC module that sends (1, width) ones of a given dtype to input "x", one per event.
-SENDER = '''
+SENDER = """
 import numpy as np
 import framework.config as cms
 from framework.sonic import SonicEDProducer
@@ -323,7 +381,7 @@ class Sender(SonicEDProducer):
 
     def produce(self, event, output):
         event.put(output["y"].from_server()[0])
-'''
+"""
 
 SONIC_JOB = """
 import framework.config as cms
@@ -366,13 +424,31 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def sonic_job(folder: pathlib.Path, inputs, repositories, *, model="doubler", ports=(), fallback=True,
-              repository="good", width=4, dtype="float32") -> pathlib.Path:
+def sonic_job(
+    folder: pathlib.Path,
+    inputs,
+    repositories,
+    *,
+    model="doubler",
+    ports=(),
+    fallback=True,
+    repository="good",
+    width=4,
+    dtype="float32",
+) -> pathlib.Path:
     (folder / "sonic_sender.py").write_text(SENDER)
     config = folder / "sonic_cfg.py"
-    config.write_text(SONIC_JOB.format(input=str(inputs["good"]), ports=list(ports), fallback=fallback,
-                                       repository=str(repositories[repository]), model=model,
-                                       width=width, dtype=dtype))
+    config.write_text(
+        SONIC_JOB.format(
+            input=str(inputs["good"]),
+            ports=list(ports),
+            fallback=fallback,
+            repository=str(repositories[repository]),
+            model=model,
+            width=width,
+            dtype=dtype,
+        )
+    )
     return config
 
 
@@ -383,8 +459,11 @@ def tritonserver_pids() -> set[int]:
     tag = f"pysonic-{os.environ[TAG_VARIABLE]}-"
     for proc in pathlib.Path("/proc").iterdir():
         try:
-            if (proc.name.isdigit() and (proc / "comm").read_text().strip() == "tritonserver"
-                    and tag in (proc / "cmdline").read_bytes().decode(errors="replace")):
+            if (
+                proc.name.isdigit()
+                and (proc / "comm").read_text().strip() == "tritonserver"
+                and tag in (proc / "cmdline").read_bytes().decode(errors="replace")
+            ):
                 pids.add(int(proc.name))
         except OSError:
             pass
@@ -394,13 +473,16 @@ def tritonserver_pids() -> set[int]:
 def test_model_served_nowhere_and_fallback_disabled(cmsrun, tmp_path, inputs, repositories):
     result = cmsrun(sonic_job(tmp_path, inputs, repositories, fallback=False), cwd=tmp_path)
     assert result.code == 1
-    assert ("TritonService: model(s) doubler (modules sender) are served by no server (no server configured) "
-            "and the fallback server is disabled (fallback.enable)") in result.message
+    assert (
+        "TritonService: model(s) doubler (modules sender) are served by no server (no server configured) "
+        "and the fallback server is disabled (fallback.enable)"
+    ) in result.message
     assert_nothing_left(tmp_path)
 
 
-@pytest.mark.parametrize(("width", "dtype", "got"), [(3, "float32", "(1, 3) float32"),
-                                                     (4, "float64", "(1, 4) float64")])
+@pytest.mark.parametrize(
+    ("width", "dtype", "got"), [(3, "float32", "(1, 3) float32"), (4, "float64", "(1, 4) float64")]
+)
 def test_input_the_model_rejects(cmsrun, tmp_path, inputs, repositories, server, width, dtype, got):
     port = server.ports["grpc"]
     config = sonic_job(tmp_path, inputs, repositories, ports=[port], fallback=False, width=width, dtype=dtype)
@@ -478,9 +560,23 @@ def test_explicit_port_taken(tmp_path, repositories):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "framework.sonic._cmstriton", "start", "--repository",
-                               str(repositories["good"]), "--grpc-port", str(port)],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "framework.sonic._cmstriton",
+                "start",
+                "--repository",
+                str(repositories["good"]),
+                "--grpc-port",
+                str(port),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "already in use" in line]
     assert len(lines) == 1 and f"grpc_port={port} is already in use on 127.0.0.1" in lines[0], done.stderr

@@ -14,6 +14,7 @@ import pathlib
 import signal
 import textwrap
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ N_EVENTS = 32
 STREAMS = 8
 K = 8  # the fault comes after K completed events
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import time
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -43,7 +44,7 @@ MODEL_PY = textwrap.dedent('''
             return [pb_utils.InferenceResponse([pb_utils.Tensor(
                 "y", (2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy()).astype(np.float32))])
                 for r in requests]
-''')
+""")
 
 
 # ----------------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def repository(tmp_path_factory) -> pathlib.Path:
         'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+    )
     return repo
 
 
@@ -175,23 +177,30 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
     process.options.numberOfStreams = STREAMS
     process.TritonService = cms.Service(
         "TritonService",
-        servers=cms.untracked.VPSet(*[cms.PSet(name=cms.untracked.string(f"s{i}"),
-                                               address=cms.untracked.string("127.0.0.1"),
-                                               port=cms.untracked.uint32(server.ports["grpc"]))
-                                      for i, server in enumerate(servers)]),
+        servers=cms.untracked.VPSet(
+            *[
+                cms.PSet(
+                    name=cms.untracked.string(f"s{i}"),
+                    address=cms.untracked.string("127.0.0.1"),
+                    port=cms.untracked.uint32(server.ports["grpc"]),
+                )
+                for i, server in enumerate(servers)
+            ]
+        ),
         fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
     )
     process.gate = cms.EDFilter("balancingGate")
-    process.doubler = cms.EDProducer("balancingDoubler", Client=cms.PSet(modelName=cms.string("double"),
-                                                                          timeout=cms.untracked.uint32(10)))
+    process.doubler = cms.EDProducer(
+        "balancingDoubler", Client=cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(10))
+    )
     process.recorder = cms.EDAnalyzer("balancingRecorder")
     process.p = cms.Path(process.gate + process.doubler + process.recorder)
     return process
 
 
-async def run(process: cms.Process, fault=None) -> tuple[dict, dict[int, np.ndarray]]:
+async def run(process: cms.Process, fault=None) -> tuple[Any, dict[int, np.ndarray]]:
     """Run the job (``fault(done)`` in a task beside it, ``done``: a function that waits
-    for a count of completed events); (TritonService statistics, products by event)."""
+    for a count of completed events); (the TritonService, products by event)."""
     Shared.records = {}
     Shared.hold = trio.Event() if fault is not None else None
     process.validate_()
@@ -238,6 +247,7 @@ async def test_one_of_two_servers_killed_mid_job(repository, pair, left_behind):
         await test_two_servers_of_one_model_both_serve(pair)
     victim = started(repository)
     try:
+
         async def kill(done) -> None:
             await done(K)
             os.kill(victim.pid, signal.SIGKILL)

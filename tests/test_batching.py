@@ -33,7 +33,7 @@ from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_de
 from framework.sonic._server import LocalTritonServer
 from framework.sonic.testing import TensorConfig, write_python_model
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import json, time
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -56,7 +56,7 @@ MODEL_PY = textwrap.dedent('''
             else:
                 y = 2 * x
             return pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))])
-''')
+""")
 
 N_EVENTS = 48
 STREAMS = 16
@@ -65,8 +65,14 @@ WIDE = 4096  # float32 columns of the "wide" model: one event's row (16 KiB) sta
 
 
 def write_model(repo: pathlib.Path, name: str, width: int = 4) -> None:
-    write_python_model(repo, name, MODEL_PY, max_batch_size=64, inputs=[TensorConfig("x", dims=(width,))],
-                       outputs=[TensorConfig("y", dims=(width,))])
+    write_python_model(
+        repo,
+        name,
+        MODEL_PY,
+        max_batch_size=64,
+        inputs=[TensorConfig("x", dims=(width,))],
+        outputs=[TensorConfig("y", dims=(width,))],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,27 +120,43 @@ class RowsProducer(SonicEDProducer):
 framework.register_type("batchingRowsProducer", RowsProducer)
 
 
-def batching_process(server: LocalTritonServer, model: str, max_rows: int, max_delay_us: int = 200,
-                     streams: int = STREAMS, events: int = N_EVENTS, producer: str = "batchingRowsProducer",
-                     shared_memory: bool = True) -> cms.Process:
+def batching_process(
+    server: LocalTritonServer,
+    model: str,
+    max_rows: int,
+    max_delay_us: int = 200,
+    streams: int = STREAMS,
+    events: int = N_EVENTS,
+    producer: str = "batchingRowsProducer",
+    shared_memory: bool = True,
+) -> cms.Process:
     process = cms.Process("BATCHING")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = events
     process.options.numberOfStreams = streams
     process.TritonService = cms.Service(
         "TritonService",
-        servers=cms.untracked.VPSet(cms.PSet(name=cms.untracked.string("local"),
-                                             address=cms.untracked.string("127.0.0.1"),
-                                             port=cms.untracked.uint32(server.ports["grpc"]))),
+        servers=cms.untracked.VPSet(
+            cms.PSet(
+                name=cms.untracked.string("local"),
+                address=cms.untracked.string("127.0.0.1"),
+                port=cms.untracked.uint32(server.ports["grpc"]),
+            )
+        ),
         fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
         health=cms.untracked.PSet(unhealthyAfter=cms.untracked.uint32(1000)),
     )
     process.rows = cms.EDProducer(
         producer,
-        Client=cms.PSet(modelName=cms.string(model), timeout=cms.untracked.uint32(20),
-                        useSharedMemory=cms.untracked.bool(shared_memory),
-                        batching=cms.untracked.PSet(maxRows=cms.untracked.uint32(max_rows),
-                                                    maxDelay=cms.untracked.uint32(max_delay_us))))
+        Client=cms.PSet(
+            modelName=cms.string(model),
+            timeout=cms.untracked.uint32(20),
+            useSharedMemory=cms.untracked.bool(shared_memory),
+            batching=cms.untracked.PSet(
+                maxRows=cms.untracked.uint32(max_rows), maxDelay=cms.untracked.uint32(max_delay_us)
+            ),
+        ),
+    )
     process.p = cms.Path(process.rows)
     return process
 
@@ -181,8 +203,9 @@ async def test_a_failed_merged_call_is_retried_per_event(server, caplog):
         np.testing.assert_array_equal(y, 2 * x, err_msg=f"event {number}")
     assert stats["errors"] == 0 and stats["retries"] >= 2  # each event of a failed merged call retried
     assert stats["calls"] == stats["requests"] == N_EVENTS  # the retries went one event per call
-    assert any("retry on the same server" in r.getMessage() and "UNAVAILABLE: merged" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "retry on the same server" in r.getMessage() and "UNAVAILABLE: merged" in r.getMessage() for r in caplog.records
+    )
 
 
 class WideProducer(SonicEDProducer):
@@ -209,8 +232,9 @@ framework.register_type("batchingWideProducer", WideProducer)
 @pytest.mark.parametrize("shared_memory", [True, False])
 async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory):
     # The merged call's tensors travel as a single request's would (Client.useSharedMemory).
-    process = batching_process(server, "wide", max_rows=64, producer="batchingWideProducer",
-                               shared_memory=shared_memory)
+    process = batching_process(
+        server, "wide", max_rows=64, producer="batchingWideProducer", shared_memory=shared_memory
+    )
     products, stats = await run(process)
     assert sorted(products) == list(range(1, N_EVENTS + 1))
     for number, y in products.items():
@@ -230,7 +254,8 @@ async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory
 
 def connected(server: LocalTritonServer, model: str, max_rows: int, max_delay_us: int) -> TritonClient:
     params = client_description().validate(
-        {"modelName": model, "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}}, "test client")
+        {"modelName": model, "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}}, "test client"
+    )
     client = TritonClient(params, debug_name="batcher")
     client.connect(ServerInfo("local", server.grpc_address))
     assert client.batcher is not None
@@ -354,9 +379,11 @@ async def test_batching_where_it_cannot_apply(server, caplog):
         client.connect(ServerInfo("local", server.grpc_address))
     client.close()
     assert client.batcher is None
-    assert any("Client.batching is ignored" in r.getMessage() and "mode Sync" in r.getMessage()
-               for r in caplog.records)
+    assert any("Client.batching is ignored" in r.getMessage() and "mode Sync" in r.getMessage() for r in caplog.records)
     too_long = client_description().validate({"modelName": "double", "batching": {"maxDelay": 20_000_000}}, "c")
-    with pytest.raises(ConfigurationError, match=r"module 'slow'\): Client.batching.maxDelay = 20000000 "
-                                                 r"microseconds is above 10 s$"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"module 'slow'\): Client.batching.maxDelay = 20000000 "
+        r"microseconds is above 10 s$",
+    ):
         TritonClient(too_long, debug_name="slow")

@@ -111,14 +111,15 @@ async def test_proxy_does_not_serialize_connections():
 
 
 def _event(arrays, prefix: str, i: int) -> dict[str, np.ndarray]:
-    return {k[len(prefix):]: np.asarray(arrays[k][i]) for k in arrays.fields if k.startswith(prefix)}
+    return {k[len(prefix) :]: np.asarray(arrays[k][i]) for k in arrays.fields if k.startswith(prefix)}
 
 
 @pytest.fixture(scope="module")
 def tt_events():
     tree = uproot.open(locate_sample("nano_tt_v15.root"))["Events"]
-    return tree.arrays(filter_name=["nTau", "Tau_*", "PFCand_*", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass"],
-                       entry_stop=30)
+    return tree.arrays(
+        filter_name=["nTau", "Tau_*", "PFCand_*", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass"], entry_stop=30
+    )
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +133,7 @@ def test_deeptau_inputs_of_real_taus_have_the_documented_shapes(tt_events):
     assert N_CELL_FEATURES == sum(BLOCKS.values()) == 188
     seen = 0
     for i in range(len(tt_events)):
-        inputs = build_deeptau_inputs(_event(tt_events, "Tau_", i), _event(tt_events, "PFCand_", i),
-                                      event_id=(1, 1, i))
+        inputs = build_deeptau_inputs(_event(tt_events, "Tau_", i), _event(tt_events, "PFCand_", i), event_id=(1, 1, i))
         n = int(tt_events["nTau"][i])
         seen += n
         assert inputs["inner"].shape == (n, N_CELL_FEATURES, INNER_CELLS, INNER_CELLS)
@@ -197,8 +197,10 @@ class Collect(EDAnalyzer):
 def _products(backend: str, address: str) -> dict:
     framework.register_type("testBenchCollect", Collect)
     models = ["particlenet", "deepmet", "deeptau", "facile"]
-    process = cms.load_config(CONFIGS / "models_cfg.py", config_args(
-        backend=backend, server=address, repeat=1, events=3, streams=2, threads=2, nChannels=2000))
+    process = cms.load_config(
+        CONFIGS / "models_cfg.py",
+        config_args(backend=backend, server=address, repeat=1, events=3, streams=2, threads=2, nChannels=2000),
+    )
     process.collect = cms.EDAnalyzer("testBenchCollect", labels=cms.vstring(*models))
     process.check = cms.EndPath(process.collect)
     Collect.seen = {}
@@ -275,8 +277,10 @@ def test_capacity_plan_finds_where_clients_meet_the_server():
     plan = capacity_plan(0.01, flat, instances=1, requests_in_flight_per_client=4)  # 100 events/s per client
     assert plan["knee"] == pytest.approx(10.0) and plan["capacity"] == pytest.approx(1000.0)
     # batching that improves with load moves the knee out; two instances double it
-    rising = [{"in_flight": 4, "requests_per_execution": 1, "exec_ms": 5.0},
-              {"in_flight": 64, "requests_per_execution": 16, "exec_ms": 10.0}]
+    rising = [
+        {"in_flight": 4, "requests_per_execution": 1, "exec_ms": 5.0},
+        {"in_flight": 64, "requests_per_execution": 16, "exec_ms": 10.0},
+    ]
     assert capacity_plan(0.01, rising, 2, 4)["knee"] > capacity_plan(0.01, rising, 1, 4)["knee"] > 1
     assert capacity_plan(0.01, flat, 1, 4, max_clients=5)["knee"] is None
 

@@ -31,8 +31,15 @@ def test_scalars_value_tracked_and_type_name():
 
 @pytest.mark.parametrize(
     "cls, value",
-    [(cms.int32, 2**31), (cms.int32, -(2**31) - 1), (cms.uint32, -1), (cms.uint32, 2**32),
-     (cms.int64, 2**63), (cms.uint64, -1), (cms.uint64, 2**64)],
+    [
+        (cms.int32, 2**31),
+        (cms.int32, -(2**31) - 1),
+        (cms.uint32, -1),
+        (cms.uint32, 2**32),
+        (cms.int64, 2**63),
+        (cms.uint64, -1),
+        (cms.uint64, 2**64),
+    ],
 )
 def test_integer_out_of_range(cls, value):
     with pytest.raises(ConfigurationError, match=rf"{value} is out of range"):
@@ -40,8 +47,15 @@ def test_integer_out_of_range(cls, value):
 
 
 @pytest.mark.parametrize(
-    "cls, value", [(cms.int32, 2**31 - 1), (cms.int32, -(2**31)), (cms.uint32, 0), (cms.uint32, 2**32 - 1),
-                   (cms.int64, -(2**63)), (cms.uint64, 2**64 - 1)],
+    "cls, value",
+    [
+        (cms.int32, 2**31 - 1),
+        (cms.int32, -(2**31)),
+        (cms.uint32, 0),
+        (cms.uint32, 2**32 - 1),
+        (cms.int64, -(2**63)),
+        (cms.uint64, 2**64 - 1),
+    ],
 )
 def test_integer_range_limits_accepted(cls, value):
     assert cls(value).value() == value
@@ -49,10 +63,15 @@ def test_integer_range_limits_accepted(cls, value):
 
 @pytest.mark.parametrize(
     "cls, value, message",
-    [(cms.int32, True, "expected an integer, got bool True"), (cms.int32, 1.5, "got float 1.5"),
-     (cms.uint32, "1", "got string '1'"), (cms.double, "abc", "expected a number, got string 'abc'"),
-     (cms.double, False, "got bool False"), (cms.bool, 1, "expected True or False, got int 1"),
-     (cms.string, 3, "expected a str, got int 3")],
+    [
+        (cms.int32, True, "expected an integer, got bool True"),
+        (cms.int32, 1.5, "got float 1.5"),
+        (cms.uint32, "1", "got string '1'"),
+        (cms.double, "abc", "expected a number, got string 'abc'"),
+        (cms.double, False, "got bool False"),
+        (cms.bool, 1, "expected True or False, got int 1"),
+        (cms.string, 3, "expected a str, got int 3"),
+    ],
 )
 def test_scalar_type_errors(cls, value, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -105,8 +124,13 @@ def test_vector_elements_are_checked():
 
 @pytest.mark.parametrize(
     "text, parts, encoded",
-    [("a", ("a", "", ""), "a"), ("a:b", ("a", "b", ""), "a:b"), ("a:b:P", ("a", "b", "P"), "a:b:P"),
-     ("a::P", ("a", "", "P"), "a::P"), ("a:b:", ("a", "b", ""), "a:b")],
+    [
+        ("a", ("a", "", ""), "a"),
+        ("a:b", ("a", "b", ""), "a:b"),
+        ("a:b:P", ("a", "b", "P"), "a:b:P"),
+        ("a::P", ("a", "", "P"), "a::P"),
+        ("a:b:", ("a", "b", ""), "a:b"),
+    ],
 )
 def test_input_tag_parsing(text, parts, encoded):
     tag = cms.InputTag(text)
@@ -127,8 +151,7 @@ def test_input_tag_three_parts_equality_and_hash():
 
 @pytest.mark.parametrize(
     "args, message",
-    [(("a:b:c:d",), "more than 3"), ((3,), "expected a str"), (("a:b", "c"), "contains ':'"),
-     (("a", 5), "got int 5")],
+    [(("a:b:c:d",), "more than 3"), ((3,), "expected a str"), (("a:b", "c"), "contains ':'"), (("a", 5), "got int 5")],
 )
 def test_input_tag_errors(args, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -263,8 +286,14 @@ def test_services():
 def test_options_and_max_events_defaults():
     process = cms.Process("P")
     assert process.maxEvents_() == -1
-    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": False,
-                                  "Rethrow": [], "TryToContinue": [], "IgnoreCompletely": []}
+    assert process.options_() == {
+        "numberOfStreams": 1,
+        "numberOfThreads": 1,
+        "wantSummary": False,
+        "Rethrow": [],
+        "TryToContinue": [],
+        "IgnoreCompletely": [],
+    }
     process.options.numberOfStreams = 4
     process.maxEvents.input = 10
     assert process.options_()["numberOfStreams"] == 4 and process.maxEvents_() == 10
@@ -273,8 +302,14 @@ def test_options_and_max_events_defaults():
 def test_options_replaced_keep_defaults_for_missing_keys():
     process = cms.Process("P")
     process.options = cms.untracked.PSet(wantSummary=cms.untracked.bool(True))
-    assert process.options_() == {"numberOfStreams": 1, "numberOfThreads": 1, "wantSummary": True,
-                                  "Rethrow": [], "TryToContinue": [], "IgnoreCompletely": []}
+    assert process.options_() == {
+        "numberOfStreams": 1,
+        "numberOfThreads": 1,
+        "wantSummary": True,
+        "Rethrow": [],
+        "TryToContinue": [],
+        "IgnoreCompletely": [],
+    }
     process.options = cms.PSet(numberOfThreads=cms.int32(2))  # tracked or other int type: by value
     assert process.options_()["numberOfThreads"] == 2
     process.options.numberOfStreams = 3  # the merged PSet is the live one
@@ -285,8 +320,11 @@ def test_options_replaced_keep_defaults_for_missing_keys():
 
 def test_options_errors():
     process = cms.Process("P")
-    with pytest.raises(ConfigurationError, match="unknown parameter 'numberOfStream'.*did you mean "
-                       "'numberOfStreams'.*known: numberOfStreams, numberOfThreads, wantSummary"):
+    with pytest.raises(
+        ConfigurationError,
+        match="unknown parameter 'numberOfStream'.*did you mean "
+        "'numberOfStreams'.*known: numberOfStreams, numberOfThreads, wantSummary",
+    ):
         process.options = cms.untracked.PSet(numberOfStream=cms.untracked.uint32(2))
     with pytest.raises(ConfigurationError, match="process.maxEvents: unknown parameter 'output'; known: input"):
         process.maxEvents = cms.untracked.PSet(output=cms.untracked.int32(1))
@@ -365,7 +403,9 @@ def test_schedule_object_errors():
 def test_path_with_unattached_module():
     process = _process()
     process.p = cms.Path(process.prod + cms.EDProducer("Forgotten"))
-    with pytest.raises(ConfigurationError, match="Path 'p' refers to an EDProducer of type 'Forgotten' that is not attached"):
+    with pytest.raises(
+        ConfigurationError, match="Path 'p' refers to an EDProducer of type 'Forgotten' that is not attached"
+    ):
         process.validate_()
     with pytest.raises(ConfigurationError, match="Path 'p' refers to an EDProducer of type 'Forgotten'"):
         process.p.moduleEntries_()
@@ -452,8 +492,12 @@ CTX = "module 'm' (type T)"
 
 
 def test_description_fills_defaults_and_returns_plain_values():
-    module = cms.EDProducer("T", modelName=cms.string("pn"), Client=cms.PSet(timeout=cms.untracked.uint32(3)),
-                            histograms=cms.VPSet(cms.PSet(name=cms.string("h1"))))
+    module = cms.EDProducer(
+        "T",
+        modelName=cms.string("pn"),
+        Client=cms.PSet(timeout=cms.untracked.uint32(3)),
+        histograms=cms.VPSet(cms.PSet(name=cms.string("h1"))),
+    )
     ps = _description().validate(module, CTX)
     assert isinstance(ps, cms.ParameterSet)
     assert ps.src == cms.InputTag("Jet") and isinstance(ps.src, cms.InputTag)
@@ -463,8 +507,14 @@ def test_description_fills_defaults_and_returns_plain_values():
     assert isinstance(ps.Client, cms.ParameterSet) and ps.Client.timeout == 3 and ps.Client.mode == "Async"
     assert [h.name for h in ps.histograms] == ["h1"] and ps.histograms[0].nbins == 10
     assert ps.to_dict() == {
-        "src": "Jet", "minNumber": 2, "minPt": 30.0, "names": ["a"], "modelName": "pn", "verbose": False,
-        "Client": {"timeout": 3, "mode": "Async"}, "histograms": [{"name": "h1", "nbins": 10}],
+        "src": "Jet",
+        "minNumber": 2,
+        "minPt": 30.0,
+        "names": ["a"],
+        "modelName": "pn",
+        "verbose": False,
+        "Client": {"timeout": 3, "mode": "Async"},
+        "histograms": [{"name": "h1", "nbins": 10}],
     }
     assert ps.src is not module.parameters_().get("src")  # results do not alias the config
 
@@ -484,14 +534,18 @@ def test_parameter_set_mapping_interface():
 
 
 def test_description_missing_required():
-    with pytest.raises(ConfigurationError, match=r"^\[Configuration\] module 'm' \(type T\): missing required "
-                       r"parameter 'modelName' \(string: Triton model name\)$"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^\[Configuration\] module 'm' \(type T\): missing required "
+        r"parameter 'modelName' \(string: Triton model name\)$",
+    ):
         _description().validate(cms.EDProducer("T"), CTX)
 
 
 def test_description_unknown_parameter_with_suggestion():
-    with pytest.raises(ConfigurationError, match="module 'm' \\(type T\\): unknown parameter 'minPT' "
-                       "\\(did you mean 'minPt'\\?\\)"):
+    with pytest.raises(
+        ConfigurationError, match="module 'm' \\(type T\\): unknown parameter 'minPT' \\(did you mean 'minPt'\\?\\)"
+    ):
         _description().validate(cms.PSet(modelName=cms.string("x"), minPT=cms.double(1)), CTX)
     with pytest.raises(ConfigurationError, match="unknown parameter 'zzz' \\(valid: src, minNumber"):
         _description().validate({"modelName": "x", "zzz": 1}, CTX)
@@ -499,23 +553,25 @@ def test_description_unknown_parameter_with_suggestion():
 
 @pytest.mark.parametrize(
     "name, value, message",
-    [("minPt", "abc", "parameter 'minPt': expected double, got string 'abc'"),
-     ("minPt", cms.string("abc"), "parameter 'minPt': expected double, got string 'abc'"),
-     ("minPt", True, "expected double, got bool True"),
-     ("minNumber", 2.0, "parameter 'minNumber': expected uint32, got float 2.0"),
-     ("minNumber", cms.double(2), "expected uint32, got double 2.0"),
-     ("minNumber", False, "expected uint32, got bool False"),
-     ("minNumber", -1, "parameter 'minNumber': expected uint32, got int -1: -1 is out of range \\[0, 4294967295\\]"),
-     ("minNumber", cms.int32(-1), "expected uint32, got int32 -1: -1 is out of range"),
-     ("verbose", 1, "parameter 'verbose': expected untracked bool, got int 1"),
-     ("names", "a", "parameter 'names': expected vstring, got string 'a'"),
-     ("names", ["a", 2], "expected vstring, got list \\['a', 2\\]: element \\[1\\]: expected a str"),
-     ("src", 3, "parameter 'src': expected InputTag, got int 3"),
-     ("src", cms.string("Jet"), "expected InputTag, got string 'Jet'"),
-     ("Client", 3, "parameter 'Client': expected PSet, got int 3"),
-     ("Client", cms.int32(3), "parameter 'Client': expected PSet, got int32 3"),
-     ("histograms", cms.PSet(), "parameter 'histograms': expected VPSet"),
-     ("histograms", "x", "parameter 'histograms': expected VPSet")],
+    [
+        ("minPt", "abc", "parameter 'minPt': expected double, got string 'abc'"),
+        ("minPt", cms.string("abc"), "parameter 'minPt': expected double, got string 'abc'"),
+        ("minPt", True, "expected double, got bool True"),
+        ("minNumber", 2.0, "parameter 'minNumber': expected uint32, got float 2.0"),
+        ("minNumber", cms.double(2), "expected uint32, got double 2.0"),
+        ("minNumber", False, "expected uint32, got bool False"),
+        ("minNumber", -1, "parameter 'minNumber': expected uint32, got int -1: -1 is out of range \\[0, 4294967295\\]"),
+        ("minNumber", cms.int32(-1), "expected uint32, got int32 -1: -1 is out of range"),
+        ("verbose", 1, "parameter 'verbose': expected untracked bool, got int 1"),
+        ("names", "a", "parameter 'names': expected vstring, got string 'a'"),
+        ("names", ["a", 2], "expected vstring, got list \\['a', 2\\]: element \\[1\\]: expected a str"),
+        ("src", 3, "parameter 'src': expected InputTag, got int 3"),
+        ("src", cms.string("Jet"), "expected InputTag, got string 'Jet'"),
+        ("Client", 3, "parameter 'Client': expected PSet, got int 3"),
+        ("Client", cms.int32(3), "parameter 'Client': expected PSet, got int32 3"),
+        ("histograms", cms.PSet(), "parameter 'histograms': expected VPSet"),
+        ("histograms", "x", "parameter 'histograms': expected VPSet"),
+    ],
 )
 def test_description_wrong_types(name, value, message):
     params = {"modelName": "m", name: value}
@@ -525,8 +581,15 @@ def test_description_wrong_types(name, value, message):
 
 def test_description_accepts_unambiguous_plain_values_and_compatible_types():
     ps = _description().validate(
-        {"modelName": "m", "minPt": 25, "minNumber": cms.int32(3), "names": ("x", "y"), "src": "a:b",
-         "Client": {"timeout": 5}, "histograms": [{"name": "h"}, cms.PSet(name=cms.string("g"))]},
+        {
+            "modelName": "m",
+            "minPt": 25,
+            "minNumber": cms.int32(3),
+            "names": ("x", "y"),
+            "src": "a:b",
+            "Client": {"timeout": 5},
+            "histograms": [{"name": "h"}, cms.PSet(name=cms.string("g"))],
+        },
         CTX,
     )
     assert ps.minPt == 25.0 and type(ps.minPt) is float and ps.minNumber == 3
@@ -548,18 +611,24 @@ def test_description_vectors_of_tags_and_numbers():
 
 
 def test_description_tracked_mismatch():
-    with pytest.raises(ConfigurationError, match="parameter 'verbose': expected untracked bool, got bool "
-                       "\\(use cms.untracked.bool\\(...\\)\\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match="parameter 'verbose': expected untracked bool, got bool \\(use cms.untracked.bool\\(...\\)\\)",
+    ):
         _description().validate({"modelName": "m", "verbose": cms.bool(True)}, CTX)
-    with pytest.raises(ConfigurationError, match="parameter 'modelName': expected string, got untracked string "
-                       "\\(drop cms.untracked\\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match="parameter 'modelName': expected string, got untracked string \\(drop cms.untracked\\)",
+    ):
         _description().validate({"modelName": cms.untracked.string("m")}, CTX)
     with pytest.raises(ConfigurationError, match="parameter 'Client': expected PSet, got untracked PSet"):
         _description().validate({"modelName": "m", "Client": cms.untracked.PSet()}, CTX)
 
 
 def test_description_nested_errors_name_the_path():
-    with pytest.raises(ConfigurationError, match="parameter 'Client.timeout': expected untracked uint32, got string 'x'"):
+    with pytest.raises(
+        ConfigurationError, match="parameter 'Client.timeout': expected untracked uint32, got string 'x'"
+    ):
         _description().validate({"modelName": "m", "Client": cms.PSet(timeout="x")}, CTX)
     with pytest.raises(ConfigurationError, match="unknown parameter 'Client.timeOut' \\(did you mean 'timeout'\\?\\)"):
         _description().validate({"modelName": "m", "Client": {"timeOut": 1}}, CTX)
@@ -640,13 +709,16 @@ def _write(tmp_path, text, name="test_cfg.py"):
 
 
 def test_load_config_returns_validated_process(tmp_path):
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
         import os
         import framework.config as cms
         process = cms.Process("LOAD")
         process.here = cms.EDProducer("X", cfg=cms.string(os.path.basename(__file__)))
         process.p = cms.Path(process.here)
-    """)
+    """,
+    )
     process = cms.load_config(str(path), [])
     assert process.name_() == "LOAD" and process.here.cfg.value() == "test_cfg.py"
 
@@ -670,12 +742,15 @@ def test_load_config_exception_inside(tmp_path):
 
 
 def test_load_config_configuration_error_inside_names_line(tmp_path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         import framework.config as cms
         process = cms.Process("A")
         process.a = cms.EDProducer("X")
         process.a = cms.EDProducer("Y")
-    """)
+    """,
+    )
     with pytest.raises(ConfigurationError, match=rf"{path}:4: ConfigurationError: duplicate label 'a'"):
         cms.load_config(path, [])
 
@@ -688,11 +763,14 @@ def test_load_config_no_process_or_wrong_type(tmp_path):
 
 
 def test_load_config_validates(tmp_path):
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
         import framework.config as cms
         process = cms.Process("A")
         process.p = cms.Path(cms.EDAnalyzer("Lost"))
-    """)
+    """,
+    )
     with pytest.raises(ConfigurationError, match=rf"{path}: Path 'p' refers to an EDAnalyzer of type 'Lost'"):
         cms.load_config(path, [])
 
@@ -702,12 +780,15 @@ def test_load_config_imports_fragments_next_to_it(tmp_path):
     (tmp_path / f"{fragment}.py").write_text(
         "import framework.config as cms\nprod = cms.EDProducer('X')\ndef broken():\n    return {}['k']\n"
     )
-    path = _write(tmp_path, f"""
+    path = _write(
+        tmp_path,
+        f"""
         import framework.config as cms
         from {fragment} import prod
         process = cms.Process("A")
         process.prod = prod
-    """)
+    """,
+    )
     try:
         assert cms.load_config(path, []).prod.type_() == "X"
         assert str(tmp_path) not in sys.path  # removed again
@@ -737,8 +818,9 @@ def test_varparsing_defaults_and_values(tmp_path):
     path = _write(tmp_path, VARPARSING_CFG)
     process = cms.load_config(path, [])
     assert process.maxEvents_() == -1 and process.source.fileNames.value() == []
-    process = cms.load_config(path, ["inputFiles=a.root,b.root", "maxEvents=5", "inputFiles=c.root",
-                                     "scale=2.5", "fast=True"])
+    process = cms.load_config(
+        path, ["inputFiles=a.root,b.root", "maxEvents=5", "inputFiles=c.root", "scale=2.5", "fast=True"]
+    )
     assert process.source.fileNames.value() == ["a.root", "b.root", "c.root"]
     assert process.maxEvents_() == 5
     assert process.keep.scale.value() == 2.5 and process.keep.fast.value() is True
@@ -746,11 +828,16 @@ def test_varparsing_defaults_and_values(tmp_path):
 
 @pytest.mark.parametrize(
     "arg, message",
-    [("maxEvent=3", "unknown argument 'maxEvent' \\(did you mean 'maxEvents'\\?\\); registered: inputFiles, maxEvents"),
-     ("maxEvents=abc", "argument 'maxEvents=abc': expected int, got 'abc'"),
-     ("scale=x", "argument 'scale=x': expected float"),
-     ("fast=maybe", "argument 'fast=maybe': expected bool"),
-     ("maxEvents", "argument 'maxEvents' is not of the form name=value")],
+    [
+        (
+            "maxEvent=3",
+            "unknown argument 'maxEvent' \\(did you mean 'maxEvents'\\?\\); registered: inputFiles, maxEvents",
+        ),
+        ("maxEvents=abc", "argument 'maxEvents=abc': expected int, got 'abc'"),
+        ("scale=x", "argument 'scale=x': expected float"),
+        ("fast=maybe", "argument 'fast=maybe': expected bool"),
+        ("maxEvents", "argument 'maxEvents' is not of the form name=value"),
+    ],
 )
 def test_varparsing_errors(tmp_path, arg, message):
     path = _write(tmp_path, VARPARSING_CFG)

@@ -66,8 +66,9 @@ def sample(name: str) -> str:
 @pytest.fixture(scope="module")
 def cluster():
     """A LocalCluster of 2 worker processes (1 thread each), shared by the tests."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                  silence_logs=40) as c:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=40
+    ) as c:
         yield c.scheduler_address
 
 
@@ -113,8 +114,20 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
     dy, dimuon, tt = sample("nano_dy.root"), sample("nano_dimuon.root"), sample("nano_tt_v12.root")
     fileset = write_fileset(tmp_path, {"DY": [dy, dimuon], "Mixed": [dimuon, tt, dy]})  # two files in both
     common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
-    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster,
-               "--summary-json", "summary.json") == 0
+    assert (
+        run(
+            tmp_path / "dask",
+            monkeypatch,
+            *common,
+            "--executor",
+            "dask",
+            "--scheduler",
+            cluster,
+            "--summary-json",
+            "summary.json",
+        )
+        == 0
+    )
     assert run(tmp_path / "single", monkeypatch, *common) == 0
     for dataset, events in (("DY", 80), ("Mixed", 280)):
         merged = read_tree(tmp_path / "dask" / f"dataset_{dataset}.root")
@@ -123,8 +136,9 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
         assert_same_rows(merged, single)  # ids in the same order, same products
         ids = list(zip(*(merged[b].to_list() for b in ID), strict=True))
         assert len(set(ids)) == len(ids)  # every event exactly once
-        assert hists_of(tmp_path / "dask" / f"dataset_hists_{dataset}.root") == \
-            hists_of(tmp_path / "single" / f"dataset_hists_{dataset}.root")
+        assert hists_of(tmp_path / "dask" / f"dataset_hists_{dataset}.root") == hists_of(
+            tmp_path / "single" / f"dataset_hists_{dataset}.root"
+        )
     summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
     assert summary["events"] == 360 and summary["paths"][0]["visited"] == 360
     assert summary["units"]["done"] == summary["units"]["total"] == 18 and not summary["units"]["skipped"]
@@ -132,8 +146,13 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
     assert summary["latency"]["p50"] > 0 and summary["modules"]["jetHT"]["calls"] == 360
     # Nothing but the outputs, the summary and the preprocessing cache is left.
     assert {p.name for p in files_under(tmp_path / "dask")} == {
-        "summary.json", "fileset.preprocessed.json", "dataset_DY.root", "dataset_Mixed.root",
-        "dataset_hists_DY.root", "dataset_hists_Mixed.root"}
+        "summary.json",
+        "fileset.preprocessed.json",
+        "dataset_DY.root",
+        "dataset_Mixed.root",
+        "dataset_hists_DY.root",
+        "dataset_hists_Mixed.root",
+    }
 
 
 def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch):
@@ -143,8 +162,21 @@ def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch
     config.write_text(SCALE_CFG.read_text())  # next to killer.py: "killer:KillOnce" is importable
     fileset = write_fileset(tmp_path, {"K": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
     common = [str(config), "cpuTime=1", "extra=killer:KillOnce", "--dataset", str(fileset), "--chunk-size", "20"]
-    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster,
-               "--keep-parts", "--summary-json", "summary.json") == 0
+    assert (
+        run(
+            tmp_path / "dask",
+            monkeypatch,
+            *common,
+            "--executor",
+            "dask",
+            "--scheduler",
+            cluster,
+            "--keep-parts",
+            "--summary-json",
+            "summary.json",
+        )
+        == 0
+    )
     assert marker.exists()  # a worker did die
     summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
     # Dask reran the unit that was running (and any queued) on the dead worker.
@@ -157,14 +189,33 @@ def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch
     assert [(u["entry_start"], u["entry_stop"]) for u in manifest["units"]] == [(0, 20), (20, 40)] * 2
     assert sum(u["events"] for u in manifest["units"]) == 80
     assert sorted(p.name for p in parts.iterdir()) == sorted(
-        ["manifest.json", *(pathlib.Path(u["part"]).name for u in manifest["units"])])
+        ["manifest.json", *(pathlib.Path(u["part"]).name for u in manifest["units"])]
+    )
 
 
 def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkeypatch, left_behind):
     fileset = write_fileset(tmp_path, {"S": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
-    assert run(tmp_path, monkeypatch, str(SCALE_CFG), "cpuTime=1", "sonic=1", f"repository={tiny_repository}",
-               "--dataset", str(fileset), "--chunk-size", "10", "--executor", "dask", "--scheduler", cluster,
-               "--summary-json", "summary.json") == 0
+    assert (
+        run(
+            tmp_path,
+            monkeypatch,
+            str(SCALE_CFG),
+            "cpuTime=1",
+            "sonic=1",
+            f"repository={tiny_repository}",
+            "--dataset",
+            str(fileset),
+            "--chunk-size",
+            "10",
+            "--executor",
+            "dask",
+            "--scheduler",
+            cluster,
+            "--summary-json",
+            "summary.json",
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     hosts = summary["host_servers"]
     assert len(hosts) == 2 and len(set(hosts.values())) == 1  # both workers found the same server
@@ -192,7 +243,7 @@ def corrupt_file(tmp_path) -> pathlib.Path:
         branch = f["Events"]["Jet_pt"]
         for seek, size in zip(branch.member("fBasketSeek"), branch.member("fBasketBytes"), strict=False):
             if size:
-                data[int(seek):int(seek) + int(size)] = b"\xff" * int(size)
+                data[int(seek) : int(seek) + int(size)] = b"\xff" * int(size)
     bad = tmp_path / "bad.root"
     bad.write_bytes(bytes(data))
     return bad
@@ -200,8 +251,17 @@ def corrupt_file(tmp_path) -> pathlib.Path:
 
 def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_path, monkeypatch, capsys):
     fileset = write_fileset(tmp_path, {"C": [sample("nano_dimuon.root"), str(corrupt_file)]})
-    common = [str(DATASET_CFG), "--dataset", str(fileset), "--chunk-size", "20", "--executor", "dask",
-              "--scheduler", cluster]
+    common = [
+        str(DATASET_CFG),
+        "--dataset",
+        str(fileset),
+        "--chunk-size",
+        "20",
+        "--executor",
+        "dask",
+        "--scheduler",
+        cluster,
+    ]
     (tmp_path / "skip").mkdir()
     assert run(tmp_path / "stop", monkeypatch, *common) == 1
     err = capsys.readouterr().err
@@ -212,8 +272,9 @@ def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_p
     # Skipped too: a truncated file, whose metadata cannot be read (preprocessing).
     truncated = tmp_path / "truncated.root"
     truncated.write_bytes(corrupt_file.read_bytes()[:20000])
-    common[2] = str(write_fileset(tmp_path / "skip", {"C": [sample("nano_dimuon.root"), str(corrupt_file),
-                                                            str(truncated)]}))
+    common[2] = str(
+        write_fileset(tmp_path / "skip", {"C": [sample("nano_dimuon.root"), str(corrupt_file), str(truncated)]})
+    )
     assert run(tmp_path / "skip", monkeypatch, *common, "--skip-bad-files", "--summary-json", "s.json") == 0
     summary = json.loads((tmp_path / "skip" / "s.json").read_text())
     skipped = summary["units"]["skipped"]
@@ -246,13 +307,33 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     fileset = write_fileset(tmp_path, {"I": [str(link) for link in links]})
     env = {**os.environ, "TMPDIR": str(temp), marker.split("=")[0]: marker.split("=")[1]}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "framework._cmsrun", str(SCALE_CFG), "cpuTime=200", "sonic=1",
-         f"repository={tiny_repository}", "--dataset", str(fileset), "--chunk-size", "2", "--executor", "dask",
-         "--workers", "2", "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "framework._cmsrun",
+            str(SCALE_CFG),
+            "cpuTime=200",
+            "sonic=1",
+            f"repository={tiny_repository}",
+            "--dataset",
+            str(fileset),
+            "--chunk-size",
+            "2",
+            "--executor",
+            "dask",
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while not list(tmp_path.glob("scale_I.root.parts/*.root")) and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
+            assert proc.poll() is None, proc.stdout.read().decode()
             time.sleep(0.2)
         assert list(temp.glob("pysonic-triton-*.json"))  # the host server runs
         proc.send_signal(signal.SIGINT)

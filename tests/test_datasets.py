@@ -23,8 +23,16 @@ import framework.config as cms
 from framework import FileOpenError, FileReadError
 from framework._cmsrun import main as cmsrun_main
 from framework._datasets import plan_datasets, run_unit
-from framework.io import (WorkUnit, dataset_output_path, merge_parts, merge_unit_parts, part_path, parts_folder,
-                          preprocess_file, split_units)
+from framework.io import (
+    WorkUnit,
+    dataset_output_path,
+    merge_parts,
+    merge_unit_parts,
+    part_path,
+    parts_folder,
+    preprocess_file,
+    split_units,
+)
 from framework.samples import locate_sample
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +59,7 @@ def fileset(tmp_path):
         link = samples / name
         if not link.exists():
             link.symlink_to(target)
-        return f"samples/{name}" + (path[path.index(".root:") + 5:] if ".root:" in path else "")
+        return f"samples/{name}" + (path[path.index(".root:") + 5 :] if ".root:" in path else "")
 
     for value in data.values():
         files = value if isinstance(value, list) else value["files"]
@@ -88,13 +96,29 @@ def test_cmsrun_dataset_writes_one_output_per_dataset(fileset, tmp_path, monkeyp
     work = tmp_path / "run"
     work.mkdir()
     monkeypatch.chdir(work)
-    assert cmsrun_main([str(CONFIG), "--dataset", str(fileset), "--chunk-size", "15", "--no-progress",
-                        "--summary-json", "summary.json"]) == 0
+    assert (
+        cmsrun_main(
+            [
+                str(CONFIG),
+                "--dataset",
+                str(fileset),
+                "--chunk-size",
+                "15",
+                "--no-progress",
+                "--summary-json",
+                "summary.json",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "dataset 'DYJets': 1 file(s), 40 events in 3 unit(s)" in err
     assert "dataset 'TTbar': 2 file(s), 400 events" in err and "dataset 'DoubleMuon': 2 file(s), 80 events" in err
-    expected = {"DYJets": ["nano_dy.root"], "TTbar": ["nano_tt_v12.root", "nano_tt_v15.root"],
-                "DoubleMuon": ["nano_dimuon.root", "nano_dy.root"]}
+    expected = {
+        "DYJets": ["nano_dy.root"],
+        "TTbar": ["nano_tt_v12.root", "nano_tt_v15.root"],
+        "DoubleMuon": ["nano_dimuon.root", "nano_dy.root"],
+    }
     for dataset, names in expected.items():
         out = read_tree(work / f"dataset_{dataset}.root")
         # The same events as the config run by hand over the dataset's files.
@@ -118,12 +142,16 @@ def test_parts_merged_equal_one_full_run(fileset, tmp_path, monkeypatch):
     process = cms.load_config(str(CONFIG), ["streams=1"])  # one stream: rows in input order
     plan = dict((d.name, units) for d, units in plan_datasets(process, fileset, 60))
     units = plan["TTbar"]
-    assert len(units) > 4 and {u.file for u in units} == {str(fileset.parent / "samples" / n)
-                                                            for n in ("nano_tt_v12.root", "nano_tt_v15.root")}
+    assert len(units) > 4 and {u.file for u in units} == {
+        str(fileset.parent / "samples" / n) for n in ("nano_tt_v12.root", "nano_tt_v15.root")
+    }
     results = [run_unit(process, u) for u in units]
     for r in results:
         out = dataset_output_path("dataset.root", "TTbar")
-        assert set(r.parts) == {part_path(out, r.unit), part_path(dataset_output_path("dataset_hists.root", "TTbar"), r.unit)}
+        assert set(r.parts) == {
+            part_path(out, r.unit),
+            part_path(dataset_output_path("dataset_hists.root", "TTbar"), r.unit),
+        }
         assert all(p.exists() for p in r.parts)
     assert not list(tmp_path.rglob("*.tmp-*"))
     reports = merge_unit_parts([r.parts for r in results], remove_parts=False)
@@ -198,13 +226,17 @@ def test_dataset_usage_errors(tmp_path, monkeypatch, capsys):
     assert cmsrun_main([str(CONFIG), "--chunk-size", "5"]) == 2
     assert "--chunk-size needs --dataset" in capsys.readouterr().err
     config = tmp_path / "empty_cfg.py"
-    config.write_text("import framework.config as cms\nprocess = cms.Process('X')\n"
-                      "process.source = cms.Source('EmptySource')\nprocess.maxEvents.input = 3\n")
+    config.write_text(
+        "import framework.config as cms\nprocess = cms.Process('X')\n"
+        "process.source = cms.Source('EmptySource')\nprocess.maxEvents.input = 3\n"
+    )
     fs = tmp_path / "fs.json"
     fs.write_text('{"A": ["x.root"]}')
     assert cmsrun_main([str(config), "--dataset", str(fs)]) == 1
-    assert "--dataset needs process.source = cms.Source('PoolSource', ...); the config has source type 'EmptySource'" in \
-        capsys.readouterr().err
+    assert (
+        "--dataset needs process.source = cms.Source('PoolSource', ...); the config has source type 'EmptySource'"
+        in capsys.readouterr().err
+    )
 
 
 def test_units_and_file_facts_are_picklable():

@@ -51,7 +51,7 @@ STREAMS = 4
 K = 6  # the fault comes after K completed events
 JOB_LIMIT = 60.0  # seconds: a hung job fails the test instead of the suite
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import json, time
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -75,7 +75,7 @@ MODEL_PY = textwrap.dedent('''
             else:
                 time.sleep(0.02)
             return pb_utils.InferenceResponse([pb_utils.Tensor("y", (2 * x).astype(np.float32))])
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +162,13 @@ async def test_recoverable_failures_are_retried_on_the_same_server(connect, mode
     retries = [r.getMessage() for r in caplog.records if "retry on" in r.getMessage()]
     assert len(retries) == 2
     for message in retries:  # module label, event id, server and reason
-        for fragment in ("module 'flakyUser'", "event 1:1:7", "'steady'", "StatusCode.UNAVAILABLE: flaky",
-                         "(sameServer)"):
+        for fragment in (
+            "module 'flakyUser'",
+            "event 1:1:7",
+            "'steady'",
+            "StatusCode.UNAVAILABLE: flaky",
+            "(sameServer)",
+        ):
             assert fragment in message
 
 
@@ -176,8 +181,11 @@ async def test_server_side_internal_errors_are_retried(connect):
 
 async def test_programming_errors_are_not_retried(connect):
     client = connect()
-    with pytest.raises(ExternalFailure, match=r"model 'flaky' \(module 'flakyUser'\), event 1:1:7 on server "
-                                              r"'steady'.*StatusCode.INVALID_ARGUMENT: flaky$"):
+    with pytest.raises(
+        ExternalFailure,
+        match=r"model 'flaky' \(module 'flakyUser'\), event 1:1:7 on server "
+        r"'steady'.*StatusCode.INVALID_ARGUMENT: flaky$",
+    ):
         await flaky_infer(client, fail=1, code=1)
     stats = client.statistics()
     assert (stats.retries, stats.errors) == (0, 1)
@@ -186,8 +194,11 @@ async def test_programming_errors_are_not_retried(connect):
 async def test_exhausted_retries_name_the_tries_servers_and_policy(connect):
     retries = [{"action": "sameServer", "maxTries": 1, "backoff": 0.01}]
     client = connect(retries=retries)
-    with pytest.raises(ExternalFailure, match=r"UNAVAILABLE: flaky; gave up after 2 tries "
-                                              r"\(servers: steady; Client.retries: sameServer x1\)"):
+    with pytest.raises(
+        ExternalFailure,
+        match=r"UNAVAILABLE: flaky; gave up after 2 tries "
+        r"\(servers: steady; Client.retries: sameServer x1\)",
+    ):
         await flaky_infer(client, fail=5)
     assert (client.statistics().retries, client.statistics().errors) == (1, 1)
 
@@ -227,24 +238,34 @@ class SilentClient:
 async def test_a_call_that_never_answers_is_cancelled_by_the_client(steady, autojump_clock):
     import tritonclient.grpc as grpcclient
 
-    params = client_params("flaky", timeout=100, timeoutUnit="milliseconds",
-                           retries=[{"action": "sameServer", "maxTries": 1}])
+    params = client_params(
+        "flaky", timeout=100, timeoutUnit="milliseconds", retries=[{"action": "sameServer", "maxTries": 1}]
+    )
     client = TritonClient(params, debug_name="flakyUser")
     with grpcclient.InferenceServerClient(steady.grpc_address) as real:
         silent = SilentClient(real)
         client.connect(ServerInfo("steady", steady.grpc_address), silent)
         request = client.new_request()
         request.input["x"].to_server(np.ones((1, 3), np.float32))
-        with trio.fail_after(60), pytest.raises(ExternalFailure, match=r"deadline exceeded after 100 "
-                                                                      r"milliseconds .*gave up after 2"):
+        with (
+            trio.fail_after(60),
+            pytest.raises(
+                ExternalFailure,
+                match=r"deadline exceeded after 100 "
+                r"milliseconds .*gave up after 2",
+            ),
+        ):
             await request.infer_async()  # the virtual clock jumps over Client.timeout + TIMEOUT_GRACE
     assert silent.cancelled == 2  # each try's call was cancelled on the client (CallContext.cancel)
 
 
 def test_retry_configuration():
     assert TritonClient(client_params("m")).retries == DEFAULT_RETRIES
-    with pytest.raises(ConfigurationError, match=r"Client.retries\[1\].action 'elsewhere' is not one of "
-                                                 "sameServer, otherServer, fallback"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Client.retries\[1\].action 'elsewhere' is not one of "
+        "sameServer, otherServer, fallback",
+    ):
         TritonClient(client_params("m", retries=[{"action": "sameServer"}, {"action": "elsewhere"}]))
 
 
@@ -315,25 +336,42 @@ for _cls in (Gate, Doubler, Recorder):
     framework.register_type("faults" + _cls.__name__, _cls)
 
 
-def fault_process(repository: pathlib.Path, primary_port: int | None, *, timeout_s: int = 10,
-                  fallback_repository: pathlib.Path | None = None) -> cms.Process:
+def fault_process(
+    repository: pathlib.Path,
+    primary_port: int | None,
+    *,
+    timeout_s: int = 10,
+    fallback_repository: pathlib.Path | None = None,
+) -> cms.Process:
     """The job: gate + doubler + recorder; ``primary_port`` None = no configured server."""
     process = cms.Process("FAULTS")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = N_EVENTS
     process.options.numberOfStreams = STREAMS
-    servers = [] if primary_port is None else [cms.PSet(name=cms.untracked.string("primary"),
-                                                        address=cms.untracked.string("127.0.0.1"),
-                                                        port=cms.untracked.uint32(primary_port))]
+    servers = (
+        []
+        if primary_port is None
+        else [
+            cms.PSet(
+                name=cms.untracked.string("primary"),
+                address=cms.untracked.string("127.0.0.1"),
+                port=cms.untracked.uint32(primary_port),
+            )
+        ]
+    )
     process.TritonService = cms.Service(
         "TritonService",
         servers=cms.untracked.VPSet(*servers),
-        fallback=cms.untracked.PSet(modelRepository=cms.untracked.string(str(fallback_repository or repository)),
-                                    wait=cms.untracked.uint32(60)),
+        fallback=cms.untracked.PSet(
+            modelRepository=cms.untracked.string(str(fallback_repository or repository)), wait=cms.untracked.uint32(60)
+        ),
         health=cms.untracked.PSet(probeInterval=cms.untracked.double(0.2)),
     )
-    client = cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(timeout_s),
-                      modelConfigPath=cms.untracked.string(str(repository / "double" / "config.pbtxt")))
+    client = cms.PSet(
+        modelName=cms.string("double"),
+        timeout=cms.untracked.uint32(timeout_s),
+        modelConfigPath=cms.untracked.string(str(repository / "double" / "config.pbtxt")),
+    )
     process.gate = cms.EDFilter("faultsGate")
     process.doubler = cms.EDProducer("faultsDoubler", Client=client)
     process.recorder = cms.EDAnalyzer("faultsRecorder")
@@ -431,8 +469,10 @@ async def test_killed_primary_fails_over_to_the_fallback(repository, steady, pri
     assert stats["servers"]["primary"]["outages"] == 1 and not stats["servers"]["primary"]["healthy"]
     assert stats["models"]["double"]["unavailable"] == ["primary"]  # gone: no end numbers
     messages = retry_messages(caplog)
-    assert any("module 'doubler'" in m and "event 1:1:" in m and "server 'primary'" in m
-               and "StatusCode.UNAVAILABLE" in m for m in messages)
+    assert any(
+        "module 'doubler'" in m and "event 1:1:" in m and "server 'primary'" in m and "StatusCode.UNAVAILABLE" in m
+        for m in messages
+    )
     assert any("(fallback)" in m for m in messages)
     starts = [r for r in caplog.records if "starting the fallback server" in r.getMessage()]
     assert len(starts) == 1  # however many events needed it at the same time
@@ -449,8 +489,7 @@ async def test_hung_primary_times_out_and_fails_over(repository, steady, primary
         gates[0].set()
 
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        svc, records = await run_faulty(fault_process(repository, primary.ports["grpc"], timeout_s=1),
-                                        [K + 2], hang)
+        svc, records = await run_faulty(fault_process(repository, primary.ports["grpc"], timeout_s=1), [K + 2], hang)
     assert_same_products(records, expected)
     stats = svc.statistics()
     assert stats["clients"]["doubler"]["errors"] == 0 and stats["clients"]["doubler"]["failovers"] >= 1
@@ -462,8 +501,9 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
     expected = await reference(repository, steady)
     down_until = K + 2 + STREAMS  # events sent while the primary is down
     ports = primary.ports
-    restarted = LocalTritonServer(repository, models=["double"], grpc_port=ports["grpc"],
-                                  http_port=ports["http"], metrics_port=ports["metrics"])
+    restarted = LocalTritonServer(
+        repository, models=["double"], grpc_port=ports["grpc"], http_port=ports["http"], metrics_port=ports["metrics"]
+    )
 
     async def restart(progress, gates, svc):
         await progress.reached(K)
@@ -479,8 +519,7 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
 
     try:
         with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-            svc, records = await run_faulty(fault_process(repository, ports["grpc"]),
-                                            [K + 2, down_until], restart)
+            svc, records = await run_faulty(fault_process(repository, ports["grpc"]), [K + 2, down_until], restart)
         after_restart = server_requests(restarted, "double")
     finally:
         restarted.stop(10.0)
@@ -512,8 +551,9 @@ async def test_killed_fallback_server_is_started_again(repository, steady, caplo
     assert_same_products(records, expected)
     assert not servers[0].is_running() and svc.fallback is None  # the new one is stopped too
     assert svc.statistics()["clients"]["doubler"]["errors"] == 0
-    assert any("fallback server" in r.getMessage() and "is gone, restarting it" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "fallback server" in r.getMessage() and "is gone, restarting it" in r.getMessage() for r in caplog.records
+    )
     # the killed server had a stub and its region; neither it nor the new one left anything
     assert len(before_kill["processes"]) == 2 and len(before_kill["regions"]) == 1, before_kill
     for server in servers:

@@ -67,7 +67,9 @@ def tritonserver_children(parent: int) -> set[int]:
             continue
         try:
             stat = (proc / "stat").read_text()
-            if (proc / "comm").read_text().strip() == "tritonserver" and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            if (proc / "comm").read_text().strip() == "tritonserver" and int(
+                stat.rsplit(")", 1)[1].split()[1]
+            ) == parent:
                 found.add(int(proc.name))
         except (OSError, ValueError, IndexError):
             pass
@@ -99,14 +101,19 @@ class StderrReader:
         return "".join(self.lines)
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     config = tmp_path / "interrupt_cfg.py"
     config.write_text(JOB.format(sample=str(locate_sample("pfnano.root"))))
-    job = subprocess.Popen([sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress"],
-                           cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     stderr = StderrReader(job.stderr)
     try:
         assert stderr.wait_for(STARTED, START_DEADLINE), f"the job did not start:\n{stderr.text()[-3000:]}"
@@ -129,8 +136,9 @@ def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     assert not left, f"output left behind: {left}"
     # The SONIC clients' shared-memory regions: unlinked by the job itself (not by
     # multiprocessing's resource tracker at exit, which would warn of leaked objects)
-    assert "leaked shared_memory" not in log and not [n for n in os.listdir("/dev/shm")
-                                                       if n.startswith(f"pysonic_shm_{job.pid}_")]
+    assert "leaked shared_memory" not in log and not [
+        n for n in os.listdir("/dev/shm") if n.startswith(f"pysonic_shm_{job.pid}_")
+    ]
     # The job stops its server before exiting; a zombie is only an entry of the process table.
     alive = {pid for pid in servers if _proc_state(pid) not in (None, "Z")}
     assert not alive, f"tritonserver left running: {alive}"

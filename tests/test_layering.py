@@ -59,17 +59,36 @@ def test_qualified_imports_resolves_relative_lazy_and_type_only_imports(tmp_path
     package = tmp_path / "framework" / "sonic"
     package.mkdir(parents=True)
     source = package / "_x.py"
-    source.write_text("from typing import TYPE_CHECKING\nfrom . import _a\nfrom ._b import c\n"
-                      "from .. import _core\nimport framework.bench\n"
-                      "if TYPE_CHECKING:\n    from ._d import E\n"
-                      "def f():\n    from ._e import g\n")
+    source.write_text(
+        "from typing import TYPE_CHECKING\nfrom . import _a\nfrom ._b import c\n"
+        "from .. import _core\nimport framework.bench\n"
+        "if TYPE_CHECKING:\n    from ._d import E\n"
+        "def f():\n    from ._e import g\n"
+    )
     assert qualified_imports(source, tmp_path) == {
-        "typing", "framework.sonic._a", "framework.sonic._b", "framework._core", "framework.bench",
-        "framework.sonic._d", "framework.sonic._e"}
+        "typing",
+        "framework.sonic._a",
+        "framework.sonic._b",
+        "framework._core",
+        "framework.bench",
+        "framework.sonic._d",
+        "framework.sonic._e",
+    }
 
 
-CORE = ["_module.py", "_event.py", "_bridge.py", "_worker.py", "_builder.py", "_scheduler.py",
-        "_services.py", "_registry.py", "_source_base.py", "_errors.py", "_activity.py"]
+CORE = [
+    "_module.py",
+    "_event.py",
+    "_bridge.py",
+    "_worker.py",
+    "_builder.py",
+    "_scheduler.py",
+    "_services.py",
+    "_registry.py",
+    "_source_base.py",
+    "_errors.py",
+    "_activity.py",
+]
 
 
 def test_config_language_is_pure_python():
@@ -139,8 +158,9 @@ def test_torch_is_not_a_runtime_dependency():
     for path in (ROOT / "framework").rglob("*.py"):
         tree = ast.parse(path.read_text())
         top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
-        assert ".torch_backend" not in {f".{m}" for m in top_level if m} and "torch_backend" not in top_level, \
+        assert ".torch_backend" not in {f".{m}" for m in top_level if m} and "torch_backend" not in top_level, (
             f"{path} imports the torch runner at module level"
+        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -183,7 +203,7 @@ def test_sonic_modules_import_each_other_in_one_direction():
         state[node] = "open"
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                pytest.fail("import cycle in framework.sonic: " + " -> ".join(path[path.index(target):] + [target]))
+                pytest.fail("import cycle in framework.sonic: " + " -> ".join(path[path.index(target) :] + [target]))
             if target not in state:
                 visit(target, [*path, target])
         state[node] = "done"
@@ -220,8 +240,12 @@ def test_sonic_file_map_is_complete_and_in_import_order():
             bullets.append(line)
         elif line.startswith("  ") and bullets:
             bullets[-1] += line
-    order = [f"framework.sonic.{name}" for line in bullets for name in re.findall(r"``(_?[a-z_]+)``", line)
-             if (FRAMEWORK / "sonic" / f"{name}.py").is_file()]
+    order = [
+        f"framework.sonic.{name}"
+        for line in bullets
+        for name in re.findall(r"``(_?[a-z_]+)``", line)
+        if (FRAMEWORK / "sonic" / f"{name}.py").is_file()
+    ]
     graph = sonic_import_graph()
     files = set(graph) - {"framework.sonic"}
     assert set(order) == files, f"not in the file map of framework/sonic/__init__.py: {files - set(order)}"
@@ -244,8 +268,9 @@ def test_only_the_executor_knows_dask():
                 continue
             assert not imported_modules(path) & DASK, f"{path.relative_to(ROOT)} imports Dask"
             if parts[:2] != ("framework", "bench") and parts[-1] != "_cmsrun.py":
-                assert not {m for m in framework_imports(path) if m.split(".")[0] == "executor"}, \
+                assert not {m for m in framework_imports(path) if m.split(".")[0] == "executor"}, (
                     f"{path.relative_to(ROOT)} imports framework.executor"
+                )
     tree = ast.parse((FRAMEWORK / "_cmsrun.py").read_text())
     top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
     assert "executor" not in top_level, "cmsrun imports the executor at module level"

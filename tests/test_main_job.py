@@ -33,8 +33,14 @@ MODELS = ROOT / "data" / "models"
 
 def cmsrun(*args: str, cwd: Path, timeout: float = 300, marker: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
-    return subprocess.run([sys.executable, "-m", "framework._cmsrun", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "framework._cmsrun", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def processes_with_marker(marker: str) -> list[int]:
@@ -59,8 +65,15 @@ def processes_with_marker(marker: str) -> list[int]:
 def main_job(tmp_path_factory):
     out = tmp_path_factory.mktemp("main_job")
     marker = uuid.uuid4().hex
-    result = cmsrun(str(CONFIG), f"outputFile={out / 'out.root'}", f"histFile={out / 'hist.root'}",
-                    "--summary-json", str(out / "summary.json"), cwd=out, marker=marker)
+    result = cmsrun(
+        str(CONFIG),
+        f"outputFile={out / 'out.root'}",
+        f"histFile={out / 'hist.root'}",
+        "--summary-json",
+        str(out / "summary.json"),
+        cwd=out,
+        marker=marker,
+    )
     leftover = processes_with_marker(marker)
     return result, out, leftover
 
@@ -95,11 +108,14 @@ def read_input_events():
         arrays = f["Events"].arrays(filter_name=["event", "Jet_*", "JetPFCands_*", "PFCands_*"])
     for i in range(len(arrays)):
         ev = arrays[i]
-        yield int(ev["event"]), {
-            "Jet": {k[4:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("Jet_")},
-            "JetPFCands": {k[11:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("JetPFCands_")},
-            "PFCands": {k[8:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("PFCands_")},
-        }
+        yield (
+            int(ev["event"]),
+            {
+                "Jet": {k[4:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("Jet_")},
+                "JetPFCands": {k[11:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("JetPFCands_")},
+                "PFCands": {k[8:]: np.asarray(ev[k]) for k in arrays.fields if k.startswith("PFCands_")},
+            },
+        )
 
 
 def test_products_equal_direct_onnxruntime(main_job):
@@ -141,7 +157,7 @@ def test_histograms_written(main_job):
         assert f["deepmet_pt"].values().sum() == dijet["passed"] > 0
 
 
-BOOM = '''
+BOOM = """
 from framework import EDProducer
 
 class Boom(EDProducer):
@@ -153,9 +169,9 @@ class Boom(EDProducer):
         if event.id.event == {bad_event}:
             raise RuntimeError("cannot handle this event")
         event.put(len(event.get(self.jets)))
-'''
+"""
 
-BOOM_CFG = '''
+BOOM_CFG = """
 import framework.config as cms
 from framework.samples import locate_sample
 process = cms.Process("BOOM")
@@ -165,7 +181,7 @@ process.boom = cms.EDProducer("boom_module:Boom")
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("boom.root"))
 process.p = cms.Path(process.boom)
 process.e = cms.EndPath(process.out)
-'''
+"""
 
 
 def test_module_exception_fails_the_job_cleanly(tmp_path):
@@ -183,14 +199,16 @@ def test_module_exception_fails_the_job_cleanly(tmp_path):
 
 def test_configuration_error_names_label_and_parameter(tmp_path):
     cfg = tmp_path / "bad_cfg.py"
-    cfg.write_text(textwrap.dedent('''
+    cfg.write_text(
+        textwrap.dedent("""
         import framework.config as cms
         process = cms.Process("BAD")
         process.source = cms.Source("EmptySource")
         process.maxEvents.input = 1
         process.jets = cms.EDFilter("JetMultiplicityFilter", minPT=cms.double(20.0))
         process.p = cms.Path(process.jets)
-    '''))
+    """)
+    )
     result = cmsrun(str(cfg), cwd=tmp_path)
     assert result.returncode == 1
     message = " ".join(result.stderr.split())

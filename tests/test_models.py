@@ -48,21 +48,31 @@ def pfnano_path() -> Path:
 def events():
     """Per-event collections as the framework hands them over: awkward records of one event."""
     tree = uproot.open(pfnano_path())["Events"]
-    arrays = tree.arrays(filter_name=["Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass", "JetPFCands_*", "PFCands_*", "RawMET_*"])
+    arrays = tree.arrays(
+        filter_name=["Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass", "JetPFCands_*", "PFCands_*", "RawMET_*"]
+    )
 
     def collection(prefix):
         return ak.zip({f[len(prefix) + 1 :]: arrays[f] for f in arrays.fields if f.startswith(prefix + "_")})
 
     jets, jpf, pf = collection("Jet"), collection("JetPFCands"), collection("PFCands")
     return [
-        dict(jet=jets[i], jet_pfcands=jpf[i], pfcands=pf[i], raw_met=(float(arrays.RawMET_pt[i]), float(arrays.RawMET_phi[i])))
+        dict(
+            jet=jets[i],
+            jet_pfcands=jpf[i],
+            pfcands=pf[i],
+            raw_met=(float(arrays.RawMET_pt[i]), float(arrays.RawMET_phi[i])),
+        )
         for i in range(len(arrays))
     ]
 
 
 @pytest.fixture(scope="module")
 def sessions():
-    return {name: ort.InferenceSession(str(MODELS / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]) for name in MODEL_NAMES}
+    return {
+        name: ort.InferenceSession(str(MODELS / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+        for name in MODEL_NAMES
+    }
 
 
 def as_dict(collection) -> dict[str, np.ndarray]:
@@ -141,7 +151,11 @@ def test_particlenet_truncation_and_bad_indices():
 def test_particlenet_no_jets():
     jets, jet_pf, pf = synthetic_event([])
     x = build_particlenet_inputs(jets, jet_pf, pf)
-    assert x["pf_points"].shape == (0, 2, 50) and x["pf_features"].shape == (0, N_FEAT, 50) and x["pf_mask"].shape == (0, 1, 50)
+    assert (
+        x["pf_points"].shape == (0, 2, 50)
+        and x["pf_features"].shape == (0, N_FEAT, 50)
+        and x["pf_mask"].shape == (0, 1, 50)
+    )
 
 
 def test_particlenet_missing_field_is_named():
@@ -243,7 +257,10 @@ def test_config_matches_onnx(name, sessions):
     config = load_config(name)
     session = sessions[name]
     assert config.name == name and config.backend == "python" and config.max_batch_size > 0
-    assert config.HasField("dynamic_batching") and config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert (
+        config.HasField("dynamic_batching")
+        and config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    )
     onnx_types = {"tensor(float)": "TYPE_FP32", "tensor(int32)": "TYPE_INT32"}
     for tensors, values in ((config.input, session.get_inputs()), (config.output, session.get_outputs())):
         assert all(v.shape[0] == "batch" for v in values)  # dynamic batch axis
@@ -270,7 +287,9 @@ def test_parse_model_config():
         ("pf_cat", np.dtype(np.int32), (4500, 3)),
     ]
     with pytest.raises(ValueError, match="TYPE_STRING"):
-        python_backend.parse_model_config({"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
+        python_backend.parse_model_config(
+            {"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]}
+        )
 
 
 def backend_run(session):
@@ -293,7 +312,9 @@ def test_bad_request_fails_alone(events, sessions):
     good = [build_deepmet_inputs(ev["pfcands"])[0] for ev in events[:2]]
     missing = {"pf_cont": good[0]["pf_cont"]}
     wrong_dims = {"pf_cont": good[0]["pf_cont"][:, :100], "pf_cat": good[0]["pf_cat"][:, :100]}
-    results = python_backend.run_batched(spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]])
+    results = python_backend.run_batched(
+        spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]]
+    )
     assert "input 'pf_cat' missing" in str(results[1]) and str(results[2]) == "unreadable"
     assert "has shape (1, 100, 8), expected ('batch', 4500, 8)" in str(results[3])
     for got, request in zip((results[0], results[4]), good, strict=True):
@@ -302,8 +323,12 @@ def test_bad_request_fails_alone(events, sessions):
 
 def test_failing_batch_falls_back_to_single_requests():
     spec = python_backend.parse_model_config(
-        {"name": "m", "max_batch_size": 8, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
-         "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [2]}]}  # fmt: skip
+        {
+            "name": "m",
+            "max_batch_size": 8,
+            "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
+            "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [2]}],
+        }  # fmt: skip
     )
 
     def run(inputs):
@@ -311,7 +336,9 @@ def test_failing_batch_falls_back_to_single_requests():
             raise RuntimeError("negative input")
         return {"y": inputs["x"] * 2}
 
-    results = python_backend.run_batched(spec, run, [{"x": np.ones((1, 2))}, {"x": -np.ones((2, 2))}, {"x": np.ones((3, 2))}])
+    results = python_backend.run_batched(
+        spec, run, [{"x": np.ones((1, 2))}, {"x": -np.ones((2, 2))}, {"x": np.ones((3, 2))}]
+    )
     assert results[0]["y"].dtype == np.float64 and results[0]["y"].shape == (1, 2)
     assert str(results[1]) == "negative input" and np.all(results[2]["y"] == 2)
 
@@ -341,14 +368,24 @@ def test_triton_model_execute(events, sessions, monkeypatch):
     pb = fake_pb_utils()
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
     model = python_backend.TritonPythonModel()
-    model.initialize({"model_config": config_json("particlenet_ak4"), "model_repository": str(MODELS / "particlenet_ak4"), "model_version": "1"})
+    model.initialize(
+        {
+            "model_config": config_json("particlenet_ak4"),
+            "model_repository": str(MODELS / "particlenet_ak4"),
+            "model_version": "1",
+        }
+    )
     inputs = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:2]]
-    requests = [[pb.Tensor(k, v) for k, v in x.items()] for x in inputs] + [[pb.Tensor("pf_mask", inputs[0]["pf_mask"])]]
+    requests = [[pb.Tensor(k, v) for k, v in x.items()] for x in inputs] + [
+        [pb.Tensor("pf_mask", inputs[0]["pf_mask"])]
+    ]
     responses = model.execute(requests)
     assert len(responses) == len(requests)
     for response, x in zip(responses[:2], inputs, strict=True):
         assert response.error is None and [t.name for t in response.output_tensors] == ["softmax"]
-        np.testing.assert_allclose(response.output_tensors[0].array, sessions["particlenet_ak4"].run(None, x)[0], atol=1e-6)
+        np.testing.assert_allclose(
+            response.output_tensors[0].array, sessions["particlenet_ak4"].run(None, x)[0], atol=1e-6
+        )
     assert "pf_points' missing" in responses[2].error and responses[2].output_tensors == []
     model.finalize()
 
@@ -359,12 +396,16 @@ def test_config_onnx_mismatch_is_reported(tmp_path):
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "model.onnx").write_bytes((MODELS / "deepmet" / "1" / "model.onnx").read_bytes())
     with pytest.raises(ValueError, match="pf_continuous"):
-        python_backend.TritonPythonModel().initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+        python_backend.TritonPythonModel().initialize(
+            {"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"}
+        )
 
 
 def test_runtime_modules_do_not_import_torch():
-    code = ("import sys, framework.sonic.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, framework.sonic.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; "
+        "print('torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True, env=env)
     assert out.stdout.strip() == "False"
@@ -374,5 +415,11 @@ def test_committed_models_match_build_script():
     """scripts/build_models.py rebuilds byte-identical files (same torch version)."""
     pytest.importorskip("torch")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "build_models.py"), "--check-only"], capture_output=True, text=True, cwd=REPO, env=env)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "build_models.py"), "--check-only"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

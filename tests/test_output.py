@@ -42,12 +42,18 @@ def input_file(tmp_path):
     counts = np.arange(N) % 3
     total = int(counts.sum())
     data = {
-        "run": np.ones(N, np.uint32), "luminosityBlock": np.full(N, 2, np.uint32),
+        "run": np.ones(N, np.uint32),
+        "luminosityBlock": np.full(N, 2, np.uint32),
         "event": np.arange(100, 100 + N, dtype=np.uint64),
-        "Jet": ak.zip({"pt": ak.unflatten(np.arange(total, dtype=np.float32) + 20, counts),
-                       "eta": ak.unflatten(np.zeros(total, np.float32), counts)}),
+        "Jet": ak.zip(
+            {
+                "pt": ak.unflatten(np.arange(total, dtype=np.float32) + 20, counts),
+                "eta": ak.unflatten(np.zeros(total, np.float32), counts),
+            }
+        ),
         "JetPFCands": ak.zip({"pt": ak.unflatten(np.ones(N, np.float32), np.ones(N, int))}),
-        "MET_pt": np.arange(N, dtype=np.float32), "MET_phi": np.ones(N, np.float32),
+        "MET_pt": np.arange(N, dtype=np.float32),
+        "MET_phi": np.ones(N, np.float32),
         "genWeight": np.full(N, 0.5, np.float32),
     }
     path = tmp_path / "in.root"
@@ -58,8 +64,15 @@ def input_file(tmp_path):
 
 
 async def source_events(path, request):
-    source = PoolSource(types.SimpleNamespace(fileNames=[str(path)], skipEvents=0, treeName="Events",
-                                              duplicateCheckMode="noDuplicateCheck", eventsPerRead=0))
+    source = PoolSource(
+        types.SimpleNamespace(
+            fileNames=[str(path)],
+            skipEvents=0,
+            treeName="Events",
+            duplicateCheckMode="noDuplicateCheck",
+            eventsPerRead=0,
+        )
+    )
     collections = source.collections()
     source.set_branch_request(request)
     send, receive = trio.open_memory_channel(0)
@@ -85,9 +98,15 @@ def event_for(module, src, index, products=(), paths=None):
 async def run_output(input_file, tmp_path, *, products=None, product_values=None, paths=None, **params):
     """select -> begin_unit -> write (selected events) -> end_unit; returns (module, tree)."""
     out = build(NanoAODOutputModule, "out", fileName=str(tmp_path / "out.root"), **params)
-    collections = PoolSource(types.SimpleNamespace(
-        fileNames=[str(input_file)], skipEvents=0, treeName="Events",
-        duplicateCheckMode="noDuplicateCheck", eventsPerRead=0)).collections()
+    collections = PoolSource(
+        types.SimpleNamespace(
+            fileNames=[str(input_file)],
+            skipEvents=0,
+            treeName="Events",
+            duplicateCheckMode="noDuplicateCheck",
+            eventsPerRead=0,
+        )
+    ).collections()
     out.select(ProductRegistry(collections, products or []))
     source_request = {k: v for k, v in request_of(out).items() if k in collections}
     _, events = await source_events(input_file, source_request)
@@ -105,7 +124,8 @@ async def run_output(input_file, tmp_path, *, products=None, product_values=None
 
 async def test_keep_drop_patterns_and_read_back(input_file, tmp_path):
     out, tree = await run_output(
-        input_file, tmp_path,
+        input_file,
+        tmp_path,
         outputCommands=["drop *", "keep Jet_*", "drop Jet_eta", "keep MET_pt", "keep gen*", "keep run"],
     )
     # "Jet_*" does not match JetPFCands_pt: the prefix is the whole collection name.
@@ -118,22 +138,45 @@ async def test_keep_drop_patterns_and_read_back(input_file, tmp_path):
 
 
 async def test_products_of_every_kind(input_file, tmp_path):
-    products = [ProductDescription("prod", "", "P"), ProductDescription("prod", "arr", "P"),
-                ProductDescription("coll", "", "C"), ProductDescription("single", "", "S"),
-                ProductDescription("maybe", "", "M"), ProductDescription("unused", "", "U")]
+    products = [
+        ProductDescription("prod", "", "P"),
+        ProductDescription("prod", "arr", "P"),
+        ProductDescription("coll", "", "C"),
+        ProductDescription("single", "", "S"),
+        ProductDescription("maybe", "", "M"),
+        ProductDescription("unused", "", "U"),
+    ]
 
     def values(i):
-        return {("prod", ""): float(i) * 1.5, ("prod", "arr"): np.arange(i, dtype=np.int32),
-                ("coll", ""): {"x": np.full(i % 3, i, np.float32), "y": np.arange(i % 3, dtype=np.int64)},
-                ("single", ""): {"a": np.float32(i), "b": i}, ("maybe", ""): True}
+        return {
+            ("prod", ""): float(i) * 1.5,
+            ("prod", "arr"): np.arange(i, dtype=np.int32),
+            ("coll", ""): {"x": np.full(i % 3, i, np.float32), "y": np.arange(i % 3, dtype=np.int64)},
+            ("single", ""): {"a": np.float32(i), "b": i},
+            ("maybe", ""): True,
+        }
 
-    out, tree = await run_output(input_file, tmp_path, products=products, product_values=values,
-                                 outputCommands=["drop *", "keep prod*", "keep coll_*", "drop coll_y",
-                                                 "keep single_*", "keep maybe_*"])
+    out, tree = await run_output(
+        input_file,
+        tmp_path,
+        products=products,
+        product_values=values,
+        outputCommands=["drop *", "keep prod*", "keep coll_*", "drop coll_y", "keep single_*", "keep maybe_*"],
+    )
     # "maybe" might have had fields (consumed), but is a number: its branch "maybe" is dropped.
     assert "maybe" in request_of(out) and "unused" not in request_of(out)
-    assert set(tree.keys()) == {"run", "luminosityBlock", "event", "prod", "nprod_arr", "prod_arr",
-                                "ncoll", "coll_x", "single_a", "single_b"}
+    assert set(tree.keys()) == {
+        "run",
+        "luminosityBlock",
+        "event",
+        "prod",
+        "nprod_arr",
+        "prod_arr",
+        "ncoll",
+        "coll_x",
+        "single_a",
+        "single_b",
+    }
     got = tree.arrays(library="np")
     expected = [values(i) for i in range(N)]
     np.testing.assert_array_equal(got["prod"], [e[("prod", "")] for e in expected])
@@ -145,9 +188,13 @@ async def test_products_of_every_kind(input_file, tmp_path):
 
 
 async def test_select_events_and_several_baskets(input_file, tmp_path):
-    out, tree = await run_output(input_file, tmp_path, basketSize=2,
-                                 SelectEvents={"SelectEvents": ["pA", "pB"]},
-                                 paths=lambda i: {"pA": i % 3 == 0, "pB": i == 1})
+    out, tree = await run_output(
+        input_file,
+        tmp_path,
+        basketSize=2,
+        SelectEvents={"SelectEvents": ["pA", "pB"]},
+        paths=lambda i: {"pA": i % 3 == 0, "pB": i == 1},
+    )
     assert tree["event"].array().tolist() == [100 + i for i in range(N) if i % 3 == 0 or i == 1]
     assert tree["event"].num_baskets == 2  # four events, two per basket
     assert out.events_written == 4
@@ -155,8 +202,7 @@ async def test_select_events_and_several_baskets(input_file, tmp_path):
 
 async def test_select_events_unknown_path(input_file, tmp_path):
     with pytest.raises(ConfigurationError, match=r"'out'.*Path 'pZ'.*Paths: pA"):
-        await run_output(input_file, tmp_path, SelectEvents={"SelectEvents": ["pZ"]},
-                         paths=lambda i: {"pA": True})
+        await run_output(input_file, tmp_path, SelectEvents={"SelectEvents": ["pZ"]}, paths=lambda i: {"pA": True})
 
 
 def test_zero_events_give_an_empty_tree(tmp_path):
@@ -238,13 +284,26 @@ def test_bad_output_command():
 
 def hist_module(tmp_path, **overrides):
     items = [
-        {"name": "jetPt", "src": "Jet", "field": "pt", "nbins": 5, "min": 0.0, "max": 25.0,
-         "title": "Jet p_{T}", "xlabel": "p_{T} [GeV]"},
+        {
+            "name": "jetPt",
+            "src": "Jet",
+            "field": "pt",
+            "nbins": 5,
+            "min": 0.0,
+            "max": 25.0,
+            "title": "Jet p_{T}",
+            "xlabel": "p_{T} [GeV]",
+        },
         {"name": "scalar", "src": "prod", "nbins": 4, "min": 0.0, "max": 4.0},
         {"name": "array", "src": "prod:arr", "nbins": 3, "min": 0.0, "max": 3.0},
     ]
-    return build(HistogramAnalyzer, "hists", fileName=str(tmp_path / "h.root"),
-                 histograms=overrides.pop("histograms", items), **overrides)
+    return build(
+        HistogramAnalyzer,
+        "hists",
+        fileName=str(tmp_path / "h.root"),
+        histograms=overrides.pop("histograms", items),
+        **overrides,
+    )
 
 
 async def test_histograms_filled_and_read_back(input_file, tmp_path):

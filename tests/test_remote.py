@@ -54,8 +54,9 @@ from framework.samples import locate_sample
 from framework.sonic._processes import TAG_VARIABLE
 
 XROOTD = shutil.which("xrootd")
-needs_xrootd = pytest.mark.skipif(XROOTD is None, reason="the xrootd server binary is not installed "
-                                  "(apt-get install xrootd-server; .ci/run does it)")
+needs_xrootd = pytest.mark.skipif(
+    XROOTD is None, reason="the xrootd server binary is not installed (apt-get install xrootd-server; .ci/run does it)"
+)
 LFN = "/store/mc/pfnano.root"
 SIGNAL_BOUND = 5.0  # seconds from SIGTERM to cmsrun's exit (the issue's bound)
 SLACK = 3.0  # seconds on top of a configured timeout: XRootD checks its timeouts every second
@@ -111,8 +112,10 @@ class XRootDServer:
         run = folder / "run"
         run.mkdir()
         self.log = run / "xrootd.log"
-        self.config.write_text(f"xrd.port {self.port}\nall.export /store\noss.localroot {folder / 'export'}\n"
-                               f"xrd.allow host 127.0.0.1\nall.adminpath {run}\nall.pidpath {run}\n")
+        self.config.write_text(
+            f"xrd.port {self.port}\nall.export /store\noss.localroot {folder / 'export'}\n"
+            f"xrd.allow host 127.0.0.1\nall.adminpath {run}\nall.pidpath {run}\n"
+        )
         if os.geteuid() == 0:
             shutil.chown(run, "nobody")
 
@@ -120,11 +123,15 @@ class XRootDServer:
         fd = self.listener.fileno()
         user = ["-R", "nobody"] if os.geteuid() == 0 else []
         # systemd's socket activation: the socket as fd 3, LISTEN_PID = the server's own pid.
-        command = (f'LISTEN_PID=$$ LISTEN_FDS=1 exec {XROOTD} {" ".join(user)} -c {self.config} '
-                   f'-l {self.log} 3<&{fd}')
+        command = f"LISTEN_PID=$$ LISTEN_FDS=1 exec {XROOTD} {' '.join(user)} -c {self.config} -l {self.log} 3<&{fd}"
         # bash, not sh: dash's redirections take single-digit descriptors only.
-        self.process = subprocess.Popen(["bash", "-c", command], pass_fds=(fd,), start_new_session=True,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            ["bash", "-c", command],
+            pass_fds=(fd,),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 20
         while "initialization completed" not in (self.log.read_text() if self.log.exists() else ""):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -217,9 +224,29 @@ def certificate(tmp_path_factory) -> pathlib.Path | None:
     if shutil.which("openssl") is None:
         return None
     folder = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out",
-                    "cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   cwd=folder, check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
     return folder
 
 
@@ -248,8 +275,7 @@ def http(request, pfnano: pathlib.Path, certificate: pathlib.Path | None, monkey
     with uproot.open(pfnano) as f:
         branch = f["Events"]["Jet_pt"]
         baskets = [int(x) for x in branch.member("fBasketSeek")[: branch.num_baskets]]
-    state = types.SimpleNamespace(fail_next=0, failed=0, lock=threading.Lock(), hang=False,
-                                  release=threading.Event())
+    state = types.SimpleNamespace(fail_next=0, failed=0, lock=threading.Lock(), hang=False, release=threading.Event())
 
     def wants_baskets(header: str | None) -> bool:
         ranges = [r.split("-") for r in (header or "").removeprefix("bytes=").split(",") if "-" in r]
@@ -314,8 +340,7 @@ def events(path: pathlib.Path) -> dict[tuple[int, int, int], dict[str, np.ndarra
     with uproot.open(path) as f:
         arrays = f["Events"].arrays(library="np")
     ids = zip(*(arrays[b].tolist() for b in ("run", "luminosityBlock", "event")), strict=True)
-    return {event_id: {name: np.ravel(values[i]) for name, values in arrays.items()}
-            for i, event_id in enumerate(ids)}
+    return {event_id: {name: np.ravel(values[i]) for name, values in arrays.items()} for i, event_id in enumerate(ids)}
 
 
 def assert_same_events(found: dict, expected: dict) -> None:
@@ -354,8 +379,17 @@ def local_events(pfnano, tmp_path_factory):
 
 
 def make_source(name: str, **params) -> PoolSource:
-    values = dict(fileNames=[name], skipEvents=0, treeName="Events", duplicateCheckMode="checkAllFilesOpened",
-                  eventsPerRead=0, redirectors=[], openTimeout=30.0, timeout=30.0, readRetries=2)
+    values = dict(
+        fileNames=[name],
+        skipEvents=0,
+        treeName="Events",
+        duplicateCheckMode="checkAllFilesOpened",
+        eventsPerRead=0,
+        redirectors=[],
+        openTimeout=30.0,
+        timeout=30.0,
+        readRetries=2,
+    )
     values.update(params)
     return PoolSource(types.SimpleNamespace(**values))
 
@@ -398,8 +432,16 @@ def test_root_url_gives_the_local_events(xrootd, local_events, job, cmsrun, tmp_
 def test_lfn_through_the_redirectors_past_dead_ones(xrootd, silent, local_events, job, cmsrun, tmp_path):
     closed = f"root://127.0.0.1:{free_port()}//"
     hung = f"root://127.0.0.1:{silent.port}//"
-    code, err = cmsrun(job, f"inputFiles={LFN}", f"redirectors={closed},{hung},{xrootd.url}", "openTimeout=1",
-                       "--summary", "--summary-json", "summary.json", cwd=tmp_path / "lfn")
+    code, err = cmsrun(
+        job,
+        f"inputFiles={LFN}",
+        f"redirectors={closed},{hung},{xrootd.url}",
+        "openTimeout=1",
+        "--summary",
+        "--summary-json",
+        "summary.json",
+        cwd=tmp_path / "lfn",
+    )
     assert code == 0, err
     assert_same_events(events(tmp_path / "lfn" / "out.root"), local_events)
     (opened,) = json.loads((tmp_path / "lfn" / "summary.json").read_text())["source"]["inputs"]
@@ -414,8 +456,10 @@ def test_lfn_through_the_redirectors_past_dead_ones(xrootd, silent, local_events
 def test_lfn_without_redirectors_is_one_line(job, cmsrun, tmp_path):
     code, err = cmsrun(job, f"inputFiles={LFN}", cwd=tmp_path / "run")
     assert code == 1
-    assert fatal_line(err) == (f"[FileOpenError] input file '{LFN}' is a logical file name (LFN) but PoolSource has "
-                               "no redirectors: set e.g. redirectors = cms.untracked.vstring('root://cms-xrd-global.cern.ch//')")
+    assert fatal_line(err) == (
+        f"[FileOpenError] input file '{LFN}' is a logical file name (LFN) but PoolSource has "
+        "no redirectors: set e.g. redirectors = cms.untracked.vstring('root://cms-xrd-global.cern.ch//')"
+    )
 
 
 @needs_xrootd
@@ -426,7 +470,8 @@ def test_missing_remote_file_gives_the_servers_message(xrootd, job, cmsrun, tmp_
     assert fatal_line(err) == (
         f"[FileOpenError] cannot open input file '{url}' at server 127.0.0.1:{xrootd.port}: FileNotFoundError: file "
         "not found ([ERROR] Server responded with an error: [3011] Unable to open /store/mc/nothere.root; no such "
-        "file or directory)")
+        "file or directory)"
+    )
     assert not (tmp_path / "run" / "out.root").exists()
 
 
@@ -452,9 +497,22 @@ def test_unreachable_server_fails_within_the_open_timeout(scheme, server, silent
 @needs_xrootd
 def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
     url = f"root://127.0.0.1:{silent.port}//store/mc/pfnano.root"
-    process = subprocess.Popen([sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}",
-                                "openTimeout=600", "timeout=600", "--no-progress"],
-                               cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework._cmsrun",
+            str(job),
+            f"inputFiles={url}",
+            "openTimeout=600",
+            "timeout=600",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert silent.connected.wait(60), "cmsrun never connected"
         time.sleep(0.5)  # inside XRootD's open, waiting for the handshake
@@ -477,13 +535,17 @@ def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
 @needs_xrootd
 def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
     url = f"{xrootd.url}store/mc/pfnano.root"
-    process = subprocess.Popen([sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}",
-                                "timeout=600", "--no-progress"],
-                               cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}", "timeout=600", "--no-progress"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         log = ""
         while "opened input file" not in log:  # then the server stops answering: reads hang
-            line = process.stderr.readline()  # type: ignore[union-attr]
+            line = process.stderr.readline()
             assert line, f"cmsrun ended before opening its input: {log}"
             log += line
         os.kill(xrootd.process.pid, signal.SIGSTOP)
@@ -517,9 +579,11 @@ def test_a_read_from_a_server_that_stops_answering_fails_within_the_timeout(xroo
     finally:
         os.kill(xrootd.process.pid, signal.SIGCONT)
     message = str(info.value)
-    assert message.startswith(f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
-                              f"'{xrootd.url}store/mc/pfnano.root' from 127.0.0.1:{xrootd.port}: no answer within "
-                              "timeout = 2 s"), message
+    assert message.startswith(
+        f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
+        f"'{xrootd.url}store/mc/pfnano.root' from 127.0.0.1:{xrootd.port}: no answer within "
+        "timeout = 2 s"
+    ), message
     assert "\n" not in message
     assert elapsed < 2 + SLACK
 
@@ -542,7 +606,8 @@ def test_missing_xrootd_client_says_what_to_install(monkeypatch):
         make_source("root://127.0.0.1:1//store/mc/pfnano.root").collections()
     assert str(info.value) == (
         "[FileOpenError] cannot open input file 'root://127.0.0.1:1//store/mc/pfnano.root': reading root:// needs "
-        f"the XRootD client, which is not installed: {_remote.INSTALL_XROOTD}")
+        f"the XRootD client, which is not installed: {_remote.INSTALL_XROOTD}"
+    )
 
 
 # -- HTTP ----------------------------------------------------------------------------------
@@ -566,8 +631,10 @@ def test_missing_http_file_is_one_line(http, job, cmsrun, tmp_path):
     url = http.server.url_for("/store/mc/nothere.root")
     code, err = cmsrun(job, f"inputFiles={url}", cwd=tmp_path / "run")
     assert code == 1
-    assert fatal_line(err).startswith(f"[FileOpenError] cannot open input file '{url}' at server "
-                                      f"127.0.0.1:{http.server.port}: FileNotFoundError: file not found"), err
+    assert fatal_line(err).startswith(
+        f"[FileOpenError] cannot open input file '{url}' at server "
+        f"127.0.0.1:{http.server.port}: FileNotFoundError: file not found"
+    ), err
 
 
 def test_transient_http_errors_are_retried_and_counted(http, pfnano):
@@ -600,9 +667,11 @@ def test_remote_access_is_validated_and_picklable():
 
     access = RemoteAccess(("root://a//", "https://b/data", "/mnt/site"), 5.0, 10.0, 1)
     assert pickle.loads(pickle.dumps(access)) == access
-    assert access.places(LFN) == [("root://a//store/mc/pfnano.root", "root://a//"),
-                                  ("https://b/data/store/mc/pfnano.root", "https://b/data"),
-                                  ("/mnt/site/store/mc/pfnano.root", "/mnt/site")]
+    assert access.places(LFN) == [
+        ("root://a//store/mc/pfnano.root", "root://a//"),
+        ("https://b/data/store/mc/pfnano.root", "https://b/data"),
+        ("/mnt/site/store/mc/pfnano.root", "/mnt/site"),
+    ]
     with pytest.raises(Exception, match="redirector 'site' is neither a URL"):
         RemoteAccess(("site",))
     with pytest.raises(Exception, match="openTimeout = 0.0 s, expected > 0"):
@@ -632,8 +701,9 @@ def test_fileset_of_urls_and_lfns(xrootd, pfnano, cmsrun, tmp_path):
     local = events(tmp_path / "local" / "remote.root")
     for dataset in ("URL", "LFN"):
         assert_same_events(events(tmp_path / "remote" / f"remote_{dataset}.root"), local)
-        assert histograms(tmp_path / "remote" / f"remote_hists_{dataset}.root") == \
-            histograms(tmp_path / "local" / "remote_hists.root")
+        assert histograms(tmp_path / "remote" / f"remote_hists_{dataset}.root") == histograms(
+            tmp_path / "local" / "remote_hists.root"
+        )
 
 
 @needs_xrootd
@@ -655,8 +725,10 @@ def test_a_work_unit_of_an_lfn_runs_where_the_config_goes(xrootd, pfnano, tmp_pa
     assert result["done"].report.events == 5
     (part,) = [p for p in result["done"].parts if p.parent.name == "remote_LFN.root.parts"]
     with uproot.open(part) as f, uproot.open(pfnano) as g:
-        np.testing.assert_array_equal(f["Events"]["Muon_pt"].array(library="np")[0],
-                                      g["Events"]["Muon_pt"].array(entry_start=2, entry_stop=3, library="np")[0])
+        np.testing.assert_array_equal(
+            f["Events"]["Muon_pt"].array(library="np")[0],
+            g["Events"]["Muon_pt"].array(entry_start=2, entry_stop=3, library="np")[0],
+        )
 
 
 def test_an_http_read_without_answer_fails_within_the_timeout(http):
@@ -668,7 +740,9 @@ def test_an_http_read_without_answer_fails_within_the_timeout(http):
         read_jets(source)
     elapsed = time.monotonic() - start
     message = str(info.value)
-    assert message.startswith(f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
-                              f"'{http.url}' from 127.0.0.1:{http.server.port}: no answer within timeout = 2 s"), message
+    assert message.startswith(
+        f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
+        f"'{http.url}' from 127.0.0.1:{http.server.port}: no answer within timeout = 2 s"
+    ), message
     assert "\n" not in message
     assert elapsed < 2 + SLACK

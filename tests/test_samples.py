@@ -56,7 +56,10 @@ def test_corrupt_copy_in_pysonic_samples_is_rejected(tmp_path, monkeypatch):
     data[1000] ^= 0xFF
     (folder / "nano_dy.root").write_bytes(bytes(data))
     monkeypatch.setenv("PYSONIC_SAMPLES", str(folder))
-    with pytest.raises(FileOpenError, match=rf"mine/nano_dy.root' has SHA-256 [0-9a-f]{{64}}, expected {samples.SHA256['nano_dy.root']}"):
+    with pytest.raises(
+        FileOpenError,
+        match=rf"mine/nano_dy.root' has SHA-256 [0-9a-f]{{64}}, expected {samples.SHA256['nano_dy.root']}",
+    ):
         samples.locate_sample("nano_dy.root")
 
 
@@ -87,8 +90,9 @@ def test_extract_from_sdist_verifies_and_writes_atomically(tmp_path, monkeypatch
     good, bad = b"real sample bytes", b"tampered bytes"
     monkeypatch.setitem(samples.SHA256, "good.root", hashlib.sha256(good).hexdigest())
     monkeypatch.setitem(samples.SHA256, "bad.root", hashlib.sha256(good).hexdigest())
-    sdist = fake_sdist(tmp_path / "coffea-0.tar.gz", {"pkg/tests/samples/good.root": good,
-                                                      "pkg/tests/samples/bad.root": bad})
+    sdist = fake_sdist(
+        tmp_path / "coffea-0.tar.gz", {"pkg/tests/samples/good.root": good, "pkg/tests/samples/bad.root": bad}
+    )
     cache = tmp_path / "cache"
     out = samples.extract_from_sdist(sdist, {"good.root": "pkg/tests/samples/good.root"}, cache)
     assert out == {"good.root": cache / "good.root"} and (cache / "good.root").read_bytes() == good
@@ -122,7 +126,12 @@ def test_fetch_path_uses_the_downloaded_sdist(tmp_path, monkeypatch):
 
 @needs_shared
 def test_cli_prints_paths():
-    done = subprocess.run([sys.executable, "-m", "framework.samples", "pfnano.root"], capture_output=True,
-                          text=True, cwd=samples.REPO_ROOT, env={**os.environ, "PYTHONPATH": str(samples.REPO_ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "framework.samples", "pfnano.root"],
+        capture_output=True,
+        text=True,
+        cwd=samples.REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(samples.REPO_ROOT)},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(SHARED / "pfnano.root")

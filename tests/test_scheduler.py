@@ -342,7 +342,7 @@ def policy_process(option: str, categories: list[str], *, ignore: bool = False) 
 async def test_try_to_continue_skips_dependents_and_reaches_endpaths(autojump_clock):
     job, report = await run(policy_process("TryToContinue", ["ValueError"]))
     assert report.events == 5 and report.events_with_errors == 1
-    assert sorted(Counter.calls["dependent"]) == [1, 2, 4, 5]      # skipped in event 3
+    assert sorted(Counter.calls["dependent"]) == [1, 2, 4, 5]  # skipped in event 3
     assert sorted(Counter.calls["independent"]) == [1, 2, 3, 4, 5]  # independent: still ran
     assert sorted(e for e, _ in Counter.calls["readIndependent"]) == [1, 2, 3, 4, 5]
     assert sorted(e for e, _ in Counter.calls["readBoom"]) == [1, 2, 4, 5]
@@ -382,9 +382,11 @@ async def test_fast_timer_service_writes_summary_and_trace(tmp_path):
     process.p = cms.Path(process.ext)
     process.e = cms.EndPath(process.read)
     process.FastTimerService = cms.Service(
-        "FastTimerService", writeJSONSummary=cms.untracked.bool(True),
+        "FastTimerService",
+        writeJSONSummary=cms.untracked.bool(True),
         jsonFileName=cms.untracked.string(str(tmp_path / "resources.json")),
-        traceFile=cms.untracked.string(str(tmp_path / "trace.json")))
+        traceFile=cms.untracked.string(str(tmp_path / "trace.json")),
+    )
     await run(process)
     summary = json.loads((tmp_path / "resources.json").read_text())
     ext = summary["modules"]["ext"]
@@ -393,8 +395,13 @@ async def test_fast_timer_service_writes_summary_and_trace(tmp_path):
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     spans = [e for e in trace if e["ph"] == "X"]
     names = {(e["args"]["module"], e["args"]["phase"]) for e in spans}
-    assert names == {("event", "event"), ("ext", "acquire"), ("ext", "external wait"),
-                     ("ext", "produce"), ("read", "analyze")}
+    assert names == {
+        ("event", "event"),
+        ("ext", "acquire"),
+        ("ext", "external wait"),
+        ("ext", "produce"),
+        ("read", "analyze"),
+    }
     assert len([e for e in spans if e["cat"] == "event"]) == 4
     assert {e["tid"] for e in spans} == {0, 1}  # one track per stream
     # Every module span lies inside its event's span on the same stream.
@@ -416,8 +423,17 @@ async def test_time_report_columns_carry_their_units(autojump_clock):
     console = Console(record=True, width=250)
     print_summary(job, report, console)
     text = console.export_text()
-    for header in ("acquire [ms]", "ext. wait [ms]", "produce [ms]", "own mean [ms]", "own p50 [ms]",
-                   "own p99 [ms]", "wall time [s]", "throughput [events/s]", "event latency p99 [ms]"):
+    for header in (
+        "acquire [ms]",
+        "ext. wait [ms]",
+        "produce [ms]",
+        "own mean [ms]",
+        "own p50 [ms]",
+        "own p99 [ms]",
+        "wall time [s]",
+        "throughput [events/s]",
+        "event latency p99 [ms]",
+    ):
         assert header in text
     assert "[ms per call]" in text  # the title's unit too: as rich markup it would vanish
     # 4 events on 2 streams, 1 s of (virtual) external latency each.

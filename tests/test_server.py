@@ -44,8 +44,11 @@ from framework.sonic.testing import TensorConfig, python_model_config, write_pyt
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # FP32 (batch, 4) -> 2 * x, max batch 8, dynamic batching, 1 instance.
-DOUBLER: dict[str, Any] = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))],
-                         "extra": "dynamic_batching { }"}
+DOUBLER: dict[str, Any] = {
+    "inputs": [TensorConfig("x", dims=(4,))],
+    "outputs": [TensorConfig("y", dims=(4,))],
+    "extra": "dynamic_batching { }",
+}
 DOUBLER_CONFIG = python_model_config("doubler", **DOUBLER)
 
 DOUBLER_MODEL = """\

@@ -37,7 +37,7 @@ from framework.sonic import (
 )
 from framework.sonic._server import LocalTritonServer
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import json
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -56,7 +56,7 @@ MODEL_PY = textwrap.dedent('''
                     y = 2 * x + 1
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))]))
             return out
-''')
+""")
 
 OWN = f"{_shm.PREFIX}{os.getpid()}_"  # the regions of this process
 
@@ -68,7 +68,7 @@ def write_model(repo: pathlib.Path, name: str, x_dims: str, y_dims: str, mode: s
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\n'
         f'input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {x_dims} ] }} ]\n'
         f'output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {y_dims} ] }} ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         f'parameters {{ key: "mode" value: {{ string_value: "{mode}" }} }}\n'
     )
 
@@ -118,8 +118,9 @@ def connect(server):
     clients = []
 
     def make(model: str, address: str | None = None, **params) -> TritonClient:
-        client = TritonClient(client_description().validate({"modelName": model, **params}, "Client"),
-                              debug_name="shmTest")
+        client = TritonClient(
+            client_description().validate({"modelName": model, **params}, "Client"), debug_name="shmTest"
+        )
         client.connect(ServerInfo("local", address or server.grpc_address))
         clients.append(client)
         return client
@@ -231,8 +232,9 @@ async def test_a_remote_looking_server_gets_payloads(connect, server):
 
 
 def test_stale_regions_of_dead_jobs_are_removed_at_the_next_start(monkeypatch):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     stale = pathlib.Path("/dev/shm") / f"{_shm.PREFIX}{int(dead.stdout)}_oldJob_0"
     live = pathlib.Path("/dev/shm") / f"{OWN}liveJob_0"  # this process is alive: kept
     stale.write_bytes(b"\0" * 64)
@@ -254,8 +256,7 @@ def service_with(*servers: tuple[str, str], **params) -> TritonService:
     desc = cms.ParameterSetDescription()
     TritonService.fill_descriptions(desc)
     entries = [{"name": n, "address": a.rsplit(":", 1)[0], "port": int(a.rsplit(":", 1)[1])} for n, a in servers]
-    return TritonService(desc.validate({"servers": entries, "fallback": {"enable": False}, **params},
-                                       "TritonService"))
+    return TritonService(desc.validate({"servers": entries, "fallback": {"enable": False}, **params}, "TritonService"))
 
 
 async def test_failover_releases_the_regions_on_the_old_server(repository, server, left_behind):
@@ -266,9 +267,13 @@ async def test_failover_releases_the_regions_on_the_old_server(repository, serve
         svc.add_model("affine", "failoverUser", preferred_server="doomed")
         await svc.begin_job()
         try:
-            client = TritonClient(client_description().validate(
-                {"modelName": "affine", "preferredServer": "doomed", "retries": [{"action": "otherServer"}]},
-                "Client"), debug_name="failoverUser")
+            client = TritonClient(
+                client_description().validate(
+                    {"modelName": "affine", "preferredServer": "doomed", "retries": [{"action": "otherServer"}]},
+                    "Client",
+                ),
+                debug_name="failoverUser",
+            )
             svc.connect(client)
             x, y = batches([2, 2])
             await infer(client, x)
@@ -322,7 +327,7 @@ class StopAfter(EDAnalyzer):
         Stop.seen.append(event.id.event)
         if len(Stop.seen) == 3:
             assert own_regions(), "the job uses no shared memory"
-            Stop.scope.cancel()  # type: ignore[union-attr]
+            Stop.scope.cancel()
 
 
 for _cls in (ShmAffine, StopAfter):
@@ -340,9 +345,15 @@ async def test_a_cancelled_job_leaves_no_region(server):
     host, port = server.grpc_address.rsplit(":", 1)
     process.TritonService = cms.Service(
         "TritonService",
-        servers=cms.untracked.VPSet(cms.PSet(name=cms.untracked.string("local"), address=cms.untracked.string(host),
-                                             port=cms.untracked.uint32(int(port)))),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)))
+        servers=cms.untracked.VPSet(
+            cms.PSet(
+                name=cms.untracked.string("local"),
+                address=cms.untracked.string(host),
+                port=cms.untracked.uint32(int(port)),
+            )
+        ),
+        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+    )
     process.validate_()
     Stop.seen = []
     job = build_job(process)
@@ -397,8 +408,9 @@ async def test_compression_gives_identical_results(connect, compression):
 @pytest.mark.parametrize(("key", "value"), [("compression", "zstd"), ("batchMode", "Jagged")])
 def test_bad_values_are_one_line_configuration_errors(key, value):
     with pytest.raises(ConfigurationError) as info:
-        TritonClient(client_description().validate({"modelName": "affine", key: value}, "Client"),
-                     debug_name="badModule")
+        TritonClient(
+            client_description().validate({"modelName": "affine", key: value}, "Client"), debug_name="badModule"
+        )
     message = str(info.value)
     assert "\n" not in message and "badModule" in message and f"Client.{key} '{value}'" in message
 

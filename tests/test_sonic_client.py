@@ -41,7 +41,7 @@ from framework.sonic.testing import TensorConfig, write_python_model
 SLOW_SECONDS = 1.0  # the "slow" model's execution time
 SERVED = ["double", "nobatch", "slow", "pair", "empty"]  # "spare" is left to the fallback
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import json, time
     import numpy as np
     import triton_python_backend_utils as pb_utils
@@ -65,7 +65,7 @@ MODEL_PY = textwrap.dedent('''
             if self.mode == "empty":  # what a broken backend does: no error, no data
                 return [pb_utils.Tensor("y", np.zeros((x.shape[0], 0), np.float32))]
             return [pb_utils.Tensor("y", (2 * x).astype(np.float32))]
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +75,23 @@ def repository(tmp_path_factory) -> pathlib.Path:
     write_python_model(repo, "spare", MODEL_PY, parameters={"mode": "double"})
     write_python_model(repo, "slow", MODEL_PY, parameters={"mode": "double", "sleep_s": str(SLOW_SECONDS)})
     write_python_model(repo, "empty", MODEL_PY, parameters={"mode": "empty"})
-    write_python_model(repo, "nobatch", MODEL_PY, max_batch_size=0, inputs=[TensorConfig("x", dims=(2, 3))],
-                       outputs=[TensorConfig("y", dims=(2, 3))], parameters={"mode": "double"})
-    write_python_model(repo, "pair", MODEL_PY,
-                       inputs=[TensorConfig("a", dims=(3,)), TensorConfig("b", "TYPE_INT32", (2,))],
-                       outputs=[TensorConfig("s", dims=(1,))], parameters={"mode": "pair"})
+    write_python_model(
+        repo,
+        "nobatch",
+        MODEL_PY,
+        max_batch_size=0,
+        inputs=[TensorConfig("x", dims=(2, 3))],
+        outputs=[TensorConfig("y", dims=(2, 3))],
+        parameters={"mode": "double"},
+    )
+    write_python_model(
+        repo,
+        "pair",
+        MODEL_PY,
+        inputs=[TensorConfig("a", dims=(3,)), TensorConfig("b", "TYPE_INT32", (2,))],
+        outputs=[TensorConfig("s", dims=(1,))],
+        parameters={"mode": "pair"},
+    )
     return repo
 
 
@@ -336,8 +348,9 @@ def server_entry(name: str, address: str) -> dict:
 
 async def test_service_discovery_fallback_and_stop(server, repository, caplog):
     dead = server_entry("dead", f"127.0.0.1:{free_port()}")
-    svc = service(servers=[dead, server_entry("local", server.grpc_address)],
-                  fallback={"modelRepository": str(repository)})
+    svc = service(
+        servers=[dead, server_entry("local", server.grpc_address)], fallback={"modelRepository": str(repository)}
+    )
     svc.add_model("double", "doubler")
     svc.add_model("spare", "spareUser", preferred_server="local")  # local lacks it
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
@@ -440,8 +453,11 @@ def sonic_process(mode: str, model_config: str = "") -> cms.Process:
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = 8
     process.options.numberOfStreams = 3
-    client = cms.PSet(modelName=cms.string("double"), mode=cms.untracked.string(mode),
-                      modelConfigPath=cms.untracked.string(model_config))
+    client = cms.PSet(
+        modelName=cms.string("double"),
+        mode=cms.untracked.string(mode),
+        modelConfigPath=cms.untracked.string(model_config),
+    )
     process.doubler = cms.EDProducer("testSonicDoubler", Client=client)
     process.nonEmpty = cms.EDFilter("testSonicNonEmpty", Client=client)
     process.collect = cms.EDAnalyzer("testCollect", src=cms.string("doubler"))
@@ -462,9 +478,13 @@ async def test_sonic_modules_in_a_job(server, mode):
     process = sonic_process(mode)
     process.TritonService = cms.Service(
         "TritonService",
-        servers=cms.untracked.VPSet(cms.PSet(name=cms.untracked.string("local"),
-                                             address=cms.untracked.string("127.0.0.1"),
-                                             port=cms.untracked.uint32(server.ports["grpc"]))),
+        servers=cms.untracked.VPSet(
+            cms.PSet(
+                name=cms.untracked.string("local"),
+                address=cms.untracked.string("127.0.0.1"),
+                port=cms.untracked.uint32(server.ports["grpc"]),
+            )
+        ),
         fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
     )
     job, report = await run_process(process)

@@ -31,8 +31,13 @@ def pfnano():
 
 
 def make_source(files, **overrides):
-    params = dict(fileNames=[str(f) for f in files], skipEvents=0, treeName="Events",
-                  duplicateCheckMode="checkAllFilesOpened", eventsPerRead=0)
+    params = dict(
+        fileNames=[str(f) for f in files],
+        skipEvents=0,
+        treeName="Events",
+        duplicateCheckMode="checkAllFilesOpened",
+        eventsPerRead=0,
+    )
     params.update(overrides)
     return PoolSource(types.SimpleNamespace(**params))
 
@@ -42,22 +47,34 @@ def write_nano(path, n, *, first_event=1, tree="Events", baskets=1, ids=True):
     counts = np.arange(n) % 4
     total = int(counts.sum())
     data = {
-        "Jet": ak.zip({"pt": ak.unflatten(np.arange(total, dtype=np.float32) + 10, counts),
-                       "eta": ak.unflatten(np.linspace(-2, 2, total, dtype=np.float32), counts)}),
-        "JetPFCands": ak.zip({"pt": ak.unflatten(np.ones(2 * n, np.float32), np.full(n, 2)),
-                              "jetIdx": ak.unflatten(np.zeros(2 * n, np.int32), np.full(n, 2))}),
+        "Jet": ak.zip(
+            {
+                "pt": ak.unflatten(np.arange(total, dtype=np.float32) + 10, counts),
+                "eta": ak.unflatten(np.linspace(-2, 2, total, dtype=np.float32), counts),
+            }
+        ),
+        "JetPFCands": ak.zip(
+            {
+                "pt": ak.unflatten(np.ones(2 * n, np.float32), np.full(n, 2)),
+                "jetIdx": ak.unflatten(np.zeros(2 * n, np.int32), np.full(n, 2)),
+            }
+        ),
         "MET_pt": np.arange(n, dtype=np.float32) * 2,
         "MET_phi": np.zeros(n, np.float32),
         "genWeight": np.ones(n, np.float32),
     }
     if ids:
-        data = {"run": np.full(n, 1, np.uint32), "luminosityBlock": np.full(n, 7, np.uint32),
-                "event": np.arange(first_event, first_event + n, dtype=np.uint64), **data}
+        data = {
+            "run": np.full(n, 1, np.uint32),
+            "luminosityBlock": np.full(n, 7, np.uint32),
+            "event": np.arange(first_event, first_event + n, dtype=np.uint64),
+            **data,
+        }
     with uproot.recreate(path) as f:
         t = f.mktree(tree, {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()})
         step = max(1, -(-n // baskets))
         for lo in range(0, n, step):
-            t.extend({k: v[lo:lo + step] for k, v in data.items()})
+            t.extend({k: v[lo : lo + step] for k, v in data.items()})
     return path
 
 
@@ -97,7 +114,9 @@ async def test_pfnano_ids_and_views_match_file(pfnano):
     events = await read_all(source)
     tree = uproot.open(pfnano)["Events"]
     ref = tree.arrays(["run", "luminosityBlock", "event", "Jet_pt", "Jet_eta", "MET_pt", "nPFCands", "genWeight"])
-    assert [tuple(e.id) for e in events] == list(zip(ref.run.tolist(), ref.luminosityBlock.tolist(), ref.event.tolist(), strict=True))
+    assert [tuple(e.id) for e in events] == list(
+        zip(ref.run.tolist(), ref.luminosityBlock.tolist(), ref.event.tolist(), strict=True)
+    )
     assert [e.entry for e in events] == list(range(len(ref)))
     for e, r in zip(events, ref, strict=True):
         jets = e.collections["Jet"]
@@ -311,8 +330,9 @@ async def test_missing_branch_in_a_later_file(tmp_path):
     b = tmp_path / "b.root"
     with uproot.recreate(b) as f:
         t = f.mktree("Events", {"run": np.uint32, "luminosityBlock": np.uint32, "event": np.uint64})
-        t.extend({"run": np.ones(1, np.uint32), "luminosityBlock": np.ones(1, np.uint32),
-                  "event": np.array([9], np.uint64)})
+        t.extend(
+            {"run": np.ones(1, np.uint32), "luminosityBlock": np.ones(1, np.uint32), "event": np.array([9], np.uint64)}
+        )
     source = make_source([a, b])
     source.set_branch_request({"Jet": {"pt"}})
     with pytest.raises(FileReadError, match=r"b.root.*no collection or branch 'Jet'"):

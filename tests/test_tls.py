@@ -32,7 +32,7 @@ from framework.sonic.testing import write_python_model
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
@@ -40,7 +40,7 @@ MODEL_PY = textwrap.dedent('''
         def execute(self, requests):
             return [pb_utils.InferenceResponse([pb_utils.Tensor(
                 "y", 2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]) for r in requests]
-''')
+""")
 
 
 def openssl(*args: str, cwd: pathlib.Path) -> None:
@@ -48,19 +48,59 @@ def openssl(*args: str, cwd: pathlib.Path) -> None:
 
 
 def make_ca(folder: pathlib.Path, name: str) -> None:
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
-            "-days", "1", "-subj", f"/CN=pysonic test {name}", cwd=folder)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN=pysonic test {name}",
+        cwd=folder,
+    )
 
 
 def make_signed(folder: pathlib.Path, name: str, ca: str, extensions: str = "") -> None:
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-            "-subj", f"/CN=pysonic {name}", cwd=folder)
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN=pysonic {name}",
+        cwd=folder,
+    )
     extra = []
     if extensions:
         (folder / f"{name}.ext").write_text(extensions + "\n")
         extra = ["-extfile", f"{name}.ext"]
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
-            "-out", f"{name}.crt", "-days", "1", *extra, cwd=folder)
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.crt",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "1",
+        *extra,
+        cwd=folder,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,17 +187,22 @@ def tls_process(port: int, pki: pathlib.Path, use_ssl: bool = True) -> cms.Proce
     process.TritonService = cms.Service(
         "TritonService",
         verbose=cms.untracked.bool(True),
-        servers=cms.untracked.VPSet(cms.PSet(
-            name=cms.untracked.string("secure"), address=cms.untracked.string("127.0.0.1"),
-            port=cms.untracked.uint32(port), useSsl=cms.untracked.bool(use_ssl),
-            rootCertificates=cms.untracked.string(str(pki / "ca.crt")),
-            privateKey=cms.untracked.string(str(pki / "client.key")),
-            certificateChain=cms.untracked.string(str(pki / "client.crt")),
-        )),
+        servers=cms.untracked.VPSet(
+            cms.PSet(
+                name=cms.untracked.string("secure"),
+                address=cms.untracked.string("127.0.0.1"),
+                port=cms.untracked.uint32(port),
+                useSsl=cms.untracked.bool(use_ssl),
+                rootCertificates=cms.untracked.string(str(pki / "ca.crt")),
+                privateKey=cms.untracked.string(str(pki / "client.key")),
+                certificateChain=cms.untracked.string(str(pki / "client.crt")),
+            )
+        ),
         fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
     )
-    process.doubler = cms.EDProducer("tlsDoubler", Client=cms.PSet(
-        modelName=cms.string("double"), verbose=cms.untracked.bool(True)))
+    process.doubler = cms.EDProducer(
+        "tlsDoubler", Client=cms.PSet(modelName=cms.string("double"), verbose=cms.untracked.bool(True))
+    )
     process.recorder = cms.EDAnalyzer("tlsRecorder")
     process.p = cms.Path(process.doubler + process.recorder)
     return process

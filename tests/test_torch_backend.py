@@ -40,6 +40,7 @@ EVENTS = 4  # real events per model, sent concurrently
 def _runner(name: str) -> Callable[[Any], None]:
     def edit(config: Any) -> None:
         config.parameters["runner"].string_value = name
+
     return edit
 
 
@@ -62,11 +63,12 @@ def server(twin_repository):
 def real_inputs() -> dict[str, list[dict[str, np.ndarray]]]:
     """Per model, ``EVENTS`` requests built from real pfnano.root events."""
     tree = uproot.open(locate_sample("pfnano.root"))["Events"]
-    arrays = tree.arrays(filter_name=["run", "luminosityBlock", "event", "Jet_*", "JetPFCands_*", "PFCands_*"],
-                         entry_stop=EVENTS)
+    arrays = tree.arrays(
+        filter_name=["run", "luminosityBlock", "event", "Jet_*", "JetPFCands_*", "PFCands_*"], entry_stop=EVENTS
+    )
 
     def collection(prefix: str) -> ak.Array:
-        return ak.zip({f[len(prefix) + 1:]: arrays[f] for f in arrays.fields if f.startswith(prefix + "_")})
+        return ak.zip({f[len(prefix) + 1 :]: arrays[f] for f in arrays.fields if f.startswith(prefix + "_")})
 
     jets, jet_pf, pf = collection("Jet"), collection("JetPFCands"), collection("PFCands")
     out: dict[str, list[dict[str, np.ndarray]]] = {name: [] for name in MODELS}
@@ -94,8 +96,9 @@ def _infer_all(address: str, model: str, requests: list[dict[str, np.ndarray]]) 
                 tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
                 tensor.set_data_from_numpy(np.ascontiguousarray(array))
                 inputs.append(tensor)
-            result = client.infer(model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
-                                  client_timeout=120)
+            result = client.infer(
+                model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs], client_timeout=120
+            )
             return {n: result.as_numpy(n) for n in outputs}
 
         with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
@@ -122,9 +125,14 @@ def test_run_batched_with_torch_ops():
     """The batching logic on torch tensors: merged call, split rows, bad request alone."""
     from framework.sonic.torch_backend import TorchOps
 
-    spec = parse_model_config({"name": "m", "max_batch_size": 8,
-                               "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
-                               "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [2]}]})
+    spec = parse_model_config(
+        {
+            "name": "m",
+            "max_batch_size": 8,
+            "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
+            "output": [{"name": "y", "data_type": "TYPE_FP64", "dims": [2]}],
+        }
+    )
     calls = []
 
     def run(inputs):

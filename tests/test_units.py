@@ -33,15 +33,18 @@ def write_clustered(path, sizes, *, first_event=1):
     """Events in clusters of ``sizes`` entries (one ``extend`` each): Jet (jagged), MET_pt, ids."""
     n = sum(sizes)
     counts = np.arange(n) % 3
-    data = {"run": np.ones(n, np.uint32), "luminosityBlock": np.full(n, 3, np.uint32),
-            "event": np.arange(first_event, first_event + n, dtype=np.uint64),
-            "Jet": ak.zip({"pt": ak.unflatten(np.arange(counts.sum(), dtype=np.float32), counts)}),
-            "MET_pt": np.arange(n, dtype=np.float32)}
+    data = {
+        "run": np.ones(n, np.uint32),
+        "luminosityBlock": np.full(n, 3, np.uint32),
+        "event": np.arange(first_event, first_event + n, dtype=np.uint64),
+        "Jet": ak.zip({"pt": ak.unflatten(np.arange(counts.sum(), dtype=np.float32), counts)}),
+        "MET_pt": np.arange(n, dtype=np.float32),
+    }
     with uproot.recreate(path) as f:
         tree = f.mktree("Events", {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()})
         lo = 0
         for size in sizes:
-            tree.extend({k: v[lo:lo + size] for k, v in data.items()})
+            tree.extend({k: v[lo : lo + size] for k, v in data.items()})
             lo += size
     return str(path)
 
@@ -56,13 +59,17 @@ def assert_partition(units, info):
 
 # ------------------------------------------------------------------ splitting
 
-@pytest.mark.parametrize("chunk, expected", [
-    (250, [(0, 300), (300, 600), (600, 900), (900, 1000)]),   # coffea's align_clusters walk
-    (100, [(k, k + 100) for k in range(0, 1000, 100)]),        # one cluster per unit
-    (70, [(k, k + 100) for k in range(0, 1000, 100)]),         # 100 is nearer 70 than 200 is
-    (160, [(k, k + 200) for k in range(0, 1000, 200)]),        # 200 is nearer 160 than 100 is
-    (10**6, [(0, 1000)]),
-])
+
+@pytest.mark.parametrize(
+    "chunk, expected",
+    [
+        (250, [(0, 300), (300, 600), (600, 900), (900, 1000)]),  # coffea's align_clusters walk
+        (100, [(k, k + 100) for k in range(0, 1000, 100)]),  # one cluster per unit
+        (70, [(k, k + 100) for k in range(0, 1000, 100)]),  # 100 is nearer 70 than 200 is
+        (160, [(k, k + 200) for k in range(0, 1000, 200)]),  # 200 is nearer 160 than 100 is
+        (10**6, [(0, 1000)]),
+    ],
+)
 def test_units_are_aligned_to_clusters(chunk, expected):
     info = FileInfo("f.root", "Events", 1000, tuple(range(0, 1001, 100)), "uuid")
     units = split_units("DY", info, chunk)
@@ -77,8 +84,13 @@ def test_a_cluster_much_larger_than_the_chunk_is_cut():
     assert [(u.entry_start, u.entry_stop) for u in units] == [(k, k + 50) for k in range(0, 1000, 50)]
     info = FileInfo("hzz.root", "events", 2421, (0, 2421), "uuid")  # one cluster, as the real file
     units = split_units("HZZ", info, 500)
-    assert [(u.entry_start, u.entry_stop) for u in units] == [(0, 485), (485, 970), (970, 1455), (1455, 1940),
-                                                               (1940, 2421)]
+    assert [(u.entry_start, u.entry_stop) for u in units] == [
+        (0, 485),
+        (485, 970),
+        (970, 1455),
+        (1455, 1940),
+        (1940, 2421),
+    ]
     assert_partition(units, info)
     # 1.5 x chunk or less: kept whole, as coffea does
     assert len(split_units("HZZ", info, 1614)) == 1
@@ -95,7 +107,7 @@ def test_random_layouts_cover_every_entry_exactly_once():
         assert_partition(units, info)
         covered = np.zeros(info.num_entries, int)
         for u in units:
-            covered[u.entry_start:u.entry_stop] += 1
+            covered[u.entry_start : u.entry_stop] += 1
         assert (covered == 1).all()
         # Aligned wherever no cluster had to be cut (a cluster <= 1.5 x chunk is never cut).
         if max(sizes) <= 1.5 * chunk:
@@ -106,7 +118,10 @@ def test_empty_tree_and_given_steps():
     empty = FileInfo("e.root", "Events", 0, (0,), "u")
     assert split_units("D", empty, 10) == [WorkUnit("D", "e.root", "Events", 0, 0)]
     info = FileInfo("f.root", "Events", 40, (0, 40), "u")
-    assert [(u.entry_start, u.entry_stop) for u in split_units("D", info, 5, [(0, 10), (30, 40)])] == [(0, 10), (30, 40)]
+    assert [(u.entry_start, u.entry_stop) for u in split_units("D", info, 5, [(0, 10), (30, 40)])] == [
+        (0, 10),
+        (30, 40),
+    ]
     with pytest.raises(ValueError, match=r"steps \[30, 50\] of file 'f.root' are beyond its 40 entries"):
         split_units("D", info, 5, [(30, 50)])
     with pytest.raises(ValueError, match="chunk size must be >= 1"):
@@ -122,6 +137,7 @@ def test_unit_ids_are_stable_and_file_name_safe():
 
 
 # ------------------------------------------------------------------ preprocessing real and tiny files
+
 
 def test_preprocess_file_reads_clusters_and_uuid(tmp_path):
     path = write_clustered(tmp_path / "c.root", [7, 5, 9])
@@ -141,11 +157,14 @@ def test_preprocess_real_samples():
     assert hzz.num_entries == 2421
 
 
-@pytest.mark.parametrize("content, problem", [
-    (None, "does not exist"),
-    (b"", "is empty"),
-    (b"not a root file at all", "is not a ROOT file"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"not a root file at all", "is not a ROOT file"),
+    ],
+)
 def test_bad_file_gives_one_line_naming_it(tmp_path, content, problem):
     path = tmp_path / "bad.root"
     if content is not None:
@@ -166,18 +185,22 @@ def test_truncated_real_file_names_it(tmp_path):
 
 # ------------------------------------------------------------------ the cache
 
+
 def counting_mapper(calls):
     def mapper(fn, paths, trees):
         calls.extend(zip(paths, trees, strict=True))
         return map(fn, paths, trees)
+
     return mapper
 
 
 def test_cache_is_reused_while_files_are_unchanged(tmp_path):
     a = write_clustered(tmp_path / "a.root", [10, 10])
     b = write_clustered(tmp_path / "b.root", [4], first_event=100)
-    datasets = [Dataset("A", (FileSpec(a, "Events"), FileSpec(b, "Events"))),
-                Dataset("B", (FileSpec(b, "Events"),))]        # b in two datasets: read once
+    datasets = [
+        Dataset("A", (FileSpec(a, "Events"), FileSpec(b, "Events"))),
+        Dataset("B", (FileSpec(b, "Events"),)),
+    ]  # b in two datasets: read once
     cache = tmp_path / "out" / "fs.preprocessed.json"
     cache.parent.mkdir()
     calls = []
@@ -228,9 +251,15 @@ def test_preprocessed_steps_are_recomputed_when_the_uuid_changed(tmp_path, caplo
 
 # ------------------------------------------------------------------ PoolSource over entry ranges
 
+
 def make_source(files=(), **overrides):
-    params = dict(fileNames=[str(f) for f in files], skipEvents=0, treeName="Events",
-                  duplicateCheckMode="checkAllFilesOpened", eventsPerRead=0)
+    params = dict(
+        fileNames=[str(f) for f in files],
+        skipEvents=0,
+        treeName="Events",
+        duplicateCheckMode="checkAllFilesOpened",
+        eventsPerRead=0,
+    )
     params.update(overrides)
     return PoolSource(types.SimpleNamespace(**params))
 
@@ -242,8 +271,9 @@ async def read(source, request, max_events=-1):
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(source.run, send, max_events)
-            events = [(tuple(e.id), e.file_name, e.entry, np.asarray(e.collections["Jet"].pt).tolist())
-                      async for e in receive]
+            events = [
+                (tuple(e.id), e.file_name, e.entry, np.asarray(e.collections["Jet"].pt).tolist()) async for e in receive
+            ]
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None
     finally:
@@ -265,7 +295,7 @@ async def test_units_read_the_same_events_as_the_whole_file(name):
     # One unit alone: exactly its entries.
     one = make_source()
     one.set_units([units[2]])
-    assert await read(one, request) == full[units[2].entry_start:units[2].entry_stop]
+    assert await read(one, request) == full[units[2].entry_start : units[2].entry_stop]
 
 
 async def test_ranges_across_clusters_and_files_with_skip_and_max_events(tmp_path):
@@ -286,8 +316,11 @@ async def test_unit_beyond_the_file_is_a_one_line_error(tmp_path):
     a = write_clustered(tmp_path / "a.root", [7])
     source = make_source()
     source.set_units([WorkUnit("D", a, "Events", 5, 9)])
-    with pytest.raises(FileReadError, match=rf"entries \[5, 9\) of tree 'Events' in input file '{a}' are out of "
-                                            r"range: the tree has 7 entries"):
+    with pytest.raises(
+        FileReadError,
+        match=rf"entries \[5, 9\) of tree 'Events' in input file '{a}' are out of "
+        r"range: the tree has 7 entries",
+    ):
         await read(source, {"Jet": {"pt"}})
 
 

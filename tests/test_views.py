@@ -27,14 +27,17 @@ from framework.io._views import JaggedColumn, numpy_column
 def jets():
     """A chunk of 3 entries with 3, 0 and 4 jets (pt float32, eta float32, id int32)."""
     pt = np.arange(7, dtype=np.float32) * 10 + 5
-    contents = [ak.contents.NumpyArray(pt), ak.contents.NumpyArray(-pt / 100),
-                ak.contents.NumpyArray(np.arange(7, dtype=np.int32))]
+    contents = [
+        ak.contents.NumpyArray(pt),
+        ak.contents.NumpyArray(-pt / 100),
+        ak.contents.NumpyArray(np.arange(7, dtype=np.int32)),
+    ]
     records = ak.contents.RecordArray(contents, ["pt", "eta", "id"], length=7)
     return JaggedChunk(records, np.array([0, 3, 3, 7], dtype=np.int64))
 
 
 def eager(chunk, i):
-    return ak.Array(chunk.records[chunk.offsets[i]:chunk.offsets[i + 1]])
+    return ak.Array(chunk.records[chunk.offsets[i] : chunk.offsets[i + 1]])
 
 
 def built(view) -> bool:
@@ -55,24 +58,43 @@ def test_fields_are_numpy_views_of_the_chunk_and_build_nothing(jets):
     assert not built(view)
 
 
-@pytest.mark.parametrize("operation", [
-    lambda a: a.to_list(),
-    lambda a: a[a.pt > 40].to_list(),
-    lambda a: a[1:].to_list(),
-    lambda a: a[-1].to_list(),
-    lambda a: a[["pt", "id"]].to_list(),
-    lambda a: [r.to_list() for r in a],
-    lambda a: ak.num(a, axis=0),
-    lambda a: ak.zip({"x": a.pt, "y": a.id}).to_list(),
-    lambda a: str(ak.type(a)),
-    lambda a: ak.to_numpy(a).tolist(),
-    lambda a: ak.Array(a).to_list(),
-    lambda a: copy.copy(a).to_list(),
-    lambda a: pickle.loads(pickle.dumps(a)).to_list(),
-    lambda a: ak.concatenate([a, a]).to_list(),
-    lambda a: a.layout.form.to_dict(),
-], ids=["to_list", "mask", "slice", "index", "projection", "iteration", "num", "zip", "type",
-        "to_numpy", "ak.Array", "copy", "pickle", "concatenate", "layout"])
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda a: a.to_list(),
+        lambda a: a[a.pt > 40].to_list(),
+        lambda a: a[1:].to_list(),
+        lambda a: a[-1].to_list(),
+        lambda a: a[["pt", "id"]].to_list(),
+        lambda a: [r.to_list() for r in a],
+        lambda a: ak.num(a, axis=0),
+        lambda a: ak.zip({"x": a.pt, "y": a.id}).to_list(),
+        lambda a: str(ak.type(a)),
+        lambda a: ak.to_numpy(a).tolist(),
+        lambda a: ak.Array(a).to_list(),
+        lambda a: copy.copy(a).to_list(),
+        lambda a: pickle.loads(pickle.dumps(a)).to_list(),
+        lambda a: ak.concatenate([a, a]).to_list(),
+        lambda a: a.layout.form.to_dict(),
+    ],
+    ids=[
+        "to_list",
+        "mask",
+        "slice",
+        "index",
+        "projection",
+        "iteration",
+        "num",
+        "zip",
+        "type",
+        "to_numpy",
+        "ak.Array",
+        "copy",
+        "pickle",
+        "concatenate",
+        "layout",
+    ],
+)
 def test_awkward_operations_act_as_on_the_eager_array(jets, operation):
     for i in range(len(jets)):  # event 1 has no jets: a[-1] raises, on both
         assert outcome(operation, jets[i]) == outcome(operation, eager(jets, i))
@@ -103,9 +125,12 @@ def test_a_view_set_a_field_becomes_a_plain_array_and_the_chunk_is_unchanged(jet
 def singleton_chunk():
     """MET-like: pt float32, nGood int64 (scalars), cov float32[2] (fixed size), w (jagged)."""
     w = ak.Array([[1.0, 2.0], [], [3.0]]).layout
-    contents = [ak.contents.NumpyArray(np.array([1.5, 2.5, 3.5], np.float32)),
-                ak.contents.NumpyArray(np.array([4, 5, 6], np.int64)),
-                ak.contents.NumpyArray(np.arange(6, dtype=np.float32).reshape(3, 2)), w]
+    contents = [
+        ak.contents.NumpyArray(np.array([1.5, 2.5, 3.5], np.float32)),
+        ak.contents.NumpyArray(np.array([4, 5, 6], np.int64)),
+        ak.contents.NumpyArray(np.arange(6, dtype=np.float32).reshape(3, 2)),
+        w,
+    ]
     return SingletonChunk(ak.contents.RecordArray(contents, ["pt", "nGood", "cov", "w"], length=3))
 
 
@@ -139,13 +164,18 @@ async def test_poolsource_hands_out_views_of_a_real_file(tmp_path):
     pt = ak.unflatten(np.arange(5, dtype=np.float32), counts)
     weights = ak.Array([[1.0, 0.5], [0.9], []])
     path = tmp_path / "views.root"
-    data = {"Jet": ak.zip({"pt": pt, "mass": pt * 0.1}), "MET_pt": np.array([1, 2, 3], np.float32),
-            "PSWeight": weights, "genWeight": np.array([1.0, -1.0, 1.0])}
+    data = {
+        "Jet": ak.zip({"pt": pt, "mass": pt * 0.1}),
+        "MET_pt": np.array([1, 2, 3], np.float32),
+        "PSWeight": weights,
+        "genWeight": np.array([1.0, -1.0, 1.0]),
+    }
     with uproot.recreate(path) as f:
         f.mktree("Events", {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()})
         f["Events"].extend(data)
-    params = types.SimpleNamespace(fileNames=[str(path)], skipEvents=0, treeName="Events",
-                                   duplicateCheckMode="noDuplicateCheck", eventsPerRead=0)
+    params = types.SimpleNamespace(
+        fileNames=[str(path)], skipEvents=0, treeName="Events", duplicateCheckMode="noDuplicateCheck", eventsPerRead=0
+    )
     source = PoolSource(params)
     source.collections()
     source.set_branch_request({"Jet": None, "MET": None, "PSWeight": None, "genWeight": None})

@@ -20,12 +20,18 @@ import framework.config as cms
 V = cms.VarParsing
 options = V()
 options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic")
-options.register("models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string,
-                 "models to run")
+options.register(
+    "models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string, "models to run"
+)
 options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port ('' = fallback server)")
 options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode")
-options.register("sharedMemory", True, V.multiplicity.singleton, V.varType.bool,
-                 "Client.useSharedMemory (shared memory with a local server)")
+options.register(
+    "sharedMemory",
+    True,
+    V.multiplicity.singleton,
+    V.varType.bool,
+    "Client.useSharedMemory (shared memory with a local server)",
+)
 options.register("source", "pfnano", V.multiplicity.singleton, V.varType.string, "pfnano | empty")
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
 options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
@@ -37,10 +43,20 @@ options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, 
 options.register("nChannels", 16000, V.multiplicity.singleton, V.varType.int, "FACILE rows per event")
 options.register("minTaus", 3, V.multiplicity.singleton, V.varType.int, "DeepTau candidates per event (at least)")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
-options.register("modelName", "", V.multiplicity.singleton, V.varType.string,
-                 "Triton model name of the (single) model ('' = its own, e.g. particlenet_ak4)")
-options.register("dumpInputs", "", V.multiplicity.singleton, V.varType.string,
-                 "save the first model's inputs of every event to this .npz ('' = no)")
+options.register(
+    "modelName",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "Triton model name of the (single) model ('' = its own, e.g. particlenet_ak4)",
+)
+options.register(
+    "dumpInputs",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "save the first model's inputs of every event to this .npz ('' = no)",
+)
 options.parseArguments()
 
 KNOWN = ("particlenet", "deepmet", "deeptau", "facile")
@@ -59,8 +75,11 @@ else:
         from framework.samples import locate_sample
 
         files = [str(locate_sample("pfnano.root"))]
-    process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
-                                duplicateCheckMode=cms.untracked.string("noDuplicateCheck"))
+    process.source = cms.Source(
+        "PoolSource",
+        fileNames=cms.untracked.vstring(*(files * options.repeat)),
+        duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
+    )
 process.maxEvents.input = options.events
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
@@ -68,14 +87,23 @@ process.options.numberOfThreads = options.threads
 servers = []
 if options.server:
     address, _, port = options.server.rpartition(":")
-    servers.append(cms.PSet(name=cms.untracked.string("bench"), address=cms.untracked.string(address),
-                            port=cms.untracked.uint32(int(port))))
+    servers.append(
+        cms.PSet(
+            name=cms.untracked.string("bench"),
+            address=cms.untracked.string(address),
+            port=cms.untracked.uint32(int(port)),
+        )
+    )
 process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(*servers))
 
 
 def client(model_name):
-    return cms.PSet(modelName=cms.string(model_name), mode=cms.untracked.string(options.mode),
-                    timeout=cms.untracked.uint32(120), useSharedMemory=cms.untracked.bool(options.sharedMemory))
+    return cms.PSet(
+        modelName=cms.string(model_name),
+        mode=cms.untracked.string(options.mode),
+        timeout=cms.untracked.uint32(120),
+        useSharedMemory=cms.untracked.bool(options.sharedMemory),
+    )
 
 
 def twin(sonic_type, direct_type):
@@ -83,22 +111,37 @@ def twin(sonic_type, direct_type):
 
 
 producers = {
-    "particlenet": (cms.EDProducer("ParticleNetInputProducer"),
-                    twin("ParticleNetSonicProducer", "modules.particlenet:ParticleNetDirectProducer"), "particlenet_ak4"),
-    "deepmet": (cms.EDProducer("DeepMETInputProducer"),
-                twin("DeepMETSonicProducer", "modules.deepmet:DeepMETDirectProducer"), "deepmet"),
-    "deeptau": (cms.EDProducer("modules.deeptau:DeepTauInputProducer", minTaus=cms.uint32(options.minTaus)),
-                twin("modules.deeptau:DeepTauSonicProducer", "modules.deeptau:DeepTauDirectProducer"), "deeptau"),
-    "facile": (cms.EDProducer("modules.facile:FacileInputProducer", nChannels=cms.uint32(options.nChannels)),
-               twin("modules.facile:FacileSonicProducer", "modules.facile:FacileDirectProducer"), "facile"),
+    "particlenet": (
+        cms.EDProducer("ParticleNetInputProducer"),
+        twin("ParticleNetSonicProducer", "modules.particlenet:ParticleNetDirectProducer"),
+        "particlenet_ak4",
+    ),
+    "deepmet": (
+        cms.EDProducer("DeepMETInputProducer"),
+        twin("DeepMETSonicProducer", "modules.deepmet:DeepMETDirectProducer"),
+        "deepmet",
+    ),
+    "deeptau": (
+        cms.EDProducer("modules.deeptau:DeepTauInputProducer", minTaus=cms.uint32(options.minTaus)),
+        twin("modules.deeptau:DeepTauSonicProducer", "modules.deeptau:DeepTauDirectProducer"),
+        "deeptau",
+    ),
+    "facile": (
+        cms.EDProducer("modules.facile:FacileInputProducer", nChannels=cms.uint32(options.nChannels)),
+        twin("modules.facile:FacileSonicProducer", "modules.facile:FacileDirectProducer"),
+        "facile",
+    ),
 }
 inputs, path = [], []
 if options.barrier:
     process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
     path.append(process.barrier)
 if options.cpuTime > 0:
-    process.cpu = cms.EDProducer("modules.bench:BenchCPUProducer", cpuTime=cms.double(options.cpuTime),
-                                 mode=cms.untracked.string(options.cpuMode))
+    process.cpu = cms.EDProducer(
+        "modules.bench:BenchCPUProducer",
+        cpuTime=cms.double(options.cpuTime),
+        mode=cms.untracked.string(options.cpuMode),
+    )
     path.append(process.cpu)
 if options.modelName and len(options.models) != 1:
     raise ValueError("models_cfg.py: modelName needs exactly one model")
@@ -110,8 +153,11 @@ for name in options.models:
     inputs.append(getattr(process, f"{name}Inputs"))
     path.append(getattr(process, name))
 if options.dumpInputs:
-    process.dump = cms.EDAnalyzer("modules.bench:BenchInputDumper", src=cms.InputTag(f"{options.models[0]}Inputs"),
-                                  fileName=cms.untracked.string(options.dumpInputs))
+    process.dump = cms.EDAnalyzer(
+        "modules.bench:BenchInputDumper",
+        src=cms.InputTag(f"{options.models[0]}Inputs"),
+        fileName=cms.untracked.string(options.dumpInputs),
+    )
     path.append(process.dump)
 process.inputsTask = cms.Task(*inputs)
 process.p = cms.Path(*path, process.inputsTask)

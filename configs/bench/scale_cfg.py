@@ -19,16 +19,24 @@ options = V()
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
 options.register("cpuTime", 5.0, V.multiplicity.singleton, V.varType.float, "CPU work per event, ms")
 options.register("sonic", 0, V.multiplicity.singleton, V.varType.int, "1: a tiny SONIC request per event")
-options.register("server", "", V.multiplicity.singleton, V.varType.string,
-                 "host:port of a Triton server serving 'tiny'")
-options.register("repository", "", V.multiplicity.singleton, V.varType.string,
-                 "the fallback's repository (with 'tiny')")
+options.register(
+    "server", "", V.multiplicity.singleton, V.varType.string, "host:port of a Triton server serving 'tiny'"
+)
+options.register(
+    "repository", "", V.multiplicity.singleton, V.varType.string, "the fallback's repository (with 'tiny')"
+)
 options.register("outputFile", "scale.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
-options.register("keep", [], V.multiplicity.list, V.varType.string,
-                 "more outputCommands 'keep' patterns (a bigger output, e.g. PFCands_*)")
+options.register(
+    "keep",
+    [],
+    V.multiplicity.list,
+    V.varType.string,
+    "more outputCommands 'keep' patterns (a bigger output, e.g. PFCands_*)",
+)
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
-options.register("extra", "", V.multiplicity.singleton, V.varType.string,
-                 "'file:Class' of one more EDAnalyzer on the Path (tests)")
+options.register(
+    "extra", "", V.multiplicity.singleton, V.varType.string, "'file:Class' of one more EDAnalyzer on the Path (tests)"
+)
 options.parseArguments()
 
 files = options.inputFiles
@@ -38,8 +46,9 @@ if not files:
     files = [str(locate_sample("pfnano.root"))]
 
 process = cms.Process("SCALE")
-process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*files),
-                            duplicateCheckMode=cms.untracked.string("noDuplicateCheck"))
+process.source = cms.Source(
+    "PoolSource", fileNames=cms.untracked.vstring(*files), duplicateCheckMode=cms.untracked.string("noDuplicateCheck")
+)
 process.options.numberOfStreams = options.streams
 process.cpu = cms.EDProducer("BenchCPUProducer", cpuTime=cms.double(options.cpuTime))
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
@@ -48,21 +57,38 @@ if options.sonic:
     servers = []
     if options.server:
         address, _, port = options.server.rpartition(":")
-        servers.append(cms.PSet(name=cms.untracked.string("scale"), address=cms.untracked.string(address),
-                                port=cms.untracked.uint32(int(port))))
+        servers.append(
+            cms.PSet(
+                name=cms.untracked.string("scale"),
+                address=cms.untracked.string(address),
+                port=cms.untracked.uint32(int(port)),
+            )
+        )
     process.TritonService = cms.Service(
-        "TritonService", servers=cms.untracked.VPSet(*servers),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(not options.server), device=cms.untracked.string("cpu"),
-                                    modelRepository=cms.untracked.string(options.repository)))
-    process.tiny = cms.EDProducer("TinySonicProducer",
-                                  Client=cms.PSet(modelName=cms.string("tiny"), mode=cms.untracked.string("Async"),
-                                                  timeout=cms.untracked.uint32(60)))
+        "TritonService",
+        servers=cms.untracked.VPSet(*servers),
+        fallback=cms.untracked.PSet(
+            enable=cms.untracked.bool(not options.server),
+            device=cms.untracked.string("cpu"),
+            modelRepository=cms.untracked.string(options.repository),
+        ),
+    )
+    process.tiny = cms.EDProducer(
+        "TinySonicProducer",
+        Client=cms.PSet(
+            modelName=cms.string("tiny"), mode=cms.untracked.string("Async"), timeout=cms.untracked.uint32(60)
+        ),
+    )
     sequence = sequence * process.tiny
 if options.extra:
     process.extra = cms.EDAnalyzer(options.extra)
     sequence = sequence * process.extra
-process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string(options.outputFile),
-                               outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep jetHT", "keep tiny",
-                                                                    *(f"keep {k}" for k in options.keep)))
+process.out = cms.OutputModule(
+    "NanoAODOutputModule",
+    fileName=cms.untracked.string(options.outputFile),
+    outputCommands=cms.untracked.vstring(
+        "drop *", "keep Jet_pt", "keep jetHT", "keep tiny", *(f"keep {k}" for k in options.keep)
+    ),
+)
 process.p = cms.Path(sequence)
 process.e = cms.EndPath(process.out)

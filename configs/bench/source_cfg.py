@@ -15,13 +15,23 @@ V = cms.VarParsing
 options = V()
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: nano_tt_v15.root)")
 options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
-options.register("collections", ["Jet", "Tau", "Muon", "Electron"], V.multiplicity.list, V.varType.string,
-                 "collections to read (all fields)")
+options.register(
+    "collections",
+    ["Jet", "Tau", "Muon", "Electron"],
+    V.multiplicity.list,
+    V.varType.string,
+    "collections to read (all fields)",
+)
 options.register("treeName", "Events", V.multiplicity.singleton, V.varType.string, "tree to read")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
-options.register("emptyEvents", 0, V.multiplicity.singleton, V.varType.int,
-                 "if > 0: this many EmptySource events instead of the files, nothing read")
+options.register(
+    "emptyEvents",
+    0,
+    V.multiplicity.singleton,
+    V.varType.int,
+    "if > 0: this many EmptySource events instead of the files, nothing read",
+)
 options.parseArguments()
 
 process = cms.Process("BENCH")
@@ -36,9 +46,12 @@ else:
         from framework.samples import locate_sample
 
         files = [str(locate_sample("nano_tt_v15.root"))]
-    process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*(files * options.repeat)),
-                                duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
-                                treeName=cms.untracked.string(options.treeName))
+    process.source = cms.Source(
+        "PoolSource",
+        fileNames=cms.untracked.vstring(*(files * options.repeat)),
+        duplicateCheckMode=cms.untracked.string("noDuplicateCheck"),
+        treeName=cms.untracked.string(options.treeName),
+    )
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
 process.reader = cms.EDAnalyzer("modules.bench:BenchBranchReader", collections=cms.vstring(*collections))

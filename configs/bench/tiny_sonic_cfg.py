@@ -14,8 +14,13 @@ import framework.config as cms
 
 V = cms.VarParsing
 options = V()
-options.register("server", "", V.multiplicity.singleton, V.varType.string,
-                 "host:port of the Triton server (required); several, comma-separated: servers of the same model")
+options.register(
+    "server",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "host:port of the Triton server (required); several, comma-separated: servers of the same model",
+)
 options.register("events", 1000, V.multiplicity.singleton, V.varType.int, "events (EmptySource)")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
@@ -23,8 +28,9 @@ options.register("cpuTime", 2.0, V.multiplicity.singleton, V.varType.float, "CPU
 options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, "burn | sleep")
 options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode: Async, Sync, PseudoAsync")
 options.register("width", 4, V.multiplicity.singleton, V.varType.int, "float32 values per request")
-options.register("batchRows", 0, V.multiplicity.singleton, V.varType.int,
-                 "Client.batching.maxRows: cross-event batching (0 = off)")
+options.register(
+    "batchRows", 0, V.multiplicity.singleton, V.varType.int, "Client.batching.maxRows: cross-event batching (0 = off)"
+)
 options.register("batchDelay", 100, V.multiplicity.singleton, V.varType.int, "Client.batching.maxDelay, microseconds")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
 options.parseArguments()
@@ -40,27 +46,40 @@ process.options.numberOfThreads = options.threads
 servers = []
 for index, server in enumerate(options.server.split(",")):
     address, _, port = server.rpartition(":")
-    servers.append(cms.PSet(name=cms.untracked.string("bench" if index == 0 else f"bench{index}"),
-                            address=cms.untracked.string(address), port=cms.untracked.uint32(int(port))))
+    servers.append(
+        cms.PSet(
+            name=cms.untracked.string("bench" if index == 0 else f"bench{index}"),
+            address=cms.untracked.string(address),
+            port=cms.untracked.uint32(int(port)),
+        )
+    )
 process.TritonService = cms.Service(
     "TritonService",
     servers=cms.untracked.VPSet(*servers),
     fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
 )
 process.tiny = cms.EDProducer(
-    "modules.bench:TinySonicProducer", width=cms.uint32(options.width),
-    Client=cms.PSet(modelName=cms.string("tiny"), mode=cms.untracked.string(options.mode),
-                    timeout=cms.untracked.uint32(60),
-                    batching=cms.untracked.PSet(maxRows=cms.untracked.uint32(options.batchRows),
-                                                maxDelay=cms.untracked.uint32(options.batchDelay))),
+    "modules.bench:TinySonicProducer",
+    width=cms.uint32(options.width),
+    Client=cms.PSet(
+        modelName=cms.string("tiny"),
+        mode=cms.untracked.string(options.mode),
+        timeout=cms.untracked.uint32(60),
+        batching=cms.untracked.PSet(
+            maxRows=cms.untracked.uint32(options.batchRows), maxDelay=cms.untracked.uint32(options.batchDelay)
+        ),
+    ),
 )
 modules = []
 if options.barrier:
     process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
     modules.append(process.barrier)
 if options.cpuTime > 0:
-    process.cpu = cms.EDProducer("modules.bench:BenchCPUProducer", cpuTime=cms.double(options.cpuTime),
-                                 mode=cms.untracked.string(options.cpuMode))
+    process.cpu = cms.EDProducer(
+        "modules.bench:BenchCPUProducer",
+        cpuTime=cms.double(options.cpuTime),
+        mode=cms.untracked.string(options.cpuMode),
+    )
     modules.append(process.cpu)
 modules.append(process.tiny)
 process.p = cms.Path(*modules)

@@ -1,7 +1,8 @@
 """``python -m framework.bench``: run the benchmarks, print tables, write JSON and PNG.
 
     python -m framework.bench all [--quick] [--repeat N] [--out results/]
-    python -m framework.bench latency|client-overhead|dynamic-batching|direct|overhead|source|miniaod|clients|servers|scale|shm
+    python -m framework.bench EXPERIMENT [--quick] [--repeat N]   # one of EXPERIMENTS below: latency,
+        client-overhead, dynamic-batching, direct, overhead, source, miniaod, clients, servers, scale, shm
     python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
     python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
@@ -59,11 +60,23 @@ GROUPS: dict[str, list[str]] = {"all": list(EXPERIMENTS), "gpu": [*_exp_gpu.GPU_
 def machine() -> dict[str, Any]:
     """Where and when: date (UTC), CPUs (count and model), platform, Python, load average
     (1, 5, 15 min), and the NVIDIA GPUs with their driver (``nvidia-smi``; [] if none)."""
-    cpu_model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                      if line.startswith("model name")), platform.processor())
-    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "cpus": os.cpu_count(), "cpu_model": cpu_model, "platform": platform.platform(),
-            "python": platform.python_version(), "loadavg": list(os.getloadavg()), "gpus": _gpus()}
+    cpu_model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg": list(os.getloadavg()),
+        "gpus": _gpus(),
+    }
 
 
 def _read(path: str) -> str:
@@ -78,13 +91,20 @@ def _gpus() -> list[dict[str, str]]:
     if smi is None:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False).stdout
+        out = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     keys = ("name", "driver", "memory")
     # Not strict: a line of nvidia-smi's own error text has fewer fields; it is kept as it is.
-    return [dict(zip(keys, (f.strip() for f in line.split(",")), strict=False)) for line in out.splitlines() if line.strip()]
+    return [
+        dict(zip(keys, (f.strip() for f in line.split(",")), strict=False)) for line in out.splitlines() if line.strip()
+    ]
 
 
 def _format(value: Any, fmt: str) -> str:
@@ -118,8 +138,11 @@ def print_result(result: dict[str, Any], console: Console) -> None:
 
 def experiments(out: pathlib.Path) -> dict[str, Callable[[bool, int], dict[str, Any]]]:
     """Every experiment by name; ``plan`` reads its inputs from ``out``."""
-    return {**EXPERIMENTS, **_exp_gpu.GPU_EXPERIMENTS,
-            "plan": lambda quick, repeat: _exp_gpu.plan(quick, repeat, results=out)}
+    return {
+        **EXPERIMENTS,
+        **_exp_gpu.GPU_EXPERIMENTS,
+        "plan": lambda quick, repeat: _exp_gpu.plan(quick, repeat, results=out),
+    }
 
 
 def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, console: Console) -> dict[str, Any]:
@@ -140,10 +163,16 @@ def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, conso
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m framework.bench",
-                                     description="Benchmarks of the framework and of SONIC (see docs/performance.md)")
-    parser.add_argument("experiment", nargs="+", choices=[*experiments(pathlib.Path()), *GROUPS],
-                        help="what to run (several may be named)")
+    parser = argparse.ArgumentParser(
+        prog="python -m framework.bench",
+        description="Benchmarks of the framework and of SONIC (see docs/performance.md)",
+    )
+    parser.add_argument(
+        "experiment",
+        nargs="+",
+        choices=[*experiments(pathlib.Path()), *GROUPS],
+        help="what to run (several may be named)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny settings (tests): seconds, meaningless numbers")
     parser.add_argument("--repeat", type=int, default=1, help="runs per point; the median is reported")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"), help="output folder")

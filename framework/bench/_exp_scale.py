@@ -46,28 +46,53 @@ def _fileset(folder: pathlib.Path, sample: str, copies: int) -> pathlib.Path:
     return path
 
 
-def _run(folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int,
-         options: dict[str, Any]) -> dict[str, Any]:
+def _run(
+    folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int, options: dict[str, Any]
+) -> dict[str, Any]:
     summary_path = folder / f"summary-{workers}.json"
     args = [f"{k}={v}" for k, v in options.items()]
-    cmd = [sys.executable, "-m", "framework._cmsrun", str(CONFIG), *args, "--dataset", str(fileset),
-           "--chunk-size", str(chunk), "--executor", "dask", "--workers", str(workers), "--no-progress",
-           "--summary-json", str(summary_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "framework._cmsrun",
+        str(CONFIG),
+        *args,
+        "--dataset",
+        str(fileset),
+        "--chunk-size",
+        str(chunk),
+        "--executor",
+        "dask",
+        "--workers",
+        str(workers),
+        "--no-progress",
+        "--summary-json",
+        str(summary_path),
+    ]
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=3600, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"cmsrun --executor dask --workers {workers} failed ({proc.returncode}): "
-                           f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+        raise RuntimeError(
+            f"cmsrun --executor dask --workers {workers} failed ({proc.returncode}): "
+            f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}"
+        )
     summary = json.loads(summary_path.read_text())
     units = summary["units"]
     merged = [m for m in summary["merge"] if m["dataset"] == "PFNano"]
     merge_s = sum(m["seconds"] for m in merged)
     merge_bytes = sum(m["bytes"] for m in merged)
-    return {"events": summary["events"], "span_s": units["span_s"],
-            "throughput": summary["events"] / units["span_s"] if units["span_s"] > 0 else 0.0,
-            "units": units["done"], "overhead_ms": units["mean_overhead_s"] * 1e3,
-            "scheduling_ms": units["scheduling_s"] * 1e3, "merge_s": merge_s, "merge_mb": merge_bytes / 1e6,
-            "merge_s_per_100mb": merge_s / (merge_bytes / 1e8) if merge_bytes else 0.0,
-            "p50_ms": summary["latency"]["p50"] * 1e3, "p99_ms": summary["latency"]["p99"] * 1e3}
+    return {
+        "events": summary["events"],
+        "span_s": units["span_s"],
+        "throughput": summary["events"] / units["span_s"] if units["span_s"] > 0 else 0.0,
+        "units": units["done"],
+        "overhead_ms": units["mean_overhead_s"] * 1e3,
+        "scheduling_ms": units["scheduling_s"] * 1e3,
+        "merge_s": merge_s,
+        "merge_mb": merge_bytes / 1e6,
+        "merge_s_per_100mb": merge_s / (merge_bytes / 1e8) if merge_bytes else 0.0,
+        "p50_ms": summary["latency"]["p50"] * 1e3,
+        "p99_ms": summary["latency"]["p99"] * 1e3,
+    }
 
 
 def scale(quick: bool, repeat: int) -> dict[str, Any]:
@@ -89,31 +114,55 @@ def scale(quick: bool, repeat: int) -> dict[str, Any]:
             base = None
             # --quick: the SONIC config at 2 workers only (it proves the path; seconds count in the tests).
             for workers in (2,) if quick and name == "sonic" else (1, 2):
-                point = median_of(repeat, functools.partial(_run, folder, fileset, workers, chunk, options),
-                                  keys=("throughput", "overhead_ms", "scheduling_ms", "merge_s_per_100mb"))
+                point = median_of(
+                    repeat,
+                    functools.partial(_run, folder, fileset, workers, chunk, options),
+                    keys=("throughput", "overhead_ms", "scheduling_ms", "merge_s_per_100mb"),
+                )
                 base = point["throughput"] if workers == 1 else base
                 ratio = point["throughput"] / (workers * base) if base else None
                 rows.append({"config": name, "workers": workers, **point, "linear_ratio": ratio})
                 if workers == 2 and ratio is not None:
                     wanted = 0.85 if name == "cpu" else None
-                    targets.append({"name": f"{name}: 2 workers / (2 x 1 worker)", "value": ratio, "target": wanted,
-                                    "met": ratio >= 0.85 if wanted else None,
-                                    "note": f"{os.cpu_count()} cores; {copies} x pfnano.root, {chunk} events/unit"})
+                    targets.append(
+                        {
+                            "name": f"{name}: 2 workers / (2 x 1 worker)",
+                            "value": ratio,
+                            "target": wanted,
+                            "met": ratio >= 0.85 if wanted else None,
+                            "note": f"{os.cpu_count()} cores; {copies} x pfnano.root, {chunk} events/unit",
+                        }
+                    )
     return {
         "experiment": "scale",
         "title": "Scale-out on Dask: events/s for 1 and 2 workers (LocalCluster), CPU-bound and SONIC",
-        "settings": {"copies": copies, "chunk_size": chunk, "cpu_ms": cpu_ms, "quick": quick, "repeat": repeat,
-                     "configs": configs},
+        "settings": {
+            "copies": copies,
+            "chunk_size": chunk,
+            "cpu_ms": cpu_ms,
+            "quick": quick,
+            "repeat": repeat,
+            "configs": configs,
+        },
         "rows": rows,
-        "columns": [("config", "config", "s"), ("workers", "workers", "d"), ("events", "events", "d"),
-                    ("throughput", "events/s", ".1f"), ("linear_ratio", "/ linear", ".2f"),
-                    ("overhead_ms", "overhead/unit [ms]", ".1f"), ("scheduling_ms", "scheduling/unit [ms]", ".1f"),
-                    ("merge_mb", "merged [MB]", ".2f"), ("merge_s_per_100mb", "merge [s/100 MB]", ".2f"),
-                    ("p50_ms", "p50 [ms]", ".2f")],
+        "columns": [
+            ("config", "config", "s"),
+            ("workers", "workers", "d"),
+            ("events", "events", "d"),
+            ("throughput", "events/s", ".1f"),
+            ("linear_ratio", "/ linear", ".2f"),
+            ("overhead_ms", "overhead/unit [ms]", ".1f"),
+            ("scheduling_ms", "scheduling/unit [ms]", ".1f"),
+            ("merge_mb", "merged [MB]", ".2f"),
+            ("merge_s_per_100mb", "merge [s/100 MB]", ".2f"),
+            ("p50_ms", "p50 [ms]", ".2f"),
+        ],
         "targets": targets,
-        "notes": ["events/s over the span of the units (cluster start-up and preprocessing excluded)",
-                  "overhead/unit: task time outside the events (job lookup, begin_unit/end_unit with the part "
-                  "writing); scheduling/unit: worker time outside tasks while units ran",
-                  "sonic: one local tiny-model server shared by every worker",
-                  "each unit opens its file again (PoolSource per unit): ~10 events per unit makes that visible"],
+        "notes": [
+            "events/s over the span of the units (cluster start-up and preprocessing excluded)",
+            "overhead/unit: task time outside the events (job lookup, begin_unit/end_unit with the part "
+            "writing); scheduling/unit: worker time outside tasks while units ran",
+            "sonic: one local tiny-model server shared by every worker",
+            "each unit opens its file again (PoolSource per unit): ~10 events per unit makes that visible",
+        ],
     }

@@ -22,7 +22,7 @@ from ._harness import local_server, median_of, run_config, temporary_folder
 
 MS = 1e3
 
-WORK_MODEL_PY = '''\
+WORK_MODEL_PY = """\
 # The "tiny" identity model with a fixed amount of work per request (cmsbench servers).
 import time
 
@@ -44,7 +44,7 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", x)]))
         return responses
-'''
+"""
 
 
 def write_work_repository(folder: pathlib.Path, work: str, seconds: float) -> pathlib.Path:
@@ -56,7 +56,7 @@ def write_work_repository(folder: pathlib.Path, work: str, seconds: float) -> pa
         'name: "tiny"\nbackend: "python"\nmax_batch_size: 64\n'
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-        'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
     )
     return folder
 
@@ -73,35 +73,75 @@ def servers_per_model(quick: bool, repeat: int) -> dict[str, Any]:
             servers = [stack.enter_context(local_server(repository)) for _ in range(2)]
             for count in (1, 2):
                 address = ",".join(server.grpc_address for server in servers[:count])
-                result = median_of(repeat, functools.partial(
-                    run_config, "tiny_sonic_cfg.py", warmup=streams, server=address, events=events, streams=streams,
-                    cpuTime=0))
+                result = median_of(
+                    repeat,
+                    functools.partial(
+                        run_config,
+                        "tiny_sonic_cfg.py",
+                        warmup=streams,
+                        server=address,
+                        events=events,
+                        streams=streams,
+                        cpuTime=0,
+                    ),
+                )
                 model = result["services"].get("TritonService", {}).get("models", {}).get("tiny", {})
-                rows.append({"server_work": f"{work} {seconds * MS:g} ms", "servers": count, "events": events,
-                             "throughput": result["throughput"], "p50_ms": result["latency"]["p50"] * MS,
-                             "per_server": model.get("servers", {}), "bound": count / seconds})
+                rows.append(
+                    {
+                        "server_work": f"{work} {seconds * MS:g} ms",
+                        "servers": count,
+                        "events": events,
+                        "throughput": result["throughput"],
+                        "p50_ms": result["latency"]["p50"] * MS,
+                        "per_server": model.get("servers", {}),
+                        "bound": count / seconds,
+                    }
+                )
     targets = []
     for work, seconds in variants:
         name = f"{work} {seconds * MS:g} ms"
         one, two = (next(r for r in rows if r["server_work"] == name and r["servers"] == n) for n in (1, 2))
         two["gain"] = gain = two["throughput"] / one["throughput"]
         spread = ", ".join(f"{k}: {v}" for k, v in sorted(two["per_server"].items()))
-        note = (f"requests per server {spread}" if work == "sleep" else
-                f"requests per server {spread}; two CPU-bound servers and the client share {os.cpu_count()} cores")
-        targets.append({"name": f"two servers / one, server work {name}", "value": gain, "target": 1.6,
-                        "met": gain >= 1.6, "note": note})
+        note = (
+            f"requests per server {spread}"
+            if work == "sleep"
+            else f"requests per server {spread}; two CPU-bound servers and the client share {os.cpu_count()} cores"
+        )
+        targets.append(
+            {
+                "name": f"two servers / one, server work {name}",
+                "value": gain,
+                "target": 1.6,
+                "met": gain >= 1.6,
+                "note": note,
+            }
+        )
     return {
         "experiment": "servers",
         "title": "One model, one vs two local servers (least outstanding x latency)",
-        "settings": {"streams": streams, "variants": [f"{w} {s * MS:g} ms" for w, s in variants], "threads": 1,
-                     "batching": "off (one request per event)", "quick": quick, "repeat": repeat},
+        "settings": {
+            "streams": streams,
+            "variants": [f"{w} {s * MS:g} ms" for w, s in variants],
+            "threads": 1,
+            "batching": "off (one request per event)",
+            "quick": quick,
+            "repeat": repeat,
+        },
         "rows": rows,
-        "columns": [("server_work", "server work/request", "s"), ("servers", "servers", "d"),
-                    ("throughput", "events/s", ".1f"), ("bound", "servers' bound", ".0f"), ("gain", "gain", ".2f"),
-                    ("p50_ms", "p50 [ms]", ".1f")],
+        "columns": [
+            ("server_work", "server work/request", "s"),
+            ("servers", "servers", "d"),
+            ("throughput", "events/s", ".1f"),
+            ("bound", "servers' bound", ".0f"),
+            ("gain", "gain", ".2f"),
+            ("p50_ms", "p50 [ms]", ".1f"),
+        ],
         "targets": targets,
-        "notes": ["one instance per server and no dynamic batching: a server does one request at a time, so "
-                  "its bound is 1 / (work per request)",
-                  "sleep: the servers' time is not this machine's CPU (a coprocessor's); burn: CPU-bound servers "
-                  "on the same 2 cores as the client, which bounds the gain"],
+        "notes": [
+            "one instance per server and no dynamic batching: a server does one request at a time, so "
+            "its bound is 1 / (work per request)",
+            "sleep: the servers' time is not this machine's CPU (a coprocessor's); burn: CPU-bound servers "
+            "on the same 2 cores as the client, which bounds the gain",
+        ],
     }

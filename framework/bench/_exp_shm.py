@@ -29,7 +29,8 @@ def _client(address: str, shared_memory: bool) -> Any:
     from framework.sonic import ServerInfo, TritonClient, client_description
 
     params = client_description().validate(
-        {"modelName": "facile", "useSharedMemory": shared_memory, "timeout": 120}, "Client")
+        {"modelName": "facile", "useSharedMemory": shared_memory, "timeout": 120}, "Client"
+    )
     client = TritonClient(params, debug_name="shmBench" if shared_memory else "grpcBench")
     client.connect(ServerInfo("bench", address))
     return client
@@ -87,24 +88,48 @@ def shared_memory_vs_payloads(quick: bool, repeat: int) -> dict[str, Any]:
         for client in clients.values():
             client.close()
     one_mb = [r for r in rows if r["in_flight"] == 1 and abs(r["input_mb"] - 1.0) < 0.05]
-    targets = [{"name": "shared memory / gRPC latency, 1 MB, one call at a time", "value": r["latency_ratio"],
-                "target": 1.0, "met": r["latency_ratio"] < 1.0, "note": "below 1: shared memory is faster"}
-               for r in one_mb]
+    targets = [
+        {
+            "name": "shared memory / gRPC latency, 1 MB, one call at a time",
+            "value": r["latency_ratio"],
+            "target": 1.0,
+            "met": r["latency_ratio"] < 1.0,
+            "note": "below 1: shared memory is faster",
+        }
+        for r in one_mb
+    ]
     return {
         "experiment": "shm",
         "title": "Shared memory vs gRPC payloads: FACILE inputs, one local server",
-        "settings": {"sizes_mb": list(sizes), "in_flight": list(IN_FLIGHT), "calls": calls, "model": "facile",
-                     "mode": "Async", "quick": quick, "repeat": repeat, "shm_calls": shm_calls,
-                     "grpc_client_shm_calls": grpc_shm_calls},
+        "settings": {
+            "sizes_mb": list(sizes),
+            "in_flight": list(IN_FLIGHT),
+            "calls": calls,
+            "model": "facile",
+            "mode": "Async",
+            "quick": quick,
+            "repeat": repeat,
+            "shm_calls": shm_calls,
+            "grpc_client_shm_calls": grpc_shm_calls,
+        },
         "rows": rows,
-        "columns": [("input_mb", "input [MB]", ".2f"), ("in_flight", "N", "d"),
-                    ("shm_ms", "shm p50 [ms]", ".2f"), ("grpc_ms", "gRPC p50 [ms]", ".2f"),
-                    ("latency_ratio", "shm/gRPC", ".2f"), ("shm_ms_per_mb", "shm [ms/MB]", ".2f"),
-                    ("grpc_ms_per_mb", "gRPC [ms/MB]", ".2f"), ("shm_mb_per_s", "shm [MB/s]", ".0f"),
-                    ("grpc_mb_per_s", "gRPC [MB/s]", ".0f"), ("throughput_ratio", "thr. shm/gRPC", ".2f")],
+        "columns": [
+            ("input_mb", "input [MB]", ".2f"),
+            ("in_flight", "N", "d"),
+            ("shm_ms", "shm p50 [ms]", ".2f"),
+            ("grpc_ms", "gRPC p50 [ms]", ".2f"),
+            ("latency_ratio", "shm/gRPC", ".2f"),
+            ("shm_ms_per_mb", "shm [ms/MB]", ".2f"),
+            ("grpc_ms_per_mb", "gRPC [ms/MB]", ".2f"),
+            ("shm_mb_per_s", "shm [MB/s]", ".0f"),
+            ("grpc_mb_per_s", "gRPC [MB/s]", ".0f"),
+            ("throughput_ratio", "thr. shm/gRPC", ".2f"),
+        ],
         "targets": targets,
-        "notes": ["p50 latency of one call (SONIC client, Async, to_server to outputs checked) at N calls in flight",
-                  "both transports alternate point by point against the same server; the model's own time is "
-                  "included (onnxruntime MLP per channel), so ms/MB is an upper bound of the transport cost",
-                  f"calls through shared memory: {shm_calls} (shm client), {grpc_shm_calls} (gRPC client)"],
+        "notes": [
+            "p50 latency of one call (SONIC client, Async, to_server to outputs checked) at N calls in flight",
+            "both transports alternate point by point against the same server; the model's own time is "
+            "included (onnxruntime MLP per channel), so ms/MB is an upper bound of the transport cost",
+            f"calls through shared memory: {shm_calls} (shm client), {grpc_shm_calls} (gRPC client)",
+        ],
     }

@@ -72,17 +72,36 @@ def latency_hiding(quick: bool, repeat: int) -> dict[str, Any]:
                     if mode == "Async":
                         rate = min(n * rate, 1 / c_guess)
                     events = _events_for(rate, seconds, n)
-                    result = median_of(repeat, partial(
-                        run_config, "tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n,
-                        cpuTime=cpu_ms, mode=mode))
-                    rows.append({"rtt_ms": rtt, "mode": mode, "streams": n, "events": events,
-                                 "throughput": result["throughput"], "p50_ms": result["latency"]["p50"] * MS,
-                                 "p99_ms": result["latency"]["p99"] * MS})
+                    result = median_of(
+                        repeat,
+                        partial(
+                            run_config,
+                            "tiny_sonic_cfg.py",
+                            warmup=n,
+                            server=address,
+                            events=events,
+                            streams=n,
+                            cpuTime=cpu_ms,
+                            mode=mode,
+                        ),
+                    )
+                    rows.append(
+                        {
+                            "rtt_ms": rtt,
+                            "mode": mode,
+                            "streams": n,
+                            "events": events,
+                            "throughput": result["throughput"],
+                            "p50_ms": result["latency"]["p50"] * MS,
+                            "p99_ms": result["latency"]["p99"] * MS,
+                        }
+                    )
     return _latency_targets(rows, rtts, streams, cpu_ms, quick, repeat)
 
 
-def _latency_targets(rows: list[dict[str, Any]], rtts: tuple[int, ...], streams: tuple[int, ...], cpu_ms: float,
-                     quick: bool, repeat: int) -> dict[str, Any]:
+def _latency_targets(
+    rows: list[dict[str, Any]], rtts: tuple[int, ...], streams: tuple[int, ...], cpu_ms: float, quick: bool, repeat: int
+) -> dict[str, Any]:
     def find(rtt: int, mode: str, n: int) -> dict[str, Any]:
         return next(r for r in rows if r["rtt_ms"] == rtt and r["mode"] == mode and r["streams"] == n)
 
@@ -99,30 +118,64 @@ def _latency_targets(rows: list[dict[str, Any]], rtts: tuple[int, ...], streams:
             row["expected"] = 1 / (L + c)
         row["ratio_to_expected"] = row["throughput"] / row["expected"]
     worst = min((r for r in rows if r["mode"] == "Async" and r["rtt_ms"] > 0), key=lambda r: r["ratio_to_expected"])
-    targets.append({"name": "Async >= 0.8 x min(N/(L+c), T0(N)), every N and L", "value": worst["ratio_to_expected"],
-                    "target": 0.8, "met": worst["ratio_to_expected"] >= 0.8,
-                    "note": f"worst at L = {worst['rtt_ms']} ms, N = {worst['streams']}"})
+    targets.append(
+        {
+            "name": "Async >= 0.8 x min(N/(L+c), T0(N)), every N and L",
+            "value": worst["ratio_to_expected"],
+            "target": 0.8,
+            "met": worst["ratio_to_expected"] >= 0.8,
+            "note": f"worst at L = {worst['rtt_ms']} ms, N = {worst['streams']}",
+        }
+    )
     sync = [r["ratio_to_expected"] for r in rows if r["mode"] == "Sync" and r["rtt_ms"] > 0]
-    targets.append({"name": "Sync near 1/(L+c)", "value": float(np.median(sync)), "target": 1.0,
-                    "met": bool(all(0.7 <= s <= 1.3 for s in sync)),
-                    "note": f"range {min(sync):.2f}-{max(sync):.2f} of 1/(L+c)"})
+    targets.append(
+        {
+            "name": "Sync near 1/(L+c)",
+            "value": float(np.median(sync)),
+            "target": 1.0,
+            "met": bool(all(0.7 <= s <= 1.3 for s in sync)),
+            "note": f"range {min(sync):.2f}-{max(sync):.2f} of 1/(L+c)",
+        }
+    )
     n_check = 16 if 16 in streams else max(streams)
     rtt_check = 20 if 20 in rtts else rtts[0]
     gain = find(rtt_check, "Async", n_check)["throughput"] / find(rtt_check, "Sync", n_check)["throughput"]
-    targets.append({"name": f"Async / Sync at N = {n_check}, L = {rtt_check} ms", "value": gain, "target": 10.0,
-                    "met": gain >= 10.0, "note": "N = 16 in the full run"})
+    targets.append(
+        {
+            "name": f"Async / Sync at N = {n_check}, L = {rtt_check} ms",
+            "value": gain,
+            "target": 10.0,
+            "met": gain >= 10.0,
+            "note": "N = 16 in the full run",
+        }
+    )
     return {
         "experiment": "latency",
         "title": "Latency hiding with ExternalWork (tiny model, added round-trip time L)",
-        "settings": {"rtt_ms": list(rtts), "streams": list(streams), "cpu_ms_nominal": cpu_ms, "threads": 1,
-                     "c_ms_measured": c * MS, "quick": quick, "repeat": repeat},
+        "settings": {
+            "rtt_ms": list(rtts),
+            "streams": list(streams),
+            "cpu_ms_nominal": cpu_ms,
+            "threads": 1,
+            "c_ms_measured": c * MS,
+            "quick": quick,
+            "repeat": repeat,
+        },
         "rows": rows,
-        "columns": [("rtt_ms", "L [ms]", "d"), ("mode", "mode", "s"), ("streams", "N", "d"),
-                    ("throughput", "events/s", ".1f"), ("expected", "bound", ".1f"),
-                    ("p50_ms", "p50 [ms]", ".1f"), ("p99_ms", "p99 [ms]", ".1f")],
+        "columns": [
+            ("rtt_ms", "L [ms]", "d"),
+            ("mode", "mode", "s"),
+            ("streams", "N", "d"),
+            ("throughput", "events/s", ".1f"),
+            ("expected", "bound", ".1f"),
+            ("p50_ms", "p50 [ms]", ".1f"),
+            ("p99_ms", "p99 [ms]", ".1f"),
+        ],
         "targets": targets,
-        "notes": ["one thread: the CPU work of two events never overlaps, so T0(N) <= 1/c",
-                  "the proxy runs in its own process and holds every chunk L/2 in each direction"],
+        "notes": [
+            "one thread: the CPU work of two events never overlaps, so T0(N) <= 1/c",
+            "the proxy runs in its own process and holds every chunk L/2 in each direction",
+        ],
     }
 
 
@@ -142,41 +195,83 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     rows = []
     address = SERVERS.tiny_server().grpc_address
     for n in streams:
+
         def job(n: int = n, **batching: int) -> dict[str, Any]:
-            return run_config("tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n, cpuTime=0,
-                              **batching)
+            return run_config(
+                "tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n, cpuTime=0, **batching
+            )
 
         sonic = median_of(repeat, job)
         batched = median_of(repeat, functools.partial(job, batchRows=64, batchDelay=200))
         bare = median_of(repeat, functools.partial(bare_async_loop, address, n, events))
         client = batched["services"].get("TritonService", {}).get("clients", {}).get("tiny", {})
-        rows.append({"streams": n, "sonic": sonic["throughput"], "bare": bare["throughput"],
-                     "ratio": sonic["throughput"] / bare["throughput"], "sonic_p50_ms": sonic["latency"]["p50"] * MS,
-                     "bare_p50_ms": bare["latency"]["p50"] * MS, "bare_errors": bare["errors"],
-                     "sonic_batched": batched["throughput"],
-                     "batched_ratio": batched["throughput"] / bare["throughput"],
-                     "batched_p50_ms": batched["latency"]["p50"] * MS,
-                     "requests_per_call": client.get("requests", 0) / max(1, client.get("calls", 0))})
-    targets = [{"name": f"SONIC / bare at N = {r['streams']}", "value": r["ratio"], "target": 0.85,
-                "met": r["ratio"] >= 0.85, "note": "one request per event"} for r in rows if r["streams"] >= 16]
-    targets += [{"name": f"SONIC batched / bare at N = {r['streams']}", "value": r["batched_ratio"], "target": 1.5,
-                 "met": r["batched_ratio"] >= 1.5, "note": f"{r['requests_per_call']:.1f} events per call"}
-                for r in rows if r["streams"] == 64]
+        rows.append(
+            {
+                "streams": n,
+                "sonic": sonic["throughput"],
+                "bare": bare["throughput"],
+                "ratio": sonic["throughput"] / bare["throughput"],
+                "sonic_p50_ms": sonic["latency"]["p50"] * MS,
+                "bare_p50_ms": bare["latency"]["p50"] * MS,
+                "bare_errors": bare["errors"],
+                "sonic_batched": batched["throughput"],
+                "batched_ratio": batched["throughput"] / bare["throughput"],
+                "batched_p50_ms": batched["latency"]["p50"] * MS,
+                "requests_per_call": client.get("requests", 0) / max(1, client.get("calls", 0)),
+            }
+        )
+    targets = [
+        {
+            "name": f"SONIC / bare at N = {r['streams']}",
+            "value": r["ratio"],
+            "target": 0.85,
+            "met": r["ratio"] >= 0.85,
+            "note": "one request per event",
+        }
+        for r in rows
+        if r["streams"] >= 16
+    ]
+    targets += [
+        {
+            "name": f"SONIC batched / bare at N = {r['streams']}",
+            "value": r["batched_ratio"],
+            "target": 1.5,
+            "met": r["batched_ratio"] >= 1.5,
+            "note": f"{r['requests_per_call']:.1f} events per call",
+        }
+        for r in rows
+        if r["streams"] == 64
+    ]
     return {
         "experiment": "client-overhead",
         "title": "Client overhead: a SONIC producer (batching off / on) vs a bare tritonclient async_infer loop",
-        "settings": {"streams": list(streams), "events": events, "model": "tiny",
-                     "batching": "maxRows 64, maxDelay 200 us", "quick": quick, "repeat": repeat},
+        "settings": {
+            "streams": list(streams),
+            "events": events,
+            "model": "tiny",
+            "batching": "maxRows 64, maxDelay 200 us",
+            "quick": quick,
+            "repeat": repeat,
+        },
         "rows": rows,
-        "columns": [("streams", "N", "d"), ("sonic", "SONIC ev/s", ".0f"), ("bare", "bare req/s", ".0f"),
-                    ("ratio", "ratio", ".2f"), ("sonic_batched", "batched ev/s", ".0f"),
-                    ("batched_ratio", "batched ratio", ".2f"), ("requests_per_call", "ev/call", ".1f"),
-                    ("sonic_p50_ms", "SONIC p50 [ms]", ".2f"), ("batched_p50_ms", "batched p50 [ms]", ".2f"),
-                    ("bare_p50_ms", "bare p50 [ms]", ".2f")],
+        "columns": [
+            ("streams", "N", "d"),
+            ("sonic", "SONIC ev/s", ".0f"),
+            ("bare", "bare req/s", ".0f"),
+            ("ratio", "ratio", ".2f"),
+            ("sonic_batched", "batched ev/s", ".0f"),
+            ("batched_ratio", "batched ratio", ".2f"),
+            ("requests_per_call", "ev/call", ".1f"),
+            ("sonic_p50_ms", "SONIC p50 [ms]", ".2f"),
+            ("batched_p50_ms", "batched p50 [ms]", ".2f"),
+            ("bare_p50_ms", "bare p50 [ms]", ".2f"),
+        ],
         "targets": targets,
-        "notes": ["same server, same tiny model, same request size; one job thread, N streams",
-                  "batched: Client.batching merges the requests of the events in flight into one call "
-                  "(results identical event by event: tests/test_batching.py)"],
+        "notes": [
+            "same server, same tiny model, same request size; one job thread, N streams",
+            "batched: Client.batching merges the requests of the events in flight into one call "
+            "(results identical event by event: tests/test_batching.py)",
+        ],
     }
 
 
@@ -196,6 +291,7 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
     streams = 4 if quick else 16
     rows = []
     for name, delay in _batching_variants(quick):
+
         def edit(config: Any, delay: int | None = delay) -> None:
             config.ClearField("dynamic_batching")
             if delay is not None:
@@ -206,14 +302,35 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
             with local_server(folder, ["facile"]) as server:
                 for n_rows in rows_per_event:
                     events = (20 if quick else 1500) if n_rows <= 1024 else (20 if quick else 400)
-                    result = median_of(repeat, partial(
-                        run_config, "models_cfg.py", warmup=streams, models="facile", source="empty", backend="sonic",
-                        server=server.grpc_address, nChannels=n_rows, streams=streams, threads=2, events=events))
+                    result = median_of(
+                        repeat,
+                        partial(
+                            run_config,
+                            "models_cfg.py",
+                            warmup=streams,
+                            models="facile",
+                            source="empty",
+                            backend="sonic",
+                            server=server.grpc_address,
+                            nChannels=n_rows,
+                            streams=streams,
+                            threads=2,
+                            events=events,
+                        ),
+                    )
                     model = result["services"].get("TritonService", {}).get("models", {}).get("facile", {})
                     executions = model.get("executions", 0)
-                    rows.append({"batching": name, "rows": n_rows, "streams": streams, "throughput": result["throughput"],
-                                 "p50_ms": result["latency"]["p50"] * MS, "p99_ms": result["latency"]["p99"] * MS,
-                                 "requests_per_execution": model.get("requests", 0) / executions if executions else 0.0})
+                    rows.append(
+                        {
+                            "batching": name,
+                            "rows": n_rows,
+                            "streams": streams,
+                            "throughput": result["throughput"],
+                            "p50_ms": result["latency"]["p50"] * MS,
+                            "p99_ms": result["latency"]["p99"] * MS,
+                            "requests_per_execution": model.get("requests", 0) / executions if executions else 0.0,
+                        }
+                    )
     targets = []
     for n_rows in rows_per_event:
         off = next(r for r in rows if r["rows"] == n_rows and r["batching"] == "off")
@@ -222,21 +339,42 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
                 r["gain"] = r["throughput"] / off["throughput"]
                 r["p99_cost"] = r["p99_ms"] / off["p99_ms"]
         best = max((r for r in rows if r["rows"] == n_rows), key=lambda r: r["gain"])
-        targets.append({"name": f"best throughput gain, {n_rows} rows/event", "value": best["gain"], "target": None,
-                        "met": None, "note": f"{best['batching']}, p99 x {best['p99_cost']:.2f}"})
+        targets.append(
+            {
+                "name": f"best throughput gain, {n_rows} rows/event",
+                "value": best["gain"],
+                "target": None,
+                "met": None,
+                "note": f"{best['batching']}, p99 x {best['p99_cost']:.2f}",
+            }
+        )
     return {
         "experiment": "dynamic-batching",
         "title": "Dynamic batching on the FACILE model",
-        "settings": {"rows_per_event": list(rows_per_event), "streams": streams, "threads": 2, "quick": quick,
-                     "repeat": repeat},
+        "settings": {
+            "rows_per_event": list(rows_per_event),
+            "streams": streams,
+            "threads": 2,
+            "quick": quick,
+            "repeat": repeat,
+        },
         "rows": rows,
-        "columns": [("rows", "rows/event", "d"), ("batching", "batching", "s"), ("throughput", "events/s", ".1f"),
-                    ("gain", "gain", ".2f"), ("p50_ms", "p50 [ms]", ".1f"), ("p99_ms", "p99 [ms]", ".1f"),
-                    ("p99_cost", "p99 cost", ".2f"), ("requests_per_execution", "req/exec", ".2f")],
+        "columns": [
+            ("rows", "rows/event", "d"),
+            ("batching", "batching", "s"),
+            ("throughput", "events/s", ".1f"),
+            ("gain", "gain", ".2f"),
+            ("p50_ms", "p50 [ms]", ".1f"),
+            ("p99_ms", "p99 [ms]", ".1f"),
+            ("p99_cost", "p99 cost", ".2f"),
+            ("requests_per_execution", "req/exec", ".2f"),
+        ],
         "targets": targets,
-        "notes": ["servers started on temporary copies of data/models/facile with the edited dynamic_batching",
-                  "256 rows/event stands for small requests (one readout region), 16,000 for a whole HCAL event",
-                  "client and server share the 2 cores: the client's input synthesis is part of the load"],
+        "notes": [
+            "servers started on temporary copies of data/models/facile with the edited dynamic_batching",
+            "256 rows/event stands for small requests (one readout region), 16,000 for a whole HCAL event",
+            "client and server share the 2 cores: the client's input synthesis is part of the load",
+        ],
     }
 
 
@@ -248,22 +386,56 @@ def _run_clients(n: int, address: str, events: int, folder: pathlib.Path, timeou
     """``n`` cmsrun processes of ``models_cfg.py`` (FACILE), started together; their summaries."""
     barrier = folder / "barrier"
     barrier.mkdir()
-    options = dict(models="facile", source="empty", backend="sonic", server=address, nChannels=4000, cpuTime=20,
-                   cpuMode="sleep", streams=1, threads=1, events=events, barrier=barrier)
+    options = dict(
+        models="facile",
+        source="empty",
+        backend="sonic",
+        server=address,
+        nChannels=4000,
+        cpuTime=20,
+        cpuMode="sleep",
+        streams=1,
+        threads=1,
+        events=events,
+        barrier=barrier,
+    )
     processes = []
     for i in range(n):
         out = folder / f"client{i}.json"
-        command = [sys.executable, "-m", "framework._cmsrun", str(CONFIGS / "models_cfg.py"),
-                   *config_args(**options), "--summary-json", str(out), "--no-progress"]
-        processes.append((subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                           stdin=subprocess.DEVNULL, env=_env(), text=True, errors="replace"), out))
+        command = [
+            sys.executable,
+            "-m",
+            "framework._cmsrun",
+            str(CONFIGS / "models_cfg.py"),
+            *config_args(**options),
+            "--summary-json",
+            str(out),
+            "--no-progress",
+        ]
+        processes.append(
+            (
+                subprocess.Popen(
+                    command,
+                    cwd=folder,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    env=_env(),
+                    text=True,
+                    errors="replace",
+                ),
+                out,
+            )
+        )
     try:
         deadline = time.monotonic() + timeout
         while len(list(barrier.glob("ready.*"))) < n:
             failed = [p for p, _ in processes if p.poll() is not None]
             if failed or time.monotonic() > deadline:
-                raise RuntimeError(f"clients benchmark: {len(failed)} of {n} jobs exited before the start"
-                                   + (f": {_stderr_tail(failed[0].communicate()[1])}" if failed else " (timeout)"))
+                raise RuntimeError(
+                    f"clients benchmark: {len(failed)} of {n} jobs exited before the start"
+                    + (f": {_stderr_tail(failed[0].communicate()[1])}" if failed else " (timeout)")
+                )
             time.sleep(0.05)
         (barrier / "go").touch()
         summaries = []
@@ -313,8 +485,15 @@ def clients_per_server(quick: bool, repeat: int) -> dict[str, Any]:
         throughputs = [sum(s["throughput"] for s in run) for run in per_run]
         p50 = float(np.median([s["latency"]["p50"] for s in summaries])) * MS
         p99 = float(np.median([s["latency"]["p99"] for s in summaries])) * MS
-        rows.append({"clients": n, "server_throughput": float(np.median(throughputs)),
-                     "per_client": float(np.median(throughputs)) / n, "p50_ms": p50, "p99_ms": p99})
+        rows.append(
+            {
+                "clients": n,
+                "server_throughput": float(np.median(throughputs)),
+                "per_client": float(np.median(throughputs)) / n,
+                "p50_ms": p50,
+                "p99_ms": p99,
+            }
+        )
     base = rows[0]
     for r in rows:
         r["per_client_ratio"] = r["per_client"] / base["per_client"]
@@ -322,13 +501,34 @@ def clients_per_server(quick: bool, repeat: int) -> dict[str, Any]:
     return {
         "experiment": "clients",
         "title": "Clients per server: N cmsrun jobs against one local Triton server (FACILE)",
-        "settings": {"clients": list(counts), "events_per_client": events, "client_cpu": "20 ms sleep",
-                     "rows_per_event": 4000, "quick": quick, "repeat": repeat},
+        "settings": {
+            "clients": list(counts),
+            "events_per_client": events,
+            "client_cpu": "20 ms sleep",
+            "rows_per_event": 4000,
+            "quick": quick,
+            "repeat": repeat,
+        },
         "rows": rows,
-        "columns": [("clients", "N", "d"), ("server_throughput", "server ev/s", ".1f"), ("per_client", "per job ev/s", ".1f"),
-                    ("per_client_ratio", "vs N=1", ".2f"), ("p50_ms", "p50 [ms]", ".1f"), ("p99_ms", "p99 [ms]", ".1f")],
-        "targets": [{"name": "knee: first N where per-job throughput < 0.8 x N = 1", "value": knee, "target": None,
-                     "met": None, "note": "bounded by what 2 cores can show (jobs and server share them)"}],
-        "notes": ["the jobs' CPU work is a sleep (done elsewhere); the jobs' input synthesis and gRPC still use the 2 cores",
-                  "N is bounded by 2 cores: the seeds' 300 (GPU) / 1,500 (FPGA) clients need a real server machine"],
+        "columns": [
+            ("clients", "N", "d"),
+            ("server_throughput", "server ev/s", ".1f"),
+            ("per_client", "per job ev/s", ".1f"),
+            ("per_client_ratio", "vs N=1", ".2f"),
+            ("p50_ms", "p50 [ms]", ".1f"),
+            ("p99_ms", "p99 [ms]", ".1f"),
+        ],
+        "targets": [
+            {
+                "name": "knee: first N where per-job throughput < 0.8 x N = 1",
+                "value": knee,
+                "target": None,
+                "met": None,
+                "note": "bounded by what 2 cores can show (jobs and server share them)",
+            }
+        ],
+        "notes": [
+            "the jobs' CPU work is a sleep (done elsewhere); the jobs' input synthesis and gRPC still use the 2 cores",
+            "N is bounded by 2 cores: the seeds' 300 (GPU) / 1,500 (FPGA) clients need a real server machine",
+        ],
     }

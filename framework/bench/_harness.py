@@ -28,7 +28,7 @@ from framework.sonic.testing import serving, write_python_model
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "bench"
 
-TINY_MODEL_PY = '''\
+TINY_MODEL_PY = """\
 # The "tiny" benchmark model: returns its input (no compute), so that the server is never the bottleneck.
 import triton_python_backend_utils as pb_utils
 
@@ -37,7 +37,7 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())])
                 for r in requests]
-'''
+"""
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -103,7 +103,9 @@ def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
     return result
 
 
-def median_of(repeat: int, measure: Callable[[], dict[str, Any]], keys: Sequence[str] = ("throughput",)) -> dict[str, Any]:
+def median_of(
+    repeat: int, measure: Callable[[], dict[str, Any]], keys: Sequence[str] = ("throughput",)
+) -> dict[str, Any]:
     """Run ``measure`` ``repeat`` times; the last result with each numeric key (and
     each ``latency`` percentile) replaced by its median over the runs; ``runs`` = repeat."""
     results = [measure() for _ in range(max(1, repeat))]

@@ -43,8 +43,9 @@ def save_requests(path: pathlib.Path, requests: list[dict[str, np.ndarray]]) -> 
     return path
 
 
-def run_load(address: str, model: str, requests: list[dict[str, np.ndarray]], in_flight: int, seconds: float,
-             warmup: float = 1.0) -> dict[str, Any]:
+def run_load(
+    address: str, model: str, requests: list[dict[str, np.ndarray]], in_flight: int, seconds: float, warmup: float = 1.0
+) -> dict[str, Any]:
     """Keep ``in_flight`` ``async_infer`` calls of ``model`` going for ``warmup + seconds``.
 
     Returns:
@@ -56,8 +57,9 @@ def run_load(address: str, model: str, requests: list[dict[str, np.ndarray]], in
     from tritonclient.utils import np_to_triton_dtype
 
     client = grpcclient.InferenceServerClient(address)
-    outputs = [grpcclient.InferRequestedOutput(o["name"])
-               for o in client.get_model_metadata(model, as_json=True)["outputs"]]
+    outputs = [
+        grpcclient.InferRequestedOutput(o["name"]) for o in client.get_model_metadata(model, as_json=True)["outputs"]
+    ]
     prepared = []
     for request in requests:
         tensors = []
@@ -96,8 +98,13 @@ def run_load(address: str, model: str, requests: list[dict[str, np.ndarray]], in
             if not slots.acquire(timeout=30.0):
                 raise RuntimeError(f"load: no {model} request completed for 30 s at {address}")
             start = time.perf_counter()
-            client.async_infer(model, prepared[i % len(prepared)], lambda result, error, s=start: done(s, result, error),
-                               outputs=outputs, client_timeout=60)
+            client.async_infer(
+                model,
+                prepared[i % len(prepared)],
+                lambda result, error, s=start: done(s, result, error),
+                outputs=outputs,
+                client_timeout=60,
+            )
             i += 1
         cpu = time.process_time() - (cpu0 if cpu0 is not None else time.process_time())
         for _ in range(in_flight):  # let the last ones finish before closing the channel
@@ -106,10 +113,15 @@ def run_load(address: str, model: str, requests: list[dict[str, np.ndarray]], in
         client.close()
     lat = np.asarray(latencies) if latencies else np.zeros(1)
     p50, p90, p99 = np.percentile(lat, [50, 90, 99])
-    return {"requests": len(latencies), "errors": len(errors), "seconds": seconds,
-            "throughput": len(latencies) / seconds, "cpu_s": cpu,
-            "latency": {"mean": float(lat.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)},
-            "first_error": errors[0] if errors else ""}
+    return {
+        "requests": len(latencies),
+        "errors": len(errors),
+        "seconds": seconds,
+        "throughput": len(latencies) / seconds,
+        "cpu_s": cpu,
+        "latency": {"mean": float(lat.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)},
+        "first_error": errors[0] if errors else "",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

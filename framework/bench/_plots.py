@@ -47,8 +47,9 @@ def _latency(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
-def _bars(labels: list[str], series: dict[str, list[float]], ylabel: str, title: str, plt: Any,
-          reference: float | None = None) -> Any:
+def _bars(
+    labels: list[str], series: dict[str, list[float]], ylabel: str, title: str, plt: Any, reference: float | None = None
+) -> Any:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -80,9 +81,12 @@ def _servers(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     kinds = list(dict.fromkeys(r["server_work"] for r in rows))
     labels = [f"{kind}" for kind in kinds]
-    series = {f"{n} server{'s' if n > 1 else ''}": [next(r["throughput"] for r in rows if r["server_work"] == kind
-                                                         and r["servers"] == n) for kind in kinds]
-              for n in sorted({r["servers"] for r in rows})}
+    series = {
+        f"{n} server{'s' if n > 1 else ''}": [
+            next(r["throughput"] for r in rows if r["server_work"] == kind and r["servers"] == n) for kind in kinds
+        ]
+        for n in sorted({r["servers"] for r in rows})
+    }
     return _bars(labels, series, "events / s", "one model, one vs two local servers", plt)
 
 
@@ -129,16 +133,24 @@ def _direct(result: dict[str, Any], plt: Any) -> Any:
 def _overhead(result: dict[str, Any], plt: Any) -> Any:
     rows = [r for r in result["rows"] if r["modules"]]
     labels = [f"{r['modules']} modules, {r['streams']} str." for r in rows]
-    return _bars(labels, {"us per module call": [r["us_per_module_call"] for r in rows]}, "microseconds",
-                 "framework overhead per module call (dashed: 10 us target)", plt, reference=10.0)
+    return _bars(
+        labels,
+        {"us per module call": [r["us_per_module_call"] for r in rows]},
+        "microseconds",
+        "framework overhead per module call (dashed: 10 us target)",
+        plt,
+        reference=10.0,
+    )
 
 
 def _source(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     files = list(dict.fromkeys(r["file"] for r in rows))
     readers = list(dict.fromkeys(r["reader"] for r in rows))
-    series = {reader: [next(r["events_per_s"] for r in rows if r["file"] == f and r["reader"] == reader) for f in files]
-              for reader in readers}
+    series = {
+        reader: [next(r["events_per_s"] for r in rows if r["file"] == f and r["reader"] == reader) for f in files]
+        for reader in readers
+    }
     fig = _bars(files, series, "events / s", "source throughput, same branches", plt)
     fig.axes[0].set_yscale("log")
     return fig
@@ -146,8 +158,13 @@ def _source(result: dict[str, Any], plt: Any) -> Any:
 
 def _miniaod(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
-    return _bars([r["variant"] for r in rows], {"events/s": [r["throughput"] for r in rows]}, "events / s",
-                 "MiniAOD-like demonstrator (models ~10 % of the event)", plt)
+    return _bars(
+        [r["variant"] for r in rows],
+        {"events/s": [r["throughput"] for r in rows]},
+        "events / s",
+        "MiniAOD-like demonstrator (models ~10 % of the event)",
+        plt,
+    )
 
 
 def _clients(result: dict[str, Any], plt: Any) -> Any:
@@ -172,10 +189,17 @@ def _clients(result: dict[str, Any], plt: Any) -> Any:
 def _gpu_direct(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     labels = [r["model"] for r in rows]
-    fig = _bars(labels, {"direct, 1 CPU thread": [r["direct_ms"] for r in rows],
-                         "SONIC: in the server": [r["server_ms"] for r in rows],
-                         "SONIC: outside the server": [r["transfer_ms"] for r in rows]},
-                "ms per event", "per-event model time, direct vs as a service", plt)
+    fig = _bars(
+        labels,
+        {
+            "direct, 1 CPU thread": [r["direct_ms"] for r in rows],
+            "SONIC: in the server": [r["server_ms"] for r in rows],
+            "SONIC: outside the server": [r["transfer_ms"] for r in rows],
+        },
+        "ms per event",
+        "per-event model time, direct vs as a service",
+        plt,
+    )
     fig.axes[0].set_yscale("log")
     return fig
 
@@ -203,9 +227,14 @@ def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
 def _gpu_peak(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     labels = [f"{r['instances']} inst., {r['processes']} client cores" for r in rows] + ["raw limit"]
-    return _bars(labels, {"events/s": [r["throughput"] for r in rows] + [result["settings"]["raw_limit"]]},
-                 "events / s", "ParticleNet served (dashed: 0.5 x raw limit)", plt,
-                 reference=0.5 * result["settings"]["raw_limit"])
+    return _bars(
+        labels,
+        {"events/s": [r["throughput"] for r in rows] + [result["settings"]["raw_limit"]]},
+        "events / s",
+        "ParticleNet served (dashed: 0.5 x raw limit)",
+        plt,
+        reference=0.5 * result["settings"]["raw_limit"],
+    )
 
 
 def _gpu_clients(result: dict[str, Any], plt: Any) -> Any:
@@ -229,17 +258,30 @@ def _gpu_clients(result: dict[str, Any], plt: Any) -> Any:
 
 def _gpu_miniaod(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
-    return _bars([r["variant"] for r in rows], {"per job core": [r["per_client_core"] for r in rows],
-                                                "per core, server CPU counted": [r["per_core_all"] for r in rows]},
-                 "events / s per CPU core", "MiniAOD-like demonstrator (models ~10 % of the event)", plt)
+    return _bars(
+        [r["variant"] for r in rows],
+        {
+            "per job core": [r["per_client_core"] for r in rows],
+            "per core, server CPU counted": [r["per_core_all"] for r in rows],
+        },
+        "events / s per CPU core",
+        "MiniAOD-like demonstrator (models ~10 % of the event)",
+        plt,
+    )
 
 
 def _plan(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
-    return _bars([f"batching {r['batching']}" for r in rows],
-                 {"predicted knee": [r["predicted_knee"] or 0 for r in rows],
-                  "measured knee": [r["measured_knee"] or 0 for r in rows]},
-                 "client cores one server sustains (0: beyond the range)", "capacity planner", plt)
+    return _bars(
+        [f"batching {r['batching']}" for r in rows],
+        {
+            "predicted knee": [r["predicted_knee"] or 0 for r in rows],
+            "measured knee": [r["measured_knee"] or 0 for r in rows],
+        },
+        "client cores one server sustains (0: beyond the range)",
+        "capacity planner",
+        plt,
+    )
 
 
 def _scale(result: dict[str, Any], plt: Any) -> Any:
@@ -250,8 +292,11 @@ def _scale(result: dict[str, Any], plt: Any) -> Any:
         n = [r["workers"] for r in pts]
         ax_t.plot(n, [r["throughput"] for r in pts], "-o", color=f"C{i}", label=config)
         ax_t.plot(n, [pts[0]["throughput"] * k / pts[0]["workers"] for k in n], ":", color=f"C{i}", lw=1)
-        ax_o.bar([f"{config}\n{r['workers']} w" for r in pts], [r["overhead_ms"] + r["scheduling_ms"] for r in pts],
-                 color=f"C{i}")
+        ax_o.bar(
+            [f"{config}\n{r['workers']} w" for r in pts],
+            [r["overhead_ms"] + r["scheduling_ms"] for r in pts],
+            color=f"C{i}",
+        )
     ax_t.set_xlabel("Dask workers")
     ax_t.set_ylabel("events / s (dotted: linear)")
     ax_t.legend(fontsize=8)
@@ -282,11 +327,23 @@ def _shm(result: dict[str, Any], plt: Any) -> Any:
 
 
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
-    "latency": _latency, "client-overhead": _client_overhead, "dynamic-batching": _batching,
-    "direct": _direct, "overhead": _overhead, "source": _source, "miniaod": _miniaod, "clients": _clients,
+    "latency": _latency,
+    "client-overhead": _client_overhead,
+    "dynamic-batching": _batching,
+    "direct": _direct,
+    "overhead": _overhead,
+    "source": _source,
+    "miniaod": _miniaod,
+    "clients": _clients,
     "servers": _servers,
-    "gpu-direct": _gpu_direct, "gpu-batching": _gpu_batching, "gpu-peak": _gpu_peak, "gpu-clients": _gpu_clients,
-    "gpu-miniaod": _gpu_miniaod, "plan": _plan, "scale": _scale, "shm": _shm,
+    "gpu-direct": _gpu_direct,
+    "gpu-batching": _gpu_batching,
+    "gpu-peak": _gpu_peak,
+    "gpu-clients": _gpu_clients,
+    "gpu-miniaod": _gpu_miniaod,
+    "plan": _plan,
+    "scale": _scale,
+    "shm": _shm,
 }
 
 

@@ -80,8 +80,9 @@ async def _handle(client: trio.SocketStream, target: tuple[str, int], delay: flo
             pass  # a reset connection ends this pair only, never the proxy
 
 
-async def serve_delay_proxy(target: tuple[str, int], one_way_delay: float, *, port: int = 0,
-                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_delay_proxy(
+    target: tuple[str, int], one_way_delay: float, *, port: int = 0, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
     """Serve the proxy until cancelled; ``await nursery.start(...)`` returns the listen port.
 
     Args:
@@ -115,9 +116,19 @@ class DelayProxy:
     def __enter__(self) -> DelayProxy:
         self._process = subprocess.Popen(
             # -c, not -m framework.bench._proxy: the package imports this module first (runpy warns)
-            [sys.executable, "-c", "import sys; from framework.bench._proxy import main; main(sys.argv[1:])",
-             "--target", self.target, "--rtt-ms", str(self.rtt * 1e3)],
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from framework.bench._proxy import main; main(sys.argv[1:])",
+                "--target",
+                self.target,
+                "--rtt-ms",
+                str(self.rtt * 1e3),
+            ],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
         line = _read_line(self._process, START_TIMEOUT)
         if not line.startswith("listening "):
             self.__exit__()
@@ -159,8 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                listen = await nursery.start(functools.partial(
-                    serve_delay_proxy, (host, int(port)), ns.rtt_ms / 2e3, port=ns.port))
+                listen = await nursery.start(
+                    functools.partial(serve_delay_proxy, (host, int(port)), ns.rtt_ms / 2e3, port=ns.port)
+                )
                 print(f"listening {LOCALHOST}:{listen}", flush=True)
                 async for _ in signals:  # stop cleanly on SIGTERM / Ctrl-C
                     nursery.cancel_scope.cancel()

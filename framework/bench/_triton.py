@@ -27,9 +27,12 @@ from ._harness import percentiles
 __all__ = ["bare_async_loop", "write_edited_repository"]
 
 
-def write_edited_repository(folder: pathlib.Path, models: Sequence[str] | Mapping[str, str],
-                            edit: Callable[[Any], None] | None = None,
-                            source: pathlib.Path | None = None) -> pathlib.Path:
+def write_edited_repository(
+    folder: pathlib.Path,
+    models: Sequence[str] | Mapping[str, str],
+    edit: Callable[[Any], None] | None = None,
+    source: pathlib.Path | None = None,
+) -> pathlib.Path:
     """A copy of ``models`` of ``source`` (default ``data/models``) with ``edit(config)`` applied.
 
     ``models`` lists model names, or maps new names to source models (``{"pn_nobatching":
@@ -56,7 +59,9 @@ def write_edited_repository(folder: pathlib.Path, models: Sequence[str] | Mappin
     return folder
 
 
-def bare_async_loop(address: str, in_flight: int, requests: int, width: int = 4, timeout: float = 300.0) -> dict[str, Any]:
+def bare_async_loop(
+    address: str, in_flight: int, requests: int, width: int = 4, timeout: float = 300.0
+) -> dict[str, Any]:
     """``requests`` tritonclient ``async_infer`` calls to ``tiny``, ``in_flight`` at a time.
 
     Returns ``{"throughput"`` (completions/s after the first ``in_flight``), ``"latency"``,
@@ -100,5 +105,8 @@ def bare_async_loop(address: str, in_flight: int, requests: int, width: int = 4,
     finally:
         client.close()
     steady = stamps[in_flight:] if len(stamps) - in_flight >= 2 else stamps
-    return {"throughput": (len(steady) - 1) / (steady[-1] - steady[0]), "latency": percentiles(latencies[in_flight:]),
-            "errors": len(errors)}
+    return {
+        "throughput": (len(steady) - 1) / (steady[-1] - steady[0]),
+        "latency": percentiles(latencies[in_flight:]),
+        "errors": len(errors),
+    }

@@ -78,8 +78,15 @@ class DescriptionRow(NamedTuple):
 class _Entry:
     """One declared parameter. ``nested`` is set for PSet (the description) and VPSet (items)."""
 
-    def __init__(self, name: str, type_: type[_ParameterTypeBase], tracked: bool, default: Any, doc: str,
-                 nested: ParameterSetDescription | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        type_: type[_ParameterTypeBase],
+        tracked: bool,
+        default: Any,
+        doc: str,
+        nested: ParameterSetDescription | None = None,
+    ) -> None:
         self.name, self.type_, self.tracked, self.default, self.doc = name, type_, tracked, default, doc
         self.nested = nested
 
@@ -123,8 +130,15 @@ class ParameterSetDescription:
             raise TypeError(f"add_optional('{name}'): give a type (e.g. cms.string), not a value")
         self._add(name, value, doc, tracked, required=False)
 
-    def add_vpset(self, name: str, item: ParameterSetDescription, doc: str = "", *,
-                  default: list[Any] | None = None, tracked: bool = True) -> None:
+    def add_vpset(
+        self,
+        name: str,
+        item: ParameterSetDescription,
+        doc: str = "",
+        *,
+        default: list[Any] | None = None,
+        tracked: bool = True,
+    ) -> None:
         """Declare a VPSet whose items follow ``item``; ``default=None`` makes it required.
 
         Default items (PSets or dicts) are validated against ``item`` now.
@@ -150,7 +164,9 @@ class ParameterSetDescription:
         elif isinstance(value, type) and issubclass(value, _ParameterTypeBase):
             entry = self._type_entry(name, value, tracked, doc, missing)
         elif isinstance(value, (PSet, VPSet)):
-            raise TypeError(f"add('{name}'): describe a nested PSet with a ParameterSetDescription, a VPSet with add_vpset")
+            raise TypeError(
+                f"add('{name}'): describe a nested PSet with a ParameterSetDescription, a VPSet with add_vpset"
+            )
         elif isinstance(value, _ParameterTypeBase):
             entry = _Entry(name, type(value), value.isTracked(), value, doc)
         else:
@@ -257,9 +273,7 @@ def _validate_pset(desc: ParameterSetDescription, pset: Any, context: str, path:
             out[name] = _check_value(entry, items[name], context, where)
         elif entry.default is _REQUIRED:
             doc = f": {entry.doc}" if entry.doc else ""
-            raise ConfigurationError(
-                f"{context}: missing required parameter '{where}' ({entry.type_name()}{doc})"
-            )
+            raise ConfigurationError(f"{context}: missing required parameter '{where}' ({entry.type_name()}{doc})")
         elif entry.default is not _OPTIONAL:
             out[name] = _check_value(entry, copy.deepcopy(entry.default), context, where)
     for name, value in items.items():

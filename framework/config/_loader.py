@@ -165,8 +165,14 @@ class VarParsing:
         elif preset is not None:
             raise ConfigurationError(f"VarParsing: unknown preset {preset!r} (known: 'analysis')")
 
-    def register(self, name: str, default: Any = None, mult: VarParsing.multiplicity = multiplicity.singleton,
-                 mytype: VarParsing.varType = varType.int, info: str = "") -> None:
+    def register(
+        self,
+        name: str,
+        default: Any = None,
+        mult: VarParsing.multiplicity = multiplicity.singleton,
+        mytype: VarParsing.varType = varType.int,
+        info: str = "",
+    ) -> None:
         """Declare an argument (CMSSW's argument order and names).
 
         Raises:

@@ -25,9 +25,7 @@ class _Module(Labelable, ParameterHolder):
 
     def __init__(self, type_name: str, *psets: PSet, **params: Any) -> None:
         if not isinstance(type_name, str) or not type_name or any(c.isspace() for c in type_name):
-            raise ConfigurationError(
-                f"cms.{self._kind} needs a module type name as first argument, got {type_name!r}"
-            )
+            raise ConfigurationError(f"cms.{self._kind} needs a module type name as first argument, got {type_name!r}")
         object.__setattr__(self, "_type", type_name)
         ParameterHolder.__init__(self, *psets, **params)
 

@@ -44,8 +44,12 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
     # Exception policy: exception categories (e.g. "ExternalFailure", "ProductNotFound",
     # "ValueError"; "*" = all) mapped to actions, as CMSSW's options of the same names.
     "Rethrow": (vstring, [], "categories that end the job (the default for every category)"),
-    "TryToContinue": (vstring, [], "categories after which dependent modules are skipped, their "
-                      "Paths marked as errored, and the event goes on to the EndPaths"),
+    "TryToContinue": (
+        vstring,
+        [],
+        "categories after which dependent modules are skipped, their "
+        "Paths marked as errored, and the event goes on to the EndPaths",
+    ),
     "IgnoreCompletely": (vstring, [], "categories ignored: the module counts as passed"),
 }
 MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
@@ -78,9 +82,7 @@ def _merge_special(which: str, value: Any) -> PSet:
         if name not in spec:
             near = closest(name, spec)
             hint = f" ({near})" if near.startswith("did") else ""
-            raise ConfigurationError(
-                f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}"
-            )
+            raise ConfigurationError(f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}")
         try:
             getattr(merged, name).setValue(plain_value(v))
         except ConfigurationError as e:
@@ -322,7 +324,9 @@ class Process:
         if self._schedule is not None:
             for item in (*self._schedule, *self._schedule._tasks):
                 if not item.hasLabel_() or self._objects.get(item.label_()) is not item:
-                    raise ConfigurationError(f"process.schedule refers to {_what(item)} that is not attached to the process")
+                    raise ConfigurationError(
+                        f"process.schedule refers to {_what(item)} that is not attached to the process"
+                    )
                 if isinstance(item, Task):
                     for module in item._modules_():
                         self._check_attached(item, module)

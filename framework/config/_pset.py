@@ -101,7 +101,9 @@ class ParameterHolder:
                 "(a Python identifier, not starting or ending with '_')"
             )
         if hasattr(type(self), name):
-            raise ConfigurationError(f"{self._what_()}: parameter name '{name}' is reserved (a method of {type(self).__name__})")
+            raise ConfigurationError(
+                f"{self._what_()}: parameter name '{name}' is reserved (a method of {type(self).__name__})"
+            )
         if is_config_structure(value):
             raise ConfigurationError(f"{self._what_()}: parameter '{name}' cannot hold a {type(value).__name__}")
         existing = self._parameters.get(name)

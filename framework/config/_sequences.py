@@ -74,9 +74,7 @@ class Inverted(Sequenceable):
 
     def __init__(self, module: Any) -> None:
         if module.kind_() != "EDFilter":
-            raise ConfigurationError(
-                f"'~' applies only to EDFilters; {module._what_()} is an {module.kind_()}"
-            )
+            raise ConfigurationError(f"'~' applies only to EDFilters; {module._what_()} is an {module.kind_()}")
         self.module = module
 
     def _ref_(self, indent: int = 0) -> str:
@@ -126,8 +124,7 @@ class _ModuleSequence(Labelable):
             self._items.append(item)
         else:
             raise ConfigurationError(
-                f"cms.{self._kind} cannot hold {_what(item)}: "
-                "expected ED modules, Sequences, '~filter' or Tasks"
+                f"cms.{self._kind} cannot hold {_what(item)}: expected ED modules, Sequences, '~filter' or Tasks"
             )
 
     def __iadd__(self, item: Any) -> _ModuleSequence:

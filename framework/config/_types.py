@@ -72,8 +72,16 @@ def describe_value(value: Any) -> str:
     return f"{kind} {text}"
 
 
-_PLAIN_TYPE_NAMES = {str: "string", int: "int", float: "float", bool: "bool", list: "list", tuple: "tuple",
-                     dict: "dict", type(None): "None"}
+_PLAIN_TYPE_NAMES = {
+    str: "string",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    list: "list",
+    tuple: "tuple",
+    dict: "dict",
+    type(None): "None",
+}
 
 
 def closest(name: str, candidates: Iterable[str]) -> str:

@@ -134,8 +134,12 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             client.register_plugin(JobCache(), name=JobCache.name)
             t0 = time.perf_counter()
             bad_files: list[dict[str, str]] = []
-            plan = plan_datasets(process, options.fileset, options.chunk_size,
-                                 mapper=_cluster_mapper(client, bad_files if options.skip_bad_files else None))
+            plan = plan_datasets(
+                process,
+                options.fileset,
+                options.chunk_size,
+                mapper=_cluster_mapper(client, bad_files if options.skip_bad_files else None),
+            )
             for bad in bad_files:
                 log.warning("skipped (--skip-bad-files): %s", bad["error"])
             run = _Run(plan, outputs=outputs)
@@ -143,8 +147,9 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             _run_units(client, spec, run, options, console)
             merges = _merge(run, options)
             wall = time.perf_counter() - t0
-            summary = run_summary(process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges,
-                                  wall, _workers_of(client))
+            summary = run_summary(
+                process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges, wall, _workers_of(client)
+            )
             _server_statistics(client, tag, counters, summary)
             summary["units"]["skipped_files"] = bad_files
     except BaseException:
@@ -169,13 +174,16 @@ def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster 
         cluster = None
     else:
         n = options.workers or os.cpu_count() or 1
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
+        cluster = LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+        )
         client = Client(cluster)
     workers = len(client.scheduler_info(n_workers=-1)["workers"]) if options.scheduler else options.workers
-    console.print(f"[bold]cmsrun: Dask scheduler {client.scheduler.address}, "
-                  f"{workers or os.cpu_count()} worker(s); dashboard: {client.dashboard_link}[/bold]",
-                  soft_wrap=True)
+    console.print(
+        f"[bold]cmsrun: Dask scheduler {client.scheduler.address}, "
+        f"{workers or os.cpu_count()} worker(s); dashboard: {client.dashboard_link}[/bold]",
+        soft_wrap=True,
+    )
     return cluster, client
 
 
@@ -191,12 +199,13 @@ def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> A
     def mapper(function: Any, paths: list[str], trees: list[str]) -> list[Any]:
         # An unreadable file comes back as a value, not raised on the worker: it is not worth
         # a Dask retry, and Dask would log its traceback on the worker.
-        futures = client.map(functools.partial(_preprocess_or_skip, function), paths, trees, pure=False,
-                             retries=RETRIES)
+        futures = client.map(
+            functools.partial(_preprocess_or_skip, function), paths, trees, pure=False, retries=RETRIES
+        )
         results = list(client.gather(futures))
         for info in results:
             if info.uuid.startswith(_BAD):
-                error = info.uuid[len(_BAD):]
+                error = info.uuid[len(_BAD) :]
                 if bad_files is None:
                     raise FileOpenError(error)
                 bad_files.append({"file": info.path, "tree": info.tree, "error": error})
@@ -247,14 +256,23 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
     repository = str(fallback.repository(missing))
     params = fallback.params
     tag = host_tag(client.scheduler.address, repository, missing, params.device)
-    plugin = HostTritonServer(tag, repository, missing, device=params.device, instances=params.instances,
-                              wait=float(params.wait), verbose=params.verbose)
+    plugin = HostTritonServer(
+        tag,
+        repository,
+        missing,
+        device=params.device,
+        instances=params.instances,
+        wait=float(params.wait),
+        verbose=params.verbose,
+    )
     console.print(f"cmsrun: one Triton server per host for {', '.join(missing)} (repository {repository})")
     try:
         client.register_plugin(plugin, name=HostTritonServer.name)
     except Exception as exc:  # noqa: BLE001 - the nanny's error, as one line
-        raise ExternalFailure(f"cmsrun: the host Triton server for {', '.join(missing)} did not start: "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        raise ExternalFailure(
+            f"cmsrun: the host Triton server for {', '.join(missing)} did not start: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
     counters.models_on_host = missing
     return tag, counters
 
@@ -277,8 +295,7 @@ def _uses_triton(process: Any) -> bool:
     return False
 
 
-def _server_statistics(client: Client, tag: str, counters: ServerCounters | None,
-                       summary: dict[str, Any]) -> None:
+def _server_statistics(client: Client, tag: str, counters: ServerCounters | None, summary: dict[str, Any]) -> None:
     """Triton's server-side counters of the run, into ``summary["services"]["TritonService"]``;
     ``summary["host_servers"]``: worker -> the host server it found."""
     if counters is None:
@@ -298,25 +315,40 @@ def _server_statistics(client: Client, tag: str, counters: ServerCounters | None
 
 
 def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, console: Console) -> None:
-    futures: dict[Future, WorkUnit] = {}
+    futures: dict[Future[Any], WorkUnit] = {}
     seen: set[str] = set()
     for dataset, units in run.plan:
         for unit in units:
             if unit.id in seen:  # its part (and Dask key) would be the other listing's
-                raise ConfigurationError(f"dataset '{dataset.name}' lists file '{unit.file}' (tree '{unit.tree}') "
-                                         f"twice: each file once per dataset")
+                raise ConfigurationError(
+                    f"dataset '{dataset.name}' lists file '{unit.file}' (tree '{unit.tree}') "
+                    f"twice: each file once per dataset"
+                )
             seen.add(unit.id)
     for _dataset, units in run.plan:
         for unit in units:
             if unit.num_entries == 0:
                 continue  # an empty file: nothing to run (it still counts as seen)
-            future = client.submit(run_unit_task, spec, unit, units[0], key=f"unit-{unit.part_name}-{spec.digest[:8]}",
-                                   pure=False, retries=RETRIES)
+            future = client.submit(
+                run_unit_task,
+                spec,
+                unit,
+                units[0],
+                key=f"unit-{unit.part_name}-{spec.digest[:8]}",
+                pure=False,
+                retries=RETRIES,
+            )
             futures[future] = unit
     total_events = sum(u.num_entries for u in futures.values())
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
-                        disable=not (options.progress and console.is_terminal))
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (options.progress and console.is_terminal),
+    )
     units_task = progress.add_task("units", total=len(futures), rate="")
     events_task = progress.add_task("events", total=total_events, rate="")
     t0 = time.perf_counter()
@@ -328,9 +360,11 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                 outcome: UnitOutcome = future.result()
             except Exception as exc:  # noqa: BLE001 - retries exhausted or the worker died too often
                 _cancel(client, futures)
-                raise FrameworkError(f"work unit {unit.describe()} failed on the cluster: "
-                                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                                     category="ExternalFailure") from exc
+                raise FrameworkError(
+                    f"work unit {unit.describe()} failed on the cluster: "
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    category="ExternalFailure",
+                ) from exc
             if outcome.error:
                 if not (options.skip_bad_files and outcome.bad_file):
                     _cancel(client, futures)
@@ -346,7 +380,7 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
     run.retried = _retries(client, list(futures))
 
 
-def _retries(client: Client, futures: list[Future]) -> dict[str, int]:
+def _retries(client: Client, futures: list[Future[Any]]) -> dict[str, int]:
     """Unit key -> times Dask ran it again (its worker died: ``suspicious``; or it raised:
     ``retries`` used), read from the scheduler while the futures still hold the tasks."""
     keys = [f.key for f in futures]
@@ -366,7 +400,7 @@ def _retries(client: Client, futures: list[Future]) -> dict[str, int]:
         return {}
 
 
-def _cancel(client: Client, futures: dict[Future, WorkUnit]) -> None:
+def _cancel(client: Client, futures: dict[Future[Any], WorkUnit]) -> None:
     client.cancel(list(futures), force=True)
 
 
@@ -383,8 +417,16 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
         seconds = time.perf_counter() - t0
         for report in reports:
             size = report.target.stat().st_size
-            merges.append({"dataset": dataset.name, "output": str(report.target), "parts": len(report.parts),
-                           "entries": report.entries, "bytes": size, "seconds": seconds / len(reports)})
+            merges.append(
+                {
+                    "dataset": dataset.name,
+                    "output": str(report.target),
+                    "parts": len(report.parts),
+                    "entries": report.entries,
+                    "bytes": size,
+                    "seconds": seconds / len(reports),
+                }
+            )
         for report in reports:
             folder = parts_folder(report.target)
             if options.keep_parts:
@@ -404,11 +446,19 @@ def _write_manifest(target: Path, done: list[UnitOutcome]) -> None:
         if part is None:
             continue
         u = outcome.unit
-        units.append({"id": u.id, "dataset": u.dataset, "file": u.file, "tree": u.tree,
-                      "entry_start": u.entry_start, "entry_stop": u.entry_stop,
-                      "events": outcome.record["events"] if outcome.record else 0, "part": part})
-    (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units},
-                                                                   indent=1))
+        units.append(
+            {
+                "id": u.id,
+                "dataset": u.dataset,
+                "file": u.file,
+                "tree": u.tree,
+                "entry_start": u.entry_start,
+                "entry_stop": u.entry_stop,
+                "events": outcome.record["events"] if outcome.record else 0,
+                "part": part,
+            }
+        )
+    (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units}, indent=1))
 
 
 def _configured_outputs(process: Any) -> list[Path]:

@@ -75,7 +75,7 @@ def host_server(tag: str) -> str | None:
     return str(state["address"]) if state is not None and _alive(state) else None
 
 
-class HostTritonServer(NannyPlugin):  # type: ignore[misc]
+class HostTritonServer(NannyPlugin):
     """The Dask nanny plugin that starts and stops the host's shared server (module docstring).
 
     Args:
@@ -88,8 +88,16 @@ class HostTritonServer(NannyPlugin):  # type: ignore[misc]
 
     name = "pysonic-host-triton"
 
-    def __init__(self, tag: str, repository: str, models: Sequence[str], device: str = "auto",
-                 instances: int = 0, wait: float = 120.0, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        tag: str,
+        repository: str,
+        models: Sequence[str],
+        device: str = "auto",
+        instances: int = 0,
+        wait: float = 120.0,
+        verbose: bool = False,
+    ) -> None:
         self.tag = tag
         self.repository = repository
         self.models = list(models)
@@ -118,17 +126,27 @@ class HostTritonServer(NannyPlugin):  # type: ignore[misc]
                 state["users"] = sorted({*state["users"], self.owner})
                 _write(path, state)
                 return
-            server = LocalTritonServer(self.repository, models=self.models, device=self.device,
-                                       instances=self.instances, verbose=self.verbose)
-            log.info("starting this host's Triton server for %s (repository %s)", ", ".join(self.models),
-                     self.repository)
+            server = LocalTritonServer(
+                self.repository, models=self.models, device=self.device, instances=self.instances, verbose=self.verbose
+            )
+            log.info(
+                "starting this host's Triton server for %s (repository %s)", ", ".join(self.models), self.repository
+            )
             server.start(self.wait)
             self.server = server
             assert server.pid is not None  # started
-            _write(path, {"address": server.grpc_address, "pid": server.pid,
-                          "start_time": process_start_time(server.pid), "owner": self.owner,
-                          "region_prefix": server.region_prefix,
-                          "users": [self.owner], "models": self.models})
+            _write(
+                path,
+                {
+                    "address": server.grpc_address,
+                    "pid": server.pid,
+                    "start_time": process_start_time(server.pid),
+                    "owner": self.owner,
+                    "region_prefix": server.region_prefix,
+                    "users": [self.owner],
+                    "models": self.models,
+                },
+            )
 
     def _leave(self) -> None:
         path = state_path(self.tag)

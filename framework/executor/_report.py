@@ -38,9 +38,17 @@ from ..io import Dataset, WorkUnit
 __all__ = ["print_run_summary", "run_summary"]
 
 
-def run_summary(process: Any, spec: Any, plan: list[tuple[Dataset, list[WorkUnit]]], outcomes: dict[str, Any],
-                skipped: list[Any], retried: dict[str, int], merges: list[dict[str, Any]], wall_time: float,
-                workers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def run_summary(
+    process: Any,
+    spec: Any,
+    plan: list[tuple[Dataset, list[WorkUnit]]],
+    outcomes: dict[str, Any],
+    skipped: list[Any],
+    retried: dict[str, int],
+    merges: list[dict[str, Any]],
+    wall_time: float,
+    workers: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     """The run's summary as plain data (JSON-ready): ``framework._summary``'s keys plus
     ``executor``, ``datasets``, ``workers``, ``units``, ``merge`` (see the module docstring)."""
     done = list(outcomes.values())
@@ -49,17 +57,37 @@ def run_summary(process: Any, spec: Any, plan: list[tuple[Dataset, list[WorkUnit
     threads = spec.threads or options["numberOfThreads"]
     records = [o.record for o in done if o.record is not None]
     if records:
-        summary = summary_from_record(merge_records(records), process=process.name_(), streams=streams,
-                                      threads=threads, wall_time=wall_time, services=_services(done))
+        summary = summary_from_record(
+            merge_records(records),
+            process=process.name_(),
+            streams=streams,
+            threads=threads,
+            wall_time=wall_time,
+            services=_services(done),
+        )
     else:
-        summary = {"process": process.name_(), "streams": streams, "threads": threads, "events": 0, "passed": 0,
-                   "events_with_errors": 0, "wall_time": wall_time, "throughput": 0.0, "paths": [], "endpaths": [],
-                   "modules": {}, "services": {}}
+        summary = {
+            "process": process.name_(),
+            "streams": streams,
+            "threads": threads,
+            "events": 0,
+            "passed": 0,
+            "events_with_errors": 0,
+            "wall_time": wall_time,
+            "throughput": 0.0,
+            "paths": [],
+            "endpaths": [],
+            "modules": {},
+            "services": {},
+        }
     summary["executor"] = "dask"
     summary["datasets"] = {
-        d.name: {"files": len(d.files), "units": len(units),
-                 "events": sum(outcomes[u.id].record["events"] for u in units if u.id in outcomes),
-                 "outputs": [m["output"] for m in merges if m["dataset"] == d.name]}
+        d.name: {
+            "files": len(d.files),
+            "units": len(units),
+            "events": sum(outcomes[u.id].record["events"] for u in units if u.id in outcomes),
+            "outputs": [m["output"] for m in merges if m["dataset"] == d.name],
+        }
         for d, units in plan
     }
     per_worker: dict[str, dict[str, Any]] = defaultdict(lambda: {"host": "", "units": 0, "events": 0, "busy_s": 0.0})
@@ -81,23 +109,33 @@ def run_summary(process: Any, spec: Any, plan: list[tuple[Dataset, list[WorkUnit
     steady = [o for o in done if not o.built] or done
     built = [o.finished - o.started - o.events_time for o in done if o.built]
     summary["units"] = {
-        "total": sum(len(units) for _, units in plan), "done": len(done), "jobs_built": sum(o.built for o in done),
+        "total": sum(len(units) for _, units in plan),
+        "done": len(done),
+        "jobs_built": sum(o.built for o in done),
         "retried": [{"id": ids[k].id, "times": n} for k, n in sorted(retried.items()) if k in ids],
-        "skipped": [{"id": o.unit.id, "file": o.unit.file, "entry_start": o.unit.entry_start,
-                     "entry_stop": o.unit.entry_stop, "events": o.unit.num_entries, "error": o.error}
-                    for o in skipped],
+        "skipped": [
+            {
+                "id": o.unit.id,
+                "file": o.unit.file,
+                "entry_start": o.unit.entry_start,
+                "entry_stop": o.unit.entry_stop,
+                "events": o.unit.num_entries,
+                "error": o.error,
+            }
+            for o in skipped
+        ],
         "mean_task_s": sum(task) / len(task) if task else 0.0,
         "mean_events_s": sum(events) / len(events) if events else 0.0,
-        "mean_overhead_s": (sum(o.finished - o.started - o.events_time for o in steady) / len(steady)
-                            if steady else 0.0),
+        "mean_overhead_s": (
+            sum(o.finished - o.started - o.events_time for o in steady) / len(steady) if steady else 0.0
+        ),
         "mean_build_s": sum(built) / len(built) if built else 0.0,
         # From the first unit's start to the last one's end: the run without cluster start-up.
         "span_s": max(o.finished for o in done) - min(o.started for o in done) if done else 0.0,
     }
     slots = sum(w["nthreads"] or 1 for w in per_worker.values())
     # Worker time not spent in tasks while units ran, per unit: scheduling and transfers.
-    summary["units"]["scheduling_s"] = ((summary["units"]["span_s"] * slots - sum(task)) / len(task)
-                                        if task else 0.0)
+    summary["units"]["scheduling_s"] = (summary["units"]["span_s"] * slots - sum(task)) / len(task) if task else 0.0
     for m in merges:
         m["seconds_per_100MB"] = m["seconds"] / (m["bytes"] / 1e8) if m["bytes"] else 0.0
     summary["merge"] = merges
@@ -141,14 +179,24 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
     for col in ("Worker", "Host", "Units", "Events", "Busy [s]", "events/s"):
         workers.add_column(Text(col), justify="left" if col in ("Worker", "Host") else "right")
     for address, w in sorted(summary["workers"].items()):
-        workers.add_row(Text(address), Text(w["host"]), str(w["units"]), str(w["events"]), f"{w['busy_s']:.2f}",
-                        f"{w['events_per_s']:.1f}")
+        workers.add_row(
+            Text(address),
+            Text(w["host"]),
+            str(w["units"]),
+            str(w["events"]),
+            f"{w['busy_s']:.2f}",
+            f"{w['events_per_s']:.1f}",
+        )
     tables.append(workers)
     u = summary["units"]
-    tables.append(Text(f"Units: {u['done']} done of {u['total']}, {len(u['retried'])} retried, "
-                       f"{len(u['skipped'])} skipped; jobs built {u['jobs_built']} ({u['mean_build_s']:.2f} s each); "
-                       f"per unit: task {u['mean_task_s'] * 1e3:.1f} ms, events {u['mean_events_s'] * 1e3:.1f} ms, "
-                       f"overhead {u['mean_overhead_s'] * 1e3:.1f} ms, scheduling {u['scheduling_s'] * 1e3:.1f} ms"))
+    tables.append(
+        Text(
+            f"Units: {u['done']} done of {u['total']}, {len(u['retried'])} retried, "
+            f"{len(u['skipped'])} skipped; jobs built {u['jobs_built']} ({u['mean_build_s']:.2f} s each); "
+            f"per unit: task {u['mean_task_s'] * 1e3:.1f} ms, events {u['mean_events_s'] * 1e3:.1f} ms, "
+            f"overhead {u['mean_overhead_s'] * 1e3:.1f} ms, scheduling {u['scheduling_s'] * 1e3:.1f} ms"
+        )
+    )
     if u["retried"] or u["skipped"] or u.get("skipped_files"):
         units = Table(title=Text("Dask ---------- Units retried or skipped ------------"), title_justify="left")
         for col in ("What", "Events", "Unit"):
@@ -165,26 +213,43 @@ def _tables(summary: dict[str, Any]) -> list[Any]:
         for col in ("Output", "Parts", "Entries", "MB", "Merge [s]", "s per 100 MB"):
             merge.add_column(Text(col), justify="left" if col == "Output" else "right")
         for m in summary["merge"]:
-            merge.add_row(Text(m["output"]), str(m["parts"]), str(sum(m["entries"].values())),
-                          f"{m['bytes'] / 1e6:.2f}", f"{m['seconds']:.2f}", f"{m['seconds_per_100MB']:.2f}")
+            merge.add_row(
+                Text(m["output"]),
+                str(m["parts"]),
+                str(sum(m["entries"].values())),
+                f"{m['bytes'] / 1e6:.2f}",
+                f"{m['seconds']:.2f}",
+                f"{m['seconds_per_100MB']:.2f}",
+            )
         tables.append(merge)
     triton = summary["services"].get("TritonService")
     if triton and triton.get("servers"):
-        servers = Table(title=Text("TritonService ---------- Servers (all workers) ------------"),
-                        title_justify="left")
+        servers = Table(title=Text("TritonService ---------- Servers (all workers) ------------"), title_justify="left")
         for col in ("Server", "Address", "Requests", "Healthy", "Outages"):
             servers.add_column(Text(col), justify="left" if col in ("Server", "Address") else "right")
         for name, s in sorted(triton["servers"].items()):
-            servers.add_row(Text(name), Text(str(s.get("address", ""))), str(s["requests"]),
-                            str(s.get("healthy", "")), str(s.get("outages", "")))
+            servers.add_row(
+                Text(name),
+                Text(str(s.get("address", ""))),
+                str(s["requests"]),
+                str(s.get("healthy", "")),
+                str(s.get("outages", "")),
+            )
         tables.append(servers)
     if triton and triton.get("models"):
-        models = Table(title=Text("TritonService ---------- Server-side statistics of the run ------------"),
-                       title_justify="left")
+        models = Table(
+            title=Text("TritonService ---------- Server-side statistics of the run ------------"), title_justify="left"
+        )
         for col in ("Model @ server", "Requests", "Inferences", "Executions", "queue [ms]", "compute [ms]"):
             models.add_column(Text(col), justify="left" if col.startswith("Model") else "right")
         for key, m in sorted(triton["models"].items()):
-            models.add_row(Text(key), str(m["requests"]), str(m["inferences"]), str(m["executions"]),
-                           f"{m['queue_ms']:.3f}", f"{m['compute_ms']:.3f}")
+            models.add_row(
+                Text(key),
+                str(m["requests"]),
+                str(m["inferences"]),
+                str(m["executions"]),
+                f"{m['queue_ms']:.3f}",
+                f"{m['compute_ms']:.3f}",
+            )
         tables.append(models)
     return tables

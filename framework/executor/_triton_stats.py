@@ -74,7 +74,11 @@ class ServerCounters:
             delta = {k: counters[k] - start[k] for k in counters}
             n = delta["requests"]
             result[f"{model} @ {name}"] = {
-                "address": self.servers[name].address, "requests": n, "inferences": delta["inferences"],
-                "executions": delta["executions"], "queue_ms": delta["queue_ns"] / n / 1e6 if n else 0.0,
-                "compute_ms": delta["compute_ns"] / n / 1e6 if n else 0.0}
+                "address": self.servers[name].address,
+                "requests": n,
+                "inferences": delta["inferences"],
+                "executions": delta["executions"],
+                "queue_ms": delta["queue_ns"] / n / 1e6 if n else 0.0,
+                "compute_ms": delta["compute_ns"] / n / 1e6 if n else 0.0,
+            }
         return result

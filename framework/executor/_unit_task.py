@@ -66,8 +66,9 @@ class JobSpec:
     digest: str = field(default="", compare=False)
 
     @classmethod
-    def make(cls, config: str, args: list[str], streams: int | None, threads: int | None,
-             host_tag: str = "") -> JobSpec:
+    def make(
+        cls, config: str, args: list[str], streams: int | None, threads: int | None, host_tag: str = ""
+    ) -> JobSpec:
         path = str(Path(config).resolve())
         text = Path(path).read_bytes()
         key = repr((path, tuple(args), streams, threads, host_tag, os.getcwd())).encode()
@@ -107,7 +108,7 @@ class UnitOutcome:
     services: dict[str, Any] = field(default_factory=dict)
 
 
-class JobCache(WorkerPlugin):  # type: ignore[misc]
+class JobCache(WorkerPlugin):
     """Per worker: the jobs built, idle ones by (spec digest, dataset); ended at teardown."""
 
     name = "pysonic-jobs"
@@ -171,8 +172,9 @@ def add_host_server(process: Any, tag: str) -> None:
     if address is None:
         return
     host, _, port = address.rpartition(":")
-    entry = cms.PSet(name=cms.untracked.string(HOST_SERVER), address=cms.untracked.string(host),
-                     port=cms.untracked.uint32(int(port)))
+    entry = cms.PSet(
+        name=cms.untracked.string(HOST_SERVER), address=cms.untracked.string(host), port=cms.untracked.uint32(int(port))
+    )
     if "TritonService" in process.services_():
         service = process.TritonService
         if "servers" in service:
@@ -212,8 +214,7 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
             outcome.events_time = time.perf_counter() - t0
         outcome.parts = tuple(str(p) for m in job.modules if hasattr(m, "output_files") for p in m.output_files())
         outcome.record = unit_record(job, report)
-        outcome.services = {name: stats for name, svc in job.services.services.items()
-                            if (stats := svc.statistics())}
+        outcome.services = {name: stats for name, svc in job.services.services.items() if (stats := svc.statistics())}
         cache.give_back(spec, unit.dataset, job)
     except FrameworkError as exc:
         outcome.error = _one_line(exc, unit)

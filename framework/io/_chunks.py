@@ -69,8 +69,11 @@ class JaggedChunk:
         self.records = records
         self.offsets = offsets
         self.fields = tuple(records.fields)
-        self.columns = {f: read_only(c.data) for f, c in zip(self.fields, records.contents, strict=True)
-                        if isinstance(c, ak.contents.NumpyArray) and not c.parameters}
+        self.columns = {
+            f: read_only(c.data)
+            for f, c in zip(self.fields, records.contents, strict=True)
+            if isinstance(c, ak.contents.NumpyArray) and not c.parameters
+        }
         self._bounds = offsets.tolist()  # Python ints: ~3x faster to slice with than np.int64
 
     def __getitem__(self, i: int) -> JaggedView:
@@ -106,8 +109,9 @@ class SingletonChunk:
         return int(self.records.length)
 
 
-def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, Any],
-                  file_name: str, where: str) -> JaggedChunk:
+def _build_jagged(
+    coll: Collection, fields: tuple[str, ...], arrays: dict[str, Any], file_name: str, where: str
+) -> JaggedChunk:
     assert coll.counter is not None  # jagged collections have one
     counts = np.asarray(arrays[coll.counter]).astype(np.int64, copy=False)
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -119,7 +123,9 @@ def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, A
             raise FileReadError(
                 f"branch '{coll.name}_{f}' of input file '{file_name}' {where} has per-entry "
                 f"lengths different from its counter '{coll.counter}'",
-                file=file_name, collection=coll.name, branch=f"{coll.name}_{f}",
+                file=file_name,
+                collection=coll.name,
+                branch=f"{coll.name}_{f}",
             )
         contents.append(layout.content)
     # Zero-copy: the record array shares the fields' contents; one offsets array for all.
@@ -128,8 +134,12 @@ def _build_jagged(coll: Collection, fields: tuple[str, ...], arrays: dict[str, A
 
 
 def build_collections(
-    layout: dict[str, Collection], request: dict[str, tuple[str, ...] | None],
-    arrays: dict[str, Any], n: int, file_name: str, where: str,
+    layout: dict[str, Collection],
+    request: dict[str, tuple[str, ...] | None],
+    arrays: dict[str, Any],
+    n: int,
+    file_name: str,
+    where: str,
 ) -> dict[str, Any]:
     """Chunk-wide collections from ``tree.arrays(how=dict)``; ``result[name][i]`` is entry i's view.
 
@@ -166,4 +176,3 @@ def common_entry_offsets(tree: Any, branches: list[str]) -> list[int]:
             own = {int(x) for x in branch.entry_offsets}
             common = own if common is None else common & own
     return [0] if common is None else sorted(common)
-

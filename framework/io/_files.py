@@ -19,7 +19,7 @@ __all__ = ["local_path", "one_line", "local_file_problem", "open_tree", "open_in
 
 def local_path(name: str) -> str:
     # CMSSW configs write local files as "file:name.root"; uproot wants a plain path.
-    return name[len("file:"):] if name.startswith("file:") and not name.startswith("file://") else name
+    return name[len("file:") :] if name.startswith("file:") and not name.startswith("file://") else name
 
 
 def one_line(exc: BaseException) -> str:
@@ -93,9 +93,7 @@ def open_input(name: str, tree_name: str, access: RemoteAccess | None = None) ->
                 f"input file '{name}' has no tree '{tree_name}' (trees in the file: {', '.join(trees)})"
             )
         if classnames[tree_name] != "TTree":
-            raise FileOpenError(
-                f"'{tree_name}' in input file '{name}' is a {classnames[tree_name]}, not a TTree"
-            )
+            raise FileOpenError(f"'{tree_name}' in input file '{name}' is a {classnames[tree_name]}, not a TTree")
         tree = file[tree_name]
         tree.num_entries  # noqa: B018 - touch the metadata now, so that damage shows up here
     except FileOpenError:
@@ -108,4 +106,3 @@ def open_input(name: str, tree_name: str, access: RemoteAccess | None = None) ->
             local_file_problem(name) or f"cannot read tree '{tree_name}' of input file '{name}'{where}: {one_line(exc)}"
         ) from exc
     return file, tree, opened
-

@@ -219,17 +219,23 @@ def _steps(steps: Any, num_entries: int | None, where: str) -> tuple[tuple[int, 
         return None
     ok = isinstance(steps, list) and all(
         isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) and x >= 0 for x in s) and s[0] <= s[1]
-        for s in steps)
+        for s in steps
+    )
     if not ok:
-        raise ConfigurationError(f"{where}: key 'steps' is not a list of [start, stop] entry pairs with 0 <= start <= stop")
+        raise ConfigurationError(
+            f"{where}: key 'steps' is not a list of [start, stop] entry pairs with 0 <= start <= stop"
+        )
     result = tuple(sorted((s[0], s[1]) for s in steps))
     for (_, stop), (start, _) in zip(result, result[1:], strict=False):
         if start < stop:
-            raise ConfigurationError(f"{where}: key 'steps' has overlapping ranges (one starts at {start}, "
-                                     f"before the previous one stops at {stop})")
+            raise ConfigurationError(
+                f"{where}: key 'steps' has overlapping ranges (one starts at {start}, "
+                f"before the previous one stops at {stop})"
+            )
     if num_entries is not None and result and result[-1][1] > num_entries:
-        raise ConfigurationError(f"{where}: key 'steps' goes up to entry {result[-1][1]}, "
-                                 f"beyond its num_entries {num_entries}")
+        raise ConfigurationError(
+            f"{where}: key 'steps' goes up to entry {result[-1][1]}, beyond its num_entries {num_entries}"
+        )
     return result
 
 
@@ -237,7 +243,7 @@ def _expand(path: str, base: Path | None, where: str) -> list[str]:
     """A fileset path -> file paths: URLs kept, local ones absolute and glob-expanded."""
     if "://" in path:
         return [path]
-    local = path[len("file:"):] if path.startswith("file:") else path
+    local = path[len("file:") :] if path.startswith("file:") else path
     local = os.path.expanduser(local)
     if base is not None and not os.path.isabs(local):
         local = str(base / local)
@@ -258,7 +264,7 @@ def expand_file_names(names: Sequence[str], context: str) -> list[str]:
     """
     result: list[str] = []
     for name in names:
-        local = name[len("file:"):] if name.startswith("file:") and not name.startswith("file://") else name
+        local = name[len("file:") :] if name.startswith("file:") and not name.startswith("file://") else name
         if "://" in local or not _GLOB.search(local):
             result.append(name)
             continue

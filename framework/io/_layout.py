@@ -20,8 +20,7 @@ import uproot
 
 from .._errors import FileReadError
 
-__all__ = ["Collection", "scan_tree", "resolve_request", "check_types", "check_interpretable",
-           "unreadable_branch"]
+__all__ = ["Collection", "scan_tree", "resolve_request", "check_types", "check_interpretable", "unreadable_branch"]
 
 log = logging.getLogger("pysonic.source")
 
@@ -40,7 +39,6 @@ class Collection:
             return [self.name]
         chosen = self.fields if fields is None else fields
         return ([self.counter] if self.counter else []) + [f"{self.name}_{f}" for f in chosen]
-
 
 
 def scan_tree(tree: Any) -> dict[str, Collection]:
@@ -64,7 +62,7 @@ def scan_tree(tree: Any) -> dict[str, Collection]:
             plain.append(branch.name)
     result: dict[str, Collection] = {}
     for prefix, members in groups.items():
-        fields = tuple(b.name[len(prefix) + 1:] for b in members)
+        fields = tuple(b.name[len(prefix) + 1 :] for b in members)
         counts = [b.count_branch.name if b.count_branch is not None else None for b in members]
         own = {f"n{prefix}"} | {f"n{b.name}" for b in members}  # nJet, or nJet_pt per field
         if None not in counts and (len(set(counts)) == 1 or set(counts) <= own):
@@ -109,14 +107,17 @@ def _field_problem(coll: Collection, branch: Any) -> str | None:
     interpretation = branch.interpretation
     if coll.kind == "jagged":
         counter = branch.count_branch.name if branch.count_branch is not None else None
-        if (isinstance(interpretation, uproot.interpretation.jagged.AsJagged)
-                and _numeric(interpretation.content, scalar=True)
-                and counter in (coll.counter, f"n{branch.name}")):
+        if (
+            isinstance(interpretation, uproot.interpretation.jagged.AsJagged)
+            and _numeric(interpretation.content, scalar=True)
+            and counter in (coll.counter, f"n{branch.name}")
+        ):
             return None
         return f"one number per {coll.name} object (a numeric jagged branch counted by '{coll.counter}')"
     if _numeric(interpretation, scalar=False) or (
-            isinstance(interpretation, uproot.interpretation.jagged.AsJagged)
-            and _numeric(interpretation.content, scalar=False)):
+        isinstance(interpretation, uproot.interpretation.jagged.AsJagged)
+        and _numeric(interpretation.content, scalar=False)
+    ):
         return None
     return f"numbers per event (collection '{coll.name}' has no counter branch)"
 
@@ -131,8 +132,9 @@ def unreadable_branch(tree: Any, branches: list[str], lo: int, hi: int) -> str |
     return None
 
 
-def check_types(tree: Any, layout: dict[str, Collection], request: dict[str, tuple[str, ...] | None],
-                 file_name: str) -> None:
+def check_types(
+    tree: Any, layout: dict[str, Collection], request: dict[str, tuple[str, ...] | None], file_name: str
+) -> None:
     """Check that the requested branches hold what the collections promise to modules.
 
     Raises:
@@ -153,7 +155,9 @@ def check_types(tree: Any, layout: dict[str, Collection], request: dict[str, tup
                 raise FileReadError(
                     f"branch '{branch_name}' of input file '{file_name}' is {branch.typename} "
                     f"(uproot {type(branch.interpretation).__name__}), expected {expected}",
-                    file=file_name, collection=name, branch=branch_name,
+                    file=file_name,
+                    collection=name,
+                    branch=branch_name,
                 )
 
 
@@ -165,7 +169,9 @@ def check_interpretable(tree: Any, branches: list[str], file_name: str, *, colle
             raise FileReadError(
                 f"branch '{name}' of input file '{file_name}' has a type uproot cannot read "
                 f"({tree[name].typename}): {' '.join(str(interpretation).split())}",
-                file=file_name, collection=collection, branch=name,
+                file=file_name,
+                collection=collection,
+                branch=name,
             )
 
 
@@ -195,13 +201,18 @@ def resolve_request(
             nearest = _nearest(name, list(layout))
             raise FileReadError(
                 f"input file '{file_name}' has no collection or branch '{name}' (nearest: {_quoted(nearest)})",
-                file=file_name, collection=name, branch=name, nearest=nearest,
+                file=file_name,
+                collection=name,
+                branch=name,
+                nearest=nearest,
             )
         if fields is None or coll.kind == "plain":
             if fields and coll.kind == "plain":
                 raise FileReadError(
-                    f"branch '{name}' of input file '{file_name}' is a plain branch, it has no "
-                    f"fields {sorted(fields)}", file=file_name, collection=name, branch=name,
+                    f"branch '{name}' of input file '{file_name}' is a plain branch, it has no fields {sorted(fields)}",
+                    file=file_name,
+                    collection=name,
+                    branch=name,
                 )
             resolved[name] = None
             continue
@@ -211,8 +222,10 @@ def resolve_request(
                 nearest = _nearest(branch, [f"{name}_{x}" for x in coll.fields])
                 raise FileReadError(
                     f"input file '{file_name}' has no branch '{branch}' (nearest: {_quoted(nearest)})",
-                    file=file_name, collection=name, branch=branch, nearest=nearest,
+                    file=file_name,
+                    collection=name,
+                    branch=branch,
+                    nearest=nearest,
                 )
         resolved[name] = tuple(f for f in coll.fields if f in fields)  # file order
     return resolved
-

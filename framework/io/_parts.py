@@ -38,8 +38,17 @@ from ._fileset import dataset_file_tag
 from ._units import WorkUnit
 from ._writer import atomic_write
 
-__all__ = ["output_naming", "output_path", "dataset_output_path", "parts_folder", "part_path", "final_path",
-           "merge_parts", "merge_unit_parts", "MergeReport"]
+__all__ = [
+    "output_naming",
+    "output_path",
+    "dataset_output_path",
+    "parts_folder",
+    "part_path",
+    "final_path",
+    "merge_parts",
+    "merge_unit_parts",
+    "MergeReport",
+]
 
 log = logging.getLogger("pysonic.merge")
 
@@ -130,8 +139,9 @@ class MergeReport:
     histograms: tuple[str, ...] = ()
 
 
-def merge_parts(parts: Sequence[str | Path], target: str | Path, *, remove_parts: bool = True,
-                compression: Any = None) -> MergeReport:
+def merge_parts(
+    parts: Sequence[str | Path], target: str | Path, *, remove_parts: bool = True, compression: Any = None
+) -> MergeReport:
     """Combine the parts of one output into ``target``, atomically.
 
     Every part must hold the same objects. TTrees (NanoAOD-style: flat branches, jagged
@@ -172,11 +182,15 @@ def merge_parts(parts: Sequence[str | Path], target: str | Path, *, remove_parts
         for file, part in zip(files[1:], paths[1:], strict=True):
             other = _layout_of(file, part)
             if other != layout:
-                raise FileReadError(f"part '{part}' holds {_describe(other)}, but part '{paths[0]}' holds "
-                                    f"{_describe(layout)}: they are not parts of one output")
+                raise FileReadError(
+                    f"part '{part}' holds {_describe(other)}, but part '{paths[0]}' holds "
+                    f"{_describe(layout)}: they are not parts of one output"
+                )
         report = MergeReport(target, tuple(paths))
-        with atomic_write(target) as temp, uproot.recreate(
-                temp, compression=files[0].file.compression if compression is None else compression) as out:
+        with (
+            atomic_write(target) as temp,
+            uproot.recreate(temp, compression=files[0].file.compression if compression is None else compression) as out,
+        ):
             for name, classname in layout.items():
                 if classname == "TTree":
                     report.entries[name] = _merge_tree(out, name, files, paths)
@@ -192,8 +206,12 @@ def merge_parts(parts: Sequence[str | Path], target: str | Path, *, remove_parts
         for folder in {p.parent for p in paths if p.parent.name.endswith(".parts")}:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: other outputs' parts may still be there
-    log.info("merged %d parts into %s (%s)", len(paths), target,
-             ", ".join(f"{k}: {v} entries" for k, v in report.entries.items()) or "histograms only")
+    log.info(
+        "merged %d parts into %s (%s)",
+        len(paths),
+        target,
+        ", ".join(f"{k}: {v} entries" for k, v in report.entries.items()) or "histograms only",
+    )
     return report
 
 
@@ -219,8 +237,10 @@ def _layout_of(file: Any, part: Path) -> dict[str, str]:
     layout = dict(file.classnames(cycle=False))
     for name, classname in layout.items():
         if classname != "TTree" and not classname.startswith(("TH1", "TH2", "TH3")):
-            raise FileReadError(f"part '{part}': '{name}' is a {classname}, which cannot be merged "
-                                f"(only TTrees and TH1/TH2/TH3 histograms)")
+            raise FileReadError(
+                f"part '{part}': '{name}' is a {classname}, which cannot be merged "
+                f"(only TTrees and TH1/TH2/TH3 histograms)"
+            )
     return layout
 
 
@@ -236,8 +256,9 @@ def _sum_histograms(name: str, files: list[Any], parts: list[Path]) -> Any:
             h = obj.to_hist()
             total = h if total is None else total + h
         except Exception as exc:  # noqa: BLE001 - other binning, ...
-            raise FileReadError(f"histogram '{name}' of part '{part}' cannot be added to the previous parts': "
-                                f"{one_line(exc)}") from exc
+            raise FileReadError(
+                f"histogram '{name}' of part '{part}' cannot be added to the previous parts': {one_line(exc)}"
+            ) from exc
     assert total is not None  # at least one part
     total.title = files[0][name].member("fTitle")  # uproot writes a hist's ``title`` as the TH1's
     return total
@@ -255,8 +276,10 @@ def _merge_tree(out: Any, name: str, files: list[Any], parts: list[Path]) -> int
         # input file's order, NanoAOD v15 lists Jet_eta before Jet_pt): the first part's
         # order is written, and every part is read by name.
         if _signature(tree, _branch_groups(tree, part)) != signature:
-            raise FileReadError(f"tree '{name}' of part '{part}' has other branches than in part "
-                                f"'{first_part}': they are not parts of one output")
+            raise FileReadError(
+                f"tree '{name}' of part '{part}' has other branches than in part "
+                f"'{first_part}': they are not parts of one output"
+            )
     written = None
     total = 0
     for tree, part in filled or [(first, first_part)]:
@@ -288,10 +311,12 @@ def _branch_groups(tree: Any, part: Path) -> list[tuple[str, str | None, tuple[s
             if name.startswith("n") and members == [base]:
                 groups.append((base, name, ()))
             elif name.startswith("n") and all(m.startswith(base + "_") for m in members):
-                groups.append((base, name, tuple(m[len(base) + 1:] for m in members)))
+                groups.append((base, name, tuple(m[len(base) + 1 :] for m in members)))
             else:
-                raise FileReadError(f"tree '{tree.name}' of part '{part}': counter '{name}' counts "
-                                    f"{', '.join(members)}, not n<name> + <name>_<field> as the writer makes them")
+                raise FileReadError(
+                    f"tree '{tree.name}' of part '{part}': counter '{name}' counts "
+                    f"{', '.join(members)}, not n<name> + <name>_<field> as the writer makes them"
+                )
         elif branch.count_branch is None:
             groups.append((name, None, ()))
     return groups
@@ -321,7 +346,6 @@ def _read_columns(tree: Any, groups: list[tuple[str, str | None, tuple[str, ...]
             columns[base] = arrays[base]
         else:
             lists = [arrays[f"{base}_{f}"].layout.to_ListOffsetArray64(True) for f in fields]
-            record = ak.contents.RecordArray([lst.content for lst in lists], list(fields),
-                                             length=len(lists[0].content))
+            record = ak.contents.RecordArray([lst.content for lst in lists], list(fields), length=len(lists[0].content))
             columns[base] = ak.Array(ak.contents.ListOffsetArray(lists[0].offsets, record))
     return columns

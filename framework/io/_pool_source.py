@@ -145,21 +145,39 @@ class PoolSource(Source):
     def fill_descriptions(cls, desc: Any) -> None:
         from .. import config as cms
 
-        desc.add("fileNames", cms.untracked.vstring(),
-                 "input files: paths (globs expanded), file:paths or URLs (root://, https://)")
+        desc.add(
+            "fileNames",
+            cms.untracked.vstring(),
+            "input files: paths (globs expanded), file:paths or URLs (root://, https://)",
+        )
         desc.add("skipEvents", cms.untracked.uint32(0), "entries to skip at the start of the input, across files")
         desc.add("treeName", cms.untracked.string("Events"), "name of the TTree holding the events")
-        desc.add("duplicateCheckMode", cms.untracked.string("checkAllFilesOpened"),
-                 "'checkAllFilesOpened' (skip repeated event ids with a warning) or 'noDuplicateCheck'")
-        desc.add("eventsPerRead", cms.untracked.uint32(0),
-                 "entries per read; 0 = the file's own clusters (TTree::GetClusterIterator)")
-        desc.add("redirectors", cms.untracked.vstring(),
-                 "URL prefixes tried in order for /store/... names, e.g. root://cms-xrd-global.cern.ch//")
-        desc.add("openTimeout", cms.untracked.double(30.0),
-                 "seconds an open of a remote file may take at one place (a URL, each redirector)")
+        desc.add(
+            "duplicateCheckMode",
+            cms.untracked.string("checkAllFilesOpened"),
+            "'checkAllFilesOpened' (skip repeated event ids with a warning) or 'noDuplicateCheck'",
+        )
+        desc.add(
+            "eventsPerRead",
+            cms.untracked.uint32(0),
+            "entries per read; 0 = the file's own clusters (TTree::GetClusterIterator)",
+        )
+        desc.add(
+            "redirectors",
+            cms.untracked.vstring(),
+            "URL prefixes tried in order for /store/... names, e.g. root://cms-xrd-global.cern.ch//",
+        )
+        desc.add(
+            "openTimeout",
+            cms.untracked.double(30.0),
+            "seconds an open of a remote file may take at one place (a URL, each redirector)",
+        )
         desc.add("timeout", cms.untracked.double(30.0), "seconds each read request to a remote server may wait")
-        desc.add("readRetries", cms.untracked.uint32(2),
-                 "further tries of a remote read after a transient error (not after a timeout)")
+        desc.add(
+            "readRetries",
+            cms.untracked.uint32(2),
+            "further tries of a remote read after a transient error (not after a timeout)",
+        )
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
@@ -279,8 +297,15 @@ class PoolSource(Source):
 
     def statistics(self) -> SourceStatistics:
         """Counters of what was opened, read and sent so far."""
-        return SourceStatistics(tuple(self._files_opened), self._entries_read, self._events_sent,
-                                self._duplicates, self._last_branches, tuple(self._opened), dict(self._retries))
+        return SourceStatistics(
+            tuple(self._files_opened),
+            self._entries_read,
+            self._events_sent,
+            self._duplicates,
+            self._last_branches,
+            tuple(self._opened),
+            dict(self._retries),
+        )
 
     def report(self) -> list[Any]:
         """The summary's input table (``_report``): where each remote file was opened, what
@@ -321,15 +346,24 @@ class PoolSource(Source):
         (uproot's XRootD source closes the file on a failed read)."""
         name, opened = handle.opened.name, handle.opened
         self._retries[name] = self._retries.get(name, 0) + 1
-        log.warning("input file %s: reading %s from %s failed (%s): trying again (%d of %d)", name, where,
-                    opened.served_by, reason(error, opened.url), retry, self.access.read_retries)
+        log.warning(
+            "input file %s: reading %s from %s failed (%s): trying again (%d of %d)",
+            name,
+            where,
+            opened.served_by,
+            reason(error, opened.url),
+            retry,
+            self.access.read_retries,
+        )
         close_in_background(handle.file)
         try:
             handle.file, handle.tree, _ = open_input(opened.url, handle.tree_path, self.access)
         except FileOpenError as exc:
-            raise FileReadError(f"cannot read {where} of input file '{name}' from {opened.served_by}: "
-                                f"{reason(error, opened.url)}; opening it again failed: {exc.args[0]}",
-                                file=name) from exc
+            raise FileReadError(
+                f"cannot read {where} of input file '{name}' from {opened.served_by}: "
+                f"{reason(error, opened.url)}; opening it again failed: {exc.args[0]}",
+                file=name,
+            ) from exc
 
     def _branch_list(self, layout: dict[str, Collection], request: dict[str, Any], tree: Any) -> list[str]:
         names = [b for b in ID_BRANCHES if b in tree]  # not tree.keys(): ~10 ms for NanoAOD
@@ -339,8 +373,9 @@ class PoolSource(Source):
 
     async def _send_chunk(self, chunk: Chunk, send_channel: trio.MemorySendChannel[SourceEvent]) -> bool:
         for i in chunk.kept:
-            event = SourceEvent(EventID(*chunk.ids[i]), EventView(chunk.collections, i),
-                                chunk.file_name, chunk.start + i)
+            event = SourceEvent(
+                EventID(*chunk.ids[i]), EventView(chunk.collections, i), chunk.file_name, chunk.start + i
+            )
             try:
                 await send_channel.send(event)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -361,8 +396,11 @@ class PoolSource(Source):
                 )
                 has_ids = all(b in branches for b in ID_BRANCHES)
                 if not has_ids:
-                    log.warning("input file %s has no run/luminosityBlock/event branches: "
-                                "event ids are 1:1:<entry+1>, without duplicate check", name)
+                    log.warning(
+                        "input file %s has no run/luminosityBlock/event branches: "
+                        "event ids are 1:1:<entry+1>, without duplicate check",
+                        name,
+                    )
                 start, stop = self._entry_range(source, handle.tree.num_entries)
                 skipped = min(to_skip, stop - start)
                 start, to_skip = start + skipped, to_skip - skipped
@@ -372,7 +410,14 @@ class PoolSource(Source):
                         # short, the rest of the range is read next.
                         stop = hi if max_events < 0 else min(hi, lo + max_events - planned)
                         chunk = await trio.to_thread.run_sync(
-                            self._read_chunk, handle, name, request, branches, lo, stop, has_ids,
+                            self._read_chunk,
+                            handle,
+                            name,
+                            request,
+                            branches,
+                            lo,
+                            stop,
+                            has_ids,
                             abandon_on_cancel=True,
                         )
                         planned += len(chunk.kept)
@@ -389,7 +434,9 @@ class PoolSource(Source):
         if not 0 <= source.start <= stop <= n:
             raise FileReadError(
                 f"entries [{source.start}, {stop}) of tree '{source.tree}' in input file '{source.name}' "
-                f"are out of range: the tree has {n} entries", file=source.name, entries=(source.start, stop),
+                f"are out of range: the tree has {n} entries",
+                file=source.name,
+                entries=(source.start, stop),
             )
         return source.start, stop
 
@@ -422,8 +469,9 @@ class PoolSource(Source):
             if hi > start:
                 yield max(lo, start), min(hi, stop)
 
-    def _read_chunk(self, handle: _Handle, name: str, request: dict[str, Any], branches: list[str],
-                    lo: int, hi: int, has_ids: bool) -> Chunk:
+    def _read_chunk(
+        self, handle: _Handle, name: str, request: dict[str, Any], branches: list[str], lo: int, hi: int, has_ids: bool
+    ) -> Chunk:
         # Runs on a worker thread: the read, the decompression and the zip.
         where = f"entries [{lo}, {hi})"
         layout = handle.layout
@@ -453,13 +501,19 @@ class PoolSource(Source):
                     why = f"no answer within timeout = {self.access.timeout:g} s ({reason(exc, url)})"
                 else:
                     why = f"{reason(exc, url)} (after {len(tries) + 1} tries)" if tries else reason(exc, url)
-                raise FileReadError(f"cannot read {where} of tree '{tree.name}' in input file '{name}' from "
-                                    f"{server}: {why}", file=name, entries=(lo, hi)) from exc
+                raise FileReadError(
+                    f"cannot read {where} of tree '{tree.name}' in input file '{name}' from {server}: {why}",
+                    file=name,
+                    entries=(lo, hi),
+                ) from exc
             culprit = unreadable_branch(tree, branches, lo, hi)
             what = f"branch '{culprit}', " if culprit else ""
             raise FileReadError(
-                local_file_problem(name) or f"cannot read {what}{where} of tree '{tree.name}' in input "
-                f"file '{name}': {one_line(exc)}", file=name, branch=culprit, entries=(lo, hi),
+                local_file_problem(name)
+                or f"cannot read {what}{where} of tree '{tree.name}' in input file '{name}': {one_line(exc)}",
+                file=name,
+                branch=culprit,
+                entries=(lo, hi),
             ) from exc
         self._entries_read += hi - lo
         self._last_branches = tuple(branches)
@@ -480,9 +534,13 @@ class PoolSource(Source):
             if event_id in seen:
                 self._duplicates += 1
                 if self._duplicates <= _MAX_DUPLICATE_WARNINGS:
-                    log.warning("duplicate event %s (entry %d of %s) skipped: its id was seen before "
-                                "(duplicateCheckMode = 'checkAllFilesOpened')",
-                                EventID(*event_id), chunk.start + i, chunk.file_name)
+                    log.warning(
+                        "duplicate event %s (entry %d of %s) skipped: its id was seen before "
+                        "(duplicateCheckMode = 'checkAllFilesOpened')",
+                        EventID(*event_id),
+                        chunk.start + i,
+                        chunk.file_name,
+                    )
                 elif self._duplicates == _MAX_DUPLICATE_WARNINGS + 1:
                     log.warning("more duplicate events skipped; see statistics().duplicates_skipped")
                 continue

@@ -49,8 +49,20 @@ import uproot
 
 from .._errors import ConfigurationError, FileOpenError
 
-__all__ = ["RemoteAccess", "OpenedFile", "is_lfn", "is_url", "is_remote", "server_of", "open_root_file",
-           "is_transient", "read_with_retries", "close_in_background", "reason", "bounded"]
+__all__ = [
+    "RemoteAccess",
+    "OpenedFile",
+    "is_lfn",
+    "is_url",
+    "is_remote",
+    "server_of",
+    "open_root_file",
+    "is_transient",
+    "read_with_retries",
+    "close_in_background",
+    "reason",
+    "bounded",
+]
 
 log = logging.getLogger("pysonic.source")
 
@@ -109,27 +121,37 @@ class RemoteAccess:
                 raise ConfigurationError(f"PoolSource: {name} = {value} s, expected > 0")
         for r in self.redirectors:
             if not r or (not is_url(r) and not os.path.isabs(r.removeprefix("file:"))):
-                raise ConfigurationError(f"PoolSource: redirector '{r}' is neither a URL (root://host//, "
-                                         "https://host/path) nor an absolute local folder")
+                raise ConfigurationError(
+                    f"PoolSource: redirector '{r}' is neither a URL (root://host//, "
+                    "https://host/path) nor an absolute local folder"
+                )
 
     @classmethod
     def from_params(cls, params: Any) -> RemoteAccess:
         """From PoolSource's validated parameters (defaults for those absent: a source
         built by hand from a namespace)."""
         d = cls()
-        return cls(tuple(str(r) for r in getattr(params, "redirectors", ())),
-                   float(getattr(params, "openTimeout", d.open_timeout)), float(getattr(params, "timeout", d.timeout)),
-                   int(getattr(params, "readRetries", d.read_retries)))
+        return cls(
+            tuple(str(r) for r in getattr(params, "redirectors", ())),
+            float(getattr(params, "openTimeout", d.open_timeout)),
+            float(getattr(params, "timeout", d.timeout)),
+            int(getattr(params, "readRetries", d.read_retries)),
+        )
 
     @classmethod
     def from_config(cls, source: Any) -> RemoteAccess:
         """From a config's ``cms.Source("PoolSource", ...)`` as written (defaults for what it omits)."""
+
         def value(name: str, default: Any) -> Any:
             return getattr(source, name).value() if name in source else default
 
         d = cls()
-        return cls(tuple(str(r) for r in value("redirectors", ())), float(value("openTimeout", d.open_timeout)),
-                   float(value("timeout", d.timeout)), int(value("readRetries", d.read_retries)))
+        return cls(
+            tuple(str(r) for r in value("redirectors", ())),
+            float(value("openTimeout", d.open_timeout)),
+            float(value("timeout", d.timeout)),
+            int(value("readRetries", d.read_retries)),
+        )
 
     def places(self, name: str) -> list[tuple[str, str]]:
         """``(what to open, where it is served from)`` in the order to try.
@@ -145,7 +167,9 @@ class RemoteAccess:
         if not self.redirectors:
             raise FileOpenError(
                 f"input file '{name}' is a logical file name (LFN) but PoolSource has no redirectors: set e.g. "
-                f"redirectors = cms.untracked.vstring('root://cms-xrd-global.cern.ch//')", file=name)
+                f"redirectors = cms.untracked.vstring('root://cms-xrd-global.cern.ch//')",
+                file=name,
+            )
         return [(_join(r, name), r) for r in self.redirectors]
 
 
@@ -199,8 +223,11 @@ def _xrootd_client(name: str, access: RemoteAccess) -> Any:
     try:
         from XRootD import client
     except ImportError:
-        raise FileOpenError(f"cannot open input file '{name}': reading root:// needs the XRootD client, which "
-                            f"is not installed: {INSTALL_XROOTD}", file=name) from None
+        raise FileOpenError(
+            f"cannot open input file '{name}': reading root:// needs the XRootD client, which "
+            f"is not installed: {INSTALL_XROOTD}",
+            file=name,
+        ) from None
     with _xrootd_configured:
         if not _xrootd_done:
             settings = {
@@ -300,8 +327,9 @@ def _data_server(file: Any) -> str | None:
     return None
 
 
-def open_root_file(name: str, access: RemoteAccess, *, open_file: Callable[[str, dict[str, Any]], Any] | None = None
-                   ) -> tuple[Any, OpenedFile]:
+def open_root_file(
+    name: str, access: RemoteAccess, *, open_file: Callable[[str, dict[str, Any]], Any] | None = None
+) -> tuple[Any, OpenedFile]:
     """Open ``name`` (local path, URL or LFN) with uproot; return the file and where it was opened.
 
     Each place (:meth:`RemoteAccess.places`) is tried in order; remote opens are cut at
@@ -342,8 +370,9 @@ def open_root_file(name: str, access: RemoteAccess, *, open_file: Callable[[str,
         failed.append(f"{served_by if is_lfn(name) else server_of(url)}: {why}")
     if len(places) == 1:
         raise FileOpenError(f"cannot open input file '{name}' at server {failed[0]}", file=name)
-    raise FileOpenError(f"cannot open input file '{name}' through any of its {len(places)} redirectors: "
-                        f"{'; '.join(failed)}", file=name)
+    raise FileOpenError(
+        f"cannot open input file '{name}' through any of its {len(places)} redirectors: {'; '.join(failed)}", file=name
+    )
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -370,8 +399,9 @@ def read_with_retries(read: Callable[[], T], retries: int, reopen: Callable[[Bas
         last[:] = [exc]
         return is_transient(exc)
 
-    for attempt in stamina.retry_context(on=transient, attempts=retries + 1, timeout=None,
-                                         wait_initial=0.2, wait_max=2.0, wait_jitter=0.2):
+    for attempt in stamina.retry_context(
+        on=transient, attempts=retries + 1, timeout=None, wait_initial=0.2, wait_max=2.0, wait_jitter=0.2
+    ):
         with attempt:
             if attempt.num > 1:
                 reopen(last[0])

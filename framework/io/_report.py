@@ -29,6 +29,12 @@ def input_table(opened: Sequence[OpenedFile], retries: Mapping[str, int]) -> lis
     for col in ("File", "Served by", "Data server", "Open [s]", "Failed first", "Read retries"):
         table.add_column(Text(col), justify="right" if col in ("Open [s]", "Read retries") else "left")
     for o in rows:
-        table.add_row(Text(o.name), Text(o.served_by), Text(o.data_server or "-"), f"{o.open_seconds:.2f}",
-                      Text("; ".join(o.failed) or "-"), str(retries.get(o.name, 0)))
+        table.add_row(
+            Text(o.name),
+            Text(o.served_by),
+            Text(o.data_server or "-"),
+            f"{o.open_seconds:.2f}",
+            Text("; ".join(o.failed) or "-"),
+            str(retries.get(o.name, 0)),
+        )
     return [table]

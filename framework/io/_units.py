@@ -36,8 +36,15 @@ from ._fileset import Dataset, FileSpec
 from ._remote import RemoteAccess, bounded, close_in_background, is_remote
 from ._writer import atomic_write
 
-__all__ = ["FileInfo", "WorkUnit", "preprocess_file", "split_units", "PreprocessCache", "preprocess",
-           "DEFAULT_CHUNK_SIZE"]
+__all__ = [
+    "FileInfo",
+    "WorkUnit",
+    "preprocess_file",
+    "split_units",
+    "PreprocessCache",
+    "preprocess",
+    "DEFAULT_CHUNK_SIZE",
+]
 
 log = logging.getLogger("pysonic.preprocess")
 
@@ -105,8 +112,10 @@ class WorkUnit:
 
     def describe(self) -> str:
         """How errors name it: ``entries [0, 40) of tree 'Events' in 'a.root' (dataset 'DY')``."""
-        return (f"entries [{self.entry_start}, {self.entry_stop}) of tree '{self.tree}' in "
-                f"'{self.file}' (dataset '{self.dataset}')")
+        return (
+            f"entries [{self.entry_start}, {self.entry_stop}) of tree '{self.tree}' in "
+            f"'{self.file}' (dataset '{self.dataset}')"
+        )
 
 
 def _stat(path: str) -> tuple[int | None, int | None]:
@@ -150,8 +159,9 @@ def _preprocess_file(path: str, tree: str, access: RemoteAccess | None) -> FileI
         try:
             offsets = [int(x) for x in ttree.common_entry_offsets()]
         except Exception as exc:  # noqa: BLE001 - damaged basket metadata
-            raise FileOpenError(f"cannot read the cluster layout of tree '{tree}' in input file "
-                                f"'{path}': {one_line(exc)}") from exc
+            raise FileOpenError(
+                f"cannot read the cluster layout of tree '{tree}' in input file '{path}': {one_line(exc)}"
+            ) from exc
         uuid = str(file.file.uuid)
     finally:
         if is_remote(path):
@@ -162,8 +172,9 @@ def _preprocess_file(path: str, tree: str, access: RemoteAccess | None) -> FileI
     return FileInfo(path, tree, n, tuple(clusters), uuid, size, mtime_ns)
 
 
-def split_units(dataset: str, info: FileInfo, chunk_size: int,
-                steps: Sequence[tuple[int, int]] | None = None) -> list[WorkUnit]:
+def split_units(
+    dataset: str, info: FileInfo, chunk_size: int, steps: Sequence[tuple[int, int]] | None = None
+) -> list[WorkUnit]:
     """Split one file into units of about ``chunk_size`` entries at cluster boundaries.
 
     Algorithm (after coffea's ``get_steps`` with ``align_clusters=True``, which starts a
@@ -196,7 +207,9 @@ def split_units(dataset: str, info: FileInfo, chunk_size: int,
     if steps is not None:
         bad = [s for s in steps if not 0 <= s[0] <= s[1] <= n]
         if bad:
-            raise ValueError(f"steps {list(bad[0])} of file '{info.path}' are beyond its {n} entries (tree '{info.tree}')")
+            raise ValueError(
+                f"steps {list(bad[0])} of file '{info.path}' are beyond its {n} entries (tree '{info.tree}')"
+            )
         return [WorkUnit(dataset, info.path, info.tree, a, b) for a, b in steps]
     if n == 0:
         return [WorkUnit(dataset, info.path, info.tree, 0, 0)]
@@ -285,9 +298,14 @@ class PreprocessCache:
 Mapper = Callable[..., Iterable[FileInfo]]
 
 
-def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE, *,
-               cache: Path | None = None, mapper: Mapper = map,
-               access: RemoteAccess | None = None) -> dict[str, list[WorkUnit]]:
+def preprocess(
+    datasets: Sequence[Dataset],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    *,
+    cache: Path | None = None,
+    mapper: Mapper = map,
+    access: RemoteAccess | None = None,
+) -> dict[str, list[WorkUnit]]:
     """The work units of each dataset: cached file facts, :func:`preprocess_file` for the
     rest (each distinct (path, tree) once, even if several datasets list it), then
     :func:`split_units`.
@@ -322,15 +340,21 @@ def preprocess(datasets: Sequence[Dataset], chunk_size: int = DEFAULT_CHUNK_SIZE
         found = list(mapper(reader, [k[0] for k in missing], [k[1] for k in missing]))
         wanted.update(zip(missing, found, strict=True))
         store.store(found)
-    return {d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
-            for d in datasets}
+    return {
+        d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
+        for d in datasets
+    }
 
 
 def _units_of(dataset: str, spec: FileSpec, info: Any, chunk_size: int) -> list[WorkUnit]:
     steps = spec.steps
     if steps is not None and spec.uuid is not None and spec.uuid != info.uuid:
         # coffea recomputes the steps of a file whose UUID changed; so do we.
-        log.warning("file %s has UUID %s, not %s as in the fileset: its steps are computed again",
-                    spec.path, info.uuid, spec.uuid)
+        log.warning(
+            "file %s has UUID %s, not %s as in the fileset: its steps are computed again",
+            spec.path,
+            info.uuid,
+            spec.uuid,
+        )
         steps = None
     return split_units(dataset, info, chunk_size, steps)

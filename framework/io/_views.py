@@ -51,7 +51,7 @@ class JaggedColumn:
         self.bounds = offsets.tolist()  # Python ints: slicing with them is ~3x faster
 
     def __getitem__(self, i: int) -> np.ndarray[Any, Any]:
-        return self.data[self.bounds[i]:self.bounds[i + 1]]
+        return self.data[self.bounds[i] : self.bounds[i + 1]]
 
     def __len__(self) -> int:
         return len(self.bounds) - 1

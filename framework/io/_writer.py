@@ -38,8 +38,17 @@ from .._errors import ConfigurationError, FileOpenError
 from .._event import Event
 from ._views import JaggedView, SingletonView
 
-__all__ = ["ID_BRANCHES", "COMPRESSION", "compression", "BranchBuffer", "TreeWriter", "atomic_write",
-           "temporary_name", "id_columns", "write_objects"]
+__all__ = [
+    "ID_BRANCHES",
+    "COMPRESSION",
+    "compression",
+    "BranchBuffer",
+    "TreeWriter",
+    "atomic_write",
+    "temporary_name",
+    "id_columns",
+    "write_objects",
+]
 
 log = logging.getLogger("pysonic.output")
 
@@ -142,19 +151,23 @@ class BranchBuffer:
             writers[0].add(self._field_arrays(value, event))
         elif self.kind == "singleton":  # fields are scalars (or, rarely, arrays)
             for writer in writers:
-                self._add_to(writer, self._field(value, writer.name[len(self.name) + 1:], event), event)
+                self._add_to(writer, self._field(value, writer.name[len(self.name) + 1 :], event), event)
 
     def _add_to(self, writer: _Scalars | _Jagged, value: Any, event: Event) -> None:
         if isinstance(writer, _Scalars):
             if not _is_scalar(value):
-                raise TypeError(f"{self._what(event)}: '{writer.name}' was a number in the first "
-                                f"written event, now {type(value).__name__}")
+                raise TypeError(
+                    f"{self._what(event)}: '{writer.name}' was a number in the first "
+                    f"written event, now {type(value).__name__}"
+                )
             writer.add(value)
             return
         arr = _as_1d(value)
         if arr is None:
-            raise TypeError(f"{self._what(event)}: '{writer.name}' was a 1-D array in the first "
-                            f"written event, now {type(value).__name__}")
+            raise TypeError(
+                f"{self._what(event)}: '{writer.name}' was a 1-D array in the first "
+                f"written event, now {type(value).__name__}"
+            )
         writer.add([arr])
 
     def _what(self, event: Event) -> str:
@@ -228,8 +241,6 @@ class BranchBuffer:
             arrays.append(arr)
         return arrays
 
-
-
     def take(self) -> dict[str, Any]:
         """The buffered events as columns (branch group name -> array); empties the buffer."""
         data: dict[str, Any] = {}
@@ -249,7 +260,9 @@ def compression(algorithm: str, level: int | None, context: str) -> Any:
         ConfigurationError: an unknown algorithm (names ``context`` and the known ones).
     """
     if algorithm not in COMPRESSION:
-        raise ConfigurationError(f"{context}: compressionAlgorithm '{algorithm}' is not one of {', '.join(COMPRESSION)}")
+        raise ConfigurationError(
+            f"{context}: compressionAlgorithm '{algorithm}' is not one of {', '.join(COMPRESSION)}"
+        )
     return COMPRESSION[algorithm](1 if level is None else int(level))
 
 
@@ -344,8 +357,13 @@ class TreeWriter:
             types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in columns.items()}
             # uproot builds the TTree metadata in O(branches^2): ~0.2 s for 200 branches,
             # ~11 s for the 1,800 of a full PFNano ("keep *"). Slim outputs are cheap.
-            log.info("%s: creating tree '%s' with %d branch groups in %s",
-                     self.context, self.tree_name, len(types), self.temp_name)
+            log.info(
+                "%s: creating tree '%s' with %d branch groups in %s",
+                self.context,
+                self.tree_name,
+                len(types),
+                self.temp_name,
+            )
             self._tree = self._file.mktree(self.tree_name, types)
         n = len(next(iter(columns.values()))) if columns else 0
         if n:

@@ -39,8 +39,7 @@ log = logging.getLogger("pysonic.samples")
 
 # From /work/shared/data/SHA256SUMS (identical to the files in the packages named below).
 SHA256 = {
-    "Run2012BC_DoubleMuParked_Muons_1000evts_rntuple_v1-0-0-0.root":
-        "6a71d6ca866b76c8d89689dfce2cc402aecd2aea0ff03a650db9fe78e60b8385",  # noqa: E501 - a file name and its hash
+    "Run2012BC_DoubleMuParked_Muons_1000evts_rntuple_v1-0-0-0.root": "6a71d6ca866b76c8d89689dfce2cc402aecd2aea0ff03a650db9fe78e60b8385",  # noqa: E501 - a file name and its hash
     "nanoAOD_2015_CMS_Open_Data_ttbar.root": "c14a29b25b15b837226f396e920b5d9fb134f3558bef5b0a9db5d6d9606c5f3a",
     "nano_dimuon.root": "eac7c0a973e054e890766ec4c61ca784d3d49e4f82ec0c8b9dfbe55c233297a9",
     "nano_dy.root": "159b17b34b4d13ea4960d36fb9b01f2a505cc1a5a8de0fb3cfa185154543c81c",
@@ -143,8 +142,18 @@ def _fetch(name: str, cache: Path) -> Path:
 
 def _pip_download_coffea(folder: Path) -> Path:
     log.info("downloading the coffea==%s source distribution (about 30 MB) for its test samples", COFFEA_VERSION)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           f"coffea=={COFFEA_VERSION}", "-d", str(folder)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        f"coffea=={COFFEA_VERSION}",
+        "-d",
+        str(folder),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     sdist = folder / f"coffea-{COFFEA_VERSION}.tar.gz"
     if done.returncode != 0 or not sdist.is_file():

@@ -78,11 +78,17 @@ class BatchingOptions:
 def batching_description() -> cms.ParameterSetDescription:
     """The ``Client.batching`` PSet."""
     desc = cms.ParameterSetDescription()
-    desc.add("maxRows", cms.untracked.uint32(0),
-             "rows of a merged call at most (limited to the model's max_batch_size); 0 = batching off")
-    desc.add("maxDelay", cms.untracked.uint32(100),
-             "microseconds the first request of a merged call waits for others at most (less once no other "
-             "task can run); 0 = only those of the same scheduler tick")
+    desc.add(
+        "maxRows",
+        cms.untracked.uint32(0),
+        "rows of a merged call at most (limited to the model's max_batch_size); 0 = batching off",
+    )
+    desc.add(
+        "maxDelay",
+        cms.untracked.uint32(100),
+        "microseconds the first request of a merged call waits for others at most (less once no other "
+        "task can run); 0 = only those of the same scheduler tick",
+    )
     return desc
 
 
@@ -121,11 +127,11 @@ class _Slot:
 
     __slots__ = ("arrays", "rows", "done", "outputs", "error", "dropped")
 
-    def __init__(self, arrays: list[np.ndarray], rows: int) -> None:
+    def __init__(self, arrays: list[np.ndarray[Any, Any]], rows: int) -> None:
         self.arrays = arrays
         self.rows = rows
         self.done = trio.Event()
-        self.outputs: dict[str, np.ndarray] | None = None
+        self.outputs: dict[str, np.ndarray[Any, Any]] | None = None
         self.error: BaseException | None = None
         self.dropped = False
 
@@ -133,8 +139,19 @@ class _Slot:
 class _Batch:
     """One merged call, open (collecting slots) until sent."""
 
-    __slots__ = ("key", "server", "grpc_client", "slots", "rows", "sent", "hold", "deadline", "context",
-                 "sent_bytes", "call")
+    __slots__ = (
+        "key",
+        "server",
+        "grpc_client",
+        "slots",
+        "rows",
+        "sent",
+        "hold",
+        "deadline",
+        "context",
+        "sent_bytes",
+        "call",
+    )
 
     def __init__(self, key: tuple[Any, ...], server: ServerInfo, grpc_client: Any, deadline: float) -> None:
         self.key = key
@@ -168,8 +185,9 @@ class Batcher:
         self.client = client
         self._open: dict[tuple[Any, ...], _Batch] = {}  # key -> the call collecting requests
 
-    async def infer(self, arrays: list[np.ndarray], rows: int, server: ServerInfo,
-                    grpc_client: Any) -> dict[str, np.ndarray]:
+    async def infer(
+        self, arrays: list[np.ndarray[Any, Any]], rows: int, server: ServerInfo, grpc_client: Any
+    ) -> dict[str, np.ndarray[Any, Any]]:
         """One try of one event's request, as part of a merged call on ``server``.
 
         Args:
@@ -218,8 +236,10 @@ class Batcher:
             self._drop(batch, slot)
             from tritonclient.utils import InferenceServerException
 
-            raise InferenceServerException(f"no answer to a merged call within Client.timeout + {GRACE:g} s; "
-                                           "the event gave up on it", status=DEADLINE_STATUS)
+            raise InferenceServerException(
+                f"no answer to a merged call within Client.timeout + {GRACE:g} s; the event gave up on it",
+                status=DEADLINE_STATUS,
+            )
         if slot.error is not None:
             raise slot.error
         assert slot.outputs is not None
@@ -273,12 +293,19 @@ class Batcher:
             # The merged call's tensors travel as a single request's would: through shared
             # memory when the server is on this host (Client.useSharedMemory), else in gRPC.
             batch.call = client.transport.call(
-                batch.server, batch.grpc_client, client.inputs, [client.outputs[n] for n in client.requested_outputs],
-                arrays, batch.rows, all_outputs=len(client.requested_outputs) == len(client.outputs))
+                batch.server,
+                batch.grpc_client,
+                client.inputs,
+                [client.outputs[n] for n in client.requested_outputs],
+                arrays,
+                batch.rows,
+                all_outputs=len(client.requested_outputs) == len(client.outputs),
+            )
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
             options = {**client.call_options(), "outputs": batch.call.outputs}
-            batch.context = batch.grpc_client.async_infer(client.model_name, batch.call.inputs, callback=callback,
-                                                          **options)
+            batch.context = batch.grpc_client.async_infer(
+                client.model_name, batch.call.inputs, callback=callback, **options
+            )
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)
 
@@ -299,8 +326,10 @@ class Batcher:
             what = f"{client.what} (merged call of {len(slots)} events on {batch.server.describe()})"
             non_empty = all(a.size > 0 for slot in slots for a in slot.arrays)
             read = None if call is None else call.as_numpy
-            outputs = {name: output_array(result, client.outputs[name], batch.rows, what, non_empty, read=read)
-                       for name in client.requested_outputs}
+            outputs = {
+                name: output_array(result, client.outputs[name], batch.rows, what, non_empty, read=read)
+                for name in client.requested_outputs
+            }
         except Exception as exc:  # noqa: BLE001 - handed to each event, whose retry policy decides
             if call is not None:
                 call.done(False)  # the server may still write into its region: not reused
@@ -311,8 +340,14 @@ class Batcher:
         if call is not None:
             call.done(True)  # the outputs are copies (or views of the response): the region is free
         live = [slot for slot in slots if not slot.dropped]
-        client.counters.add_calls(batch.server.name, calls=1, requests=len(live), inferences=batch.rows,
-                                  sent=batch.sent_bytes, received=sum(a.nbytes for a in outputs.values()))
+        client.counters.add_calls(
+            batch.server.name,
+            calls=1,
+            requests=len(live),
+            inferences=batch.rows,
+            sent=batch.sent_bytes,
+            received=sum(a.nbytes for a in outputs.values()),
+        )
         offset = 0
         for slot in slots:
             end = offset + slot.rows
@@ -328,7 +363,8 @@ def _own_copy(exc: BaseException) -> BaseException:
 
     try:
         if isinstance(exc, InferenceServerException):
-            return InferenceServerException(exc.message(), exc.status(), exc.debug_details())
+            copied: BaseException = InferenceServerException(exc.message(), exc.status(), exc.debug_details())
+            return copied
         return copy.copy(exc)
     except Exception:  # noqa: BLE001 - an exception type that cannot be copied: share it
         return exc

@@ -64,6 +64,7 @@ BATCH_MODES = ("Rectangular", "Ragged")  # CMSSW's TritonBatchMode
 COMPRESSIONS = ("none", "deflate", "gzip")  # gRPC's, as tritonclient's compression_algorithm
 TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # -> seconds
 
+
 def client_description() -> cms.ParameterSetDescription:
     """The ``Client`` PSet of a SONIC module (CMSSW ``TritonClient::fillPSetDescription``).
 
@@ -72,28 +73,47 @@ def client_description() -> cms.ParameterSetDescription:
     """
     desc = cms.ParameterSetDescription()
     desc.add("modelName", cms.string, "model name on the Triton server (required)")
-    desc.add("modelVersion", cms.string(""), "model version; \"\" = the server's latest")
-    desc.add("modelConfigPath", cms.untracked.string(""),
-             "config.pbtxt of the model, for the fallback server; \"\" = <default repository>/<modelName>/config.pbtxt")
+    desc.add("modelVersion", cms.string(""), 'model version; "" = the server\'s latest')
+    desc.add(
+        "modelConfigPath",
+        cms.untracked.string(""),
+        'config.pbtxt of the model, for the fallback server; "" = <default repository>/<modelName>/config.pbtxt',
+    )
     desc.add("timeout", cms.untracked.uint32(10), "deadline of each try, in timeoutUnit; 0 = none")
     desc.add("timeoutUnit", cms.untracked.string("seconds"), "seconds | milliseconds | microseconds")
     desc.add("mode", cms.untracked.string("Async"), "Async | Sync | PseudoAsync")
     desc.add("preferredServer", cms.untracked.string(""), "TritonService server name to use if it serves the model")
     desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
     desc.add("verbose", cms.untracked.bool(False), "log model metadata and each request")
-    desc.add("useSharedMemory", cms.untracked.bool(True),
-             "tensors through system shared memory when the server is on this host (else gRPC payloads)")
-    desc.add("batchMode", cms.untracked.string("Rectangular"),
-             "Rectangular (one array per input, batch first) | Ragged (a list of entries, each its own shape)")
+    desc.add(
+        "useSharedMemory",
+        cms.untracked.bool(True),
+        "tensors through system shared memory when the server is on this host (else gRPC payloads)",
+    )
+    desc.add(
+        "batchMode",
+        cms.untracked.string("Rectangular"),
+        "Rectangular (one array per input, batch first) | Ragged (a list of entries, each its own shape)",
+    )
     desc.add("compression", cms.untracked.string("none"), "gRPC compression of requests: none | deflate | gzip")
-    desc.add_vpset("retries", retry_description(),
-                   "retry actions tried in order after a recoverable failure (sameServer | otherServer | "
-                   "fallback); [] = no retry", default=default_retries_pset(), tracked=False)
-    desc.add("batching", batching_description(),
-             "cross-event batching: merge the requests of events in flight into one call (maxRows > 0)",
-             tracked=False)
-    desc.add("allowedTries", cms.untracked.uint32(0),
-             "DEPRECATED (use retries): N > 0 = N tries in all, on the same server only; 0 = use retries")
+    desc.add_vpset(
+        "retries",
+        retry_description(),
+        "retry actions tried in order after a recoverable failure (sameServer | otherServer | fallback); [] = no retry",
+        default=default_retries_pset(),
+        tracked=False,
+    )
+    desc.add(
+        "batching",
+        batching_description(),
+        "cross-event batching: merge the requests of events in flight into one call (maxRows > 0)",
+        tracked=False,
+    )
+    desc.add(
+        "allowedTries",
+        cms.untracked.uint32(0),
+        "DEPRECATED (use retries): N > 0 = N tries in all, on the same server only; 0 = use retries",
+    )
     return desc
 
 
@@ -141,8 +161,10 @@ class TritonClient:
                 f"{self.what}: Client.timeoutUnit '{params.timeoutUnit}' is not one of {', '.join(TIMEOUT_UNITS)}"
             )
         self.mode: str = params.mode
-        for key, value, allowed in (("batchMode", params.batchMode, BATCH_MODES),
-                                    ("compression", params.compression, COMPRESSIONS)):
+        for key, value, allowed in (
+            ("batchMode", params.batchMode, BATCH_MODES),
+            ("compression", params.compression, COMPRESSIONS),
+        ):
             if value not in allowed:
                 raise ConfigurationError(f"{self.what}: Client.{key} '{value}' is not one of {', '.join(allowed)}")
         self.batch_mode: str = params.batchMode
@@ -158,8 +180,7 @@ class TritonClient:
         self._wanted_outputs: list[str] = list(params.outputs)
         config_path = params.modelConfigPath
         self.model_config_path = (
-            pathlib.Path(config_path) if config_path
-            else default_model_repository() / self.model_name / "config.pbtxt"
+            pathlib.Path(config_path) if config_path else default_model_repository() / self.model_name / "config.pbtxt"
         )
         self.server: ServerInfo | None = None
         self.max_batch_size = 0
@@ -175,8 +196,12 @@ class TritonClient:
 
     # -- setup -------------------------------------------------------------------------
 
-    def connect(self, server: ServerInfo | str,
-                grpc_client: grpcclient.InferenceServerClient | None = None, router: Router | None = None) -> None:
+    def connect(
+        self,
+        server: ServerInfo | str,
+        grpc_client: grpcclient.InferenceServerClient | None = None,
+        router: Router | None = None,
+    ) -> None:
         """Fetch the model's metadata and config from ``server``; blocking (begin_job).
 
         Args:
@@ -203,14 +228,21 @@ class TritonClient:
             grpc_client, self._owns_client = server.open_client(), True
         self._client = grpc_client
         self._retry_policy = RetryPolicy(
-            self.retries, router or SingleServer(server, grpc_client), self.model_name, self.preferred_server,
-            count_retry=self.counters.add_retry, count_error=self.counters.add_error, failure=self._failure,
+            self.retries,
+            router or SingleServer(server, grpc_client),
+            self.model_name,
+            self.preferred_server,
+            count_retry=self.counters.add_retry,
+            count_error=self.counters.add_error,
+            failure=self._failure,
         )
         try:
-            metadata = grpc_client.get_model_metadata(self.model_name, self.model_version, as_json=True,
-                                                      client_timeout=self.timeout)
-            config = grpc_client.get_model_config(self.model_name, self.model_version, as_json=True,
-                                                  client_timeout=self.timeout)["config"]
+            metadata = grpc_client.get_model_metadata(
+                self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
+            )
+            config = grpc_client.get_model_config(
+                self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
+            )["config"]
         except InferenceServerException as exc:
             raise self._failure(exc, during="fetching the model metadata") from None
         self._setup(metadata, config)
@@ -222,12 +254,16 @@ class TritonClient:
         self.outputs = {e["name"]: spec_from_metadata(e, batched) for e in metadata.get("outputs", [])}
         if not self.inputs or not self.outputs:
             # CMSSW: "Model on server appears malformed"
-            raise ExternalFailure(f"{self.what} on {self._where()} appears malformed: "
-                                  f"{len(self.inputs)} inputs, {len(self.outputs)} outputs")
+            raise ExternalFailure(
+                f"{self.what} on {self._where()} appears malformed: "
+                f"{len(self.inputs)} inputs, {len(self.outputs)} outputs"
+            )
         unknown = [name for name in self._wanted_outputs if name not in self.outputs]
         if unknown:
-            raise ConfigurationError(f"{self.what}: Client.outputs names {', '.join(unknown)}, "
-                                     f"which the model lacks (it has: {', '.join(self.outputs)})")
+            raise ConfigurationError(
+                f"{self.what}: Client.outputs names {', '.join(unknown)}, "
+                f"which the model lacks (it has: {', '.join(self.outputs)})"
+            )
         self.requested_outputs = tuple(self._wanted_outputs or self.outputs)
         self._call_options = self._make_call_options()
         self.batcher = None
@@ -236,13 +272,20 @@ class TritonClient:
                 self.batcher = Batcher(self.batching, self, self.max_batch_size)
             else:
                 why = "the model does not batch (max_batch_size 0)" if self.mode == "Async" else f"mode {self.mode}"
-                logger.warning("%s: Client.batching is ignored (Async mode and batching models only): %s",
-                               self.what, why)
+                logger.warning(
+                    "%s: Client.batching is ignored (Async mode and batching models only): %s", self.what, why
+                )
         if self.verbose:
             lines = [f"  input  {s.name}: {s.describe()}" for s in self.inputs.values()]
             lines += [f"  output {s.name}: {s.describe()}" for s in self.outputs.values()]
-            logger.info("%s on %s, max_batch_size %d, mode %s:\n%s", self.what, self._where(),
-                        self.max_batch_size, self.mode, "\n".join(lines))
+            logger.info(
+                "%s on %s, max_batch_size %d, mode %s:\n%s",
+                self.what,
+                self._where(),
+                self.max_batch_size,
+                self.mode,
+                "\n".join(lines),
+            )
 
     def close(self) -> None:
         """Release the shared-memory regions; close the gRPC client if this client opened it
@@ -282,8 +325,12 @@ class TritonClient:
             import tritonclient.grpc as grpcclient
 
             outputs = [grpcclient.InferRequestedOutput(name) for name in self.requested_outputs]
-        return {"model_version": self.model_version, "outputs": outputs, "client_timeout": self.timeout,
-                "compression_algorithm": self.compression}
+        return {
+            "model_version": self.model_version,
+            "outputs": outputs,
+            "client_timeout": self.timeout,
+            "compression_algorithm": self.compression,
+        }
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client-side counters."""
@@ -299,8 +346,9 @@ class TritonClient:
         server = server or self.server
         return "no server" if server is None else server.describe()
 
-    def _failure(self, exc: BaseException, where: ServerInfo | None = None, what: str = "",
-                 during: str = "inference") -> Exception:
+    def _failure(
+        self, exc: BaseException, where: ServerInfo | None = None, what: str = "", during: str = "inference"
+    ) -> Exception:
         """An ExternalFailure naming model (module, event), server, status and message for ``exc``.
 
         Also the retry policy's ``failure(exc, server, what)``.
@@ -312,8 +360,10 @@ class TritonClient:
         what = what or self.what
         if isinstance(exc, InferenceServerException):
             if exc.status() == DEADLINE_STATUS:
-                return ExternalFailure(f"{what} on {self._where(where)}: deadline exceeded after "
-                                       f"{self.timeout_text} (Client.timeout) during {during}")
+                return ExternalFailure(
+                    f"{what} on {self._where(where)}: deadline exceeded after "
+                    f"{self.timeout_text} (Client.timeout) during {during}"
+                )
             detail = f"{exc.status() or 'error'}: {exc.message()}"
         else:
             detail = f"{type(exc).__name__}: {exc}"

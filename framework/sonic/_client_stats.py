@@ -52,8 +52,9 @@ class ClientCounters:
         self._values: dict[str, int] = dict.fromkeys((f.name for f in dataclasses.fields(ClientStatistics)), 0)
         self._server_calls: dict[str, int] = {}
 
-    def add_calls(self, server_name: str, *, calls: int, inferences: int, sent: int, received: int,
-                  requests: int = 1) -> None:
+    def add_calls(
+        self, server_name: str, *, calls: int, inferences: int, sent: int, received: int, requests: int = 1
+    ) -> None:
         """Count ``calls`` successful gRPC calls on ``server_name`` answering ``requests``
         events' requests: ``inferences`` rows, ``sent``/``received`` tensor bytes."""
         with self._lock:

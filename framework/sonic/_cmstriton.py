@@ -212,19 +212,28 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     start = commands.add_parser("start", parents=[common], help="start a server and wait for its models")
-    start.add_argument("--repository", type=pathlib.Path, default=default_model_repository(),
-                       help="model repository (default: %(default)s)")
+    start.add_argument(
+        "--repository",
+        type=pathlib.Path,
+        default=default_model_repository(),
+        help="model repository (default: %(default)s)",
+    )
     start.add_argument("--instances", type=int, default=0, help="instances per model (0: as configured)")
-    start.add_argument("--device", choices=("cpu", "gpu", "auto"), default="auto",
-                       help="where the models run: gpu = instances KIND_GPU (torch on CUDA); "
-                            "auto = gpu when one is visible (default: %(default)s)")
+    start.add_argument(
+        "--device",
+        choices=("cpu", "gpu", "auto"),
+        default="auto",
+        help="where the models run: gpu = instances KIND_GPU (torch on CUDA); "
+        "auto = gpu when one is visible (default: %(default)s)",
+    )
     start.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")
     start.add_argument("--wait", type=float, default=60.0, help="seconds to wait for readiness")
     start.add_argument("-v", "--verbose", action="store_true", help="verbose server log")
     start.set_defaults(func=_start)
 
-    check = commands.add_parser("check", parents=[common],
-                                help="exit 0 if the server is ready; report what a dead one left")
+    check = commands.add_parser(
+        "check", parents=[common], help="exit 0 if the server is ready; report what a dead one left"
+    )
     check.set_defaults(func=_check)
 
     stop = commands.add_parser("stop", parents=[common], help="stop the server; remove what a dead one left")

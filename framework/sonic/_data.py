@@ -73,12 +73,17 @@ def spec_from_metadata(entry: Mapping[str, Any], batched: bool) -> TensorSpec:
     shape = tuple(int(s) for s in entry["shape"])
     if batched:
         shape = shape[1:]  # the metadata shape starts with the batch dimension (-1)
-    return TensorSpec(entry["name"], entry["datatype"], np.dtype(triton_to_np_dtype(entry["datatype"])),
-                      shape, batched)
+    return TensorSpec(entry["name"], entry["datatype"], np.dtype(triton_to_np_dtype(entry["datatype"])), shape, batched)
 
 
-def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inputs_non_empty: bool,
-                 read: Callable[[Any, str], Any] | None = None) -> np.ndarray[Any, Any]:
+def output_array(
+    result: Any,
+    spec: TensorSpec,
+    rows: int | None,
+    what: str,
+    inputs_non_empty: bool,
+    read: Callable[[Any, str], Any] | None = None,
+) -> np.ndarray[Any, Any]:
     """Output ``spec.name`` of a tritonclient ``InferResult``, checked against the metadata.
 
     tritonclient does not check outputs against the metadata, and a misconfigured Python
@@ -94,6 +99,7 @@ def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inp
         ExternalFailure: missing, malformed, wrong dtype or shape, or empty for non-empty
             inputs; names the output, what was expected and what came.
     """
+    array: np.ndarray[Any, Any] | None
     try:
         array = result.as_numpy(spec.name) if read is None else read(result, spec.name)
     except ValueError as err:  # raw content does not fill the announced shape
@@ -113,6 +119,7 @@ def output_array(result: Any, spec: TensorSpec, rows: int | None, what: str, inp
     if problem:
         expected = f" for {rows} rows" if spec.batched else ""
         raise ExternalFailure(f"{what}: output '{spec.name}' is {problem}, expected {spec.describe()}{expected}")
+    assert array is not None  # else a problem was set
     return array
 
 
@@ -197,7 +204,7 @@ class TritonInputData(_TensorData):
         super().__init__(spec, what)
         self._rows = rows
         self.ragged = ragged
-        self.entries: list[np.ndarray] | None = None  # Ragged batch mode: one array per entry
+        self.entries: list[np.ndarray[Any, Any]] | None = None  # Ragged batch mode: one array per entry
 
     def to_server(self, array: Any) -> None:
         """Set this input's data for the request.
@@ -231,8 +238,7 @@ class TritonInputData(_TensorData):
         spec = self.spec
         if array.dtype != spec.dtype or not spec.matches(array.shape):
             raise ExternalFailure(
-                f"{self.what}: input '{spec.name}' expects {spec.describe()}, "
-                f"got {tuple(array.shape)} {array.dtype}"
+                f"{self.what}: input '{spec.name}' expects {spec.describe()}, got {tuple(array.shape)} {array.dtype}"
             )
         if spec.batched:
             self._rows.agree(spec.name, array.shape[0])

@@ -57,8 +57,9 @@ class FallbackServer:
         error: why it cannot start; non-empty once a start failed (later calls fail at once).
     """
 
-    def __init__(self, params: Any, config_paths: Mapping[str, pathlib.Path],
-                 on_start: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, params: Any, config_paths: Mapping[str, pathlib.Path], on_start: Callable[[], None] = lambda: None
+    ) -> None:
         self.params = params
         self.enabled: bool = params.enable
         self.server: LocalTritonServer | None = None
@@ -129,15 +130,23 @@ class FallbackServer:
             return
         wanted = sorted(set(models) | self.models)
         if server is not None:  # it died: the end of its log tells why
-            logger.warning("TritonService: the fallback server (pid %s) is gone, restarting it; last lines "
-                           "of its log:\n%s", server.pid, server.log_tail(10))
+            logger.warning(
+                "TritonService: the fallback server (pid %s) is gone, restarting it; last lines of its log:\n%s",
+                server.pid,
+                server.log_tail(10),
+            )
             server.stop(STOP_TIMEOUT)
         params = self.params
         repository = self._repository(wanted)
-        server = LocalTritonServer(repository, instances=params.instances, device=params.device,
-                                   verbose=params.verbose, models=wanted)
-        logger.info("TritonService: starting the fallback server for %s (repository %s, models on %s)",
-                    ", ".join(wanted), repository, server.device)
+        server = LocalTritonServer(
+            repository, instances=params.instances, device=params.device, verbose=params.verbose, models=wanted
+        )
+        logger.info(
+            "TritonService: starting the fallback server for %s (repository %s, models on %s)",
+            ", ".join(wanted),
+            repository,
+            server.device,
+        )
         server.start(float(params.wait))
         # Replace, never mutate: the trio thread may be reading these right now. The
         # models come last: until then no request is routed to the new process.
@@ -159,13 +168,14 @@ class FallbackServer:
         if self.params.modelRepository:
             return pathlib.Path(self.params.modelRepository)
         default = default_model_repository()
-        repositories = {m: self._config_paths[m].parent.parent if m in self._config_paths else default
-                        for m in models}
+        repositories = {m: self._config_paths[m].parent.parent if m in self._config_paths else default for m in models}
         if len(set(repositories.values())) > 1:
             found = ", ".join(f"{m}: {r}" for m, r in repositories.items())
-            raise ConfigurationError("TritonService: the fallback server serves one repository, but the "
-                                     f"models' Client.modelConfigPath point to several ({found}); "
-                                     "set fallback.modelRepository")
+            raise ConfigurationError(
+                "TritonService: the fallback server serves one repository, but the "
+                f"models' Client.modelConfigPath point to several ({found}); "
+                "set fallback.modelRepository"
+            )
         return next(iter(repositories.values()))
 
     def _load(self, server: LocalTritonServer, model: str) -> None:
@@ -176,8 +186,10 @@ class FallbackServer:
         try:
             client.load_model(model, client_timeout=float(self.params.wait))
         except InferenceServerException as exc:
-            raise ExternalFailure(f"TritonService: the fallback server cannot load model '{model}': "
-                                  f"{exc.message()}; last lines of its log:\n{server.log_tail()}") from None
+            raise ExternalFailure(
+                f"TritonService: the fallback server cannot load model '{model}': "
+                f"{exc.message()}; last lines of its log:\n{server.log_tail()}"
+            ) from None
         finally:
             client.close()
 

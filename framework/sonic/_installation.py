@@ -64,14 +64,23 @@ def _installation_at(home: pathlib.Path) -> TritonInstallation:
     stubs = [home / "stubs" / "triton_python_backend_stub", python_backend / "triton_python_backend_stub"]
     stub = next((p for p in stubs if p.is_file()), None)
     libs = next((p for p in (home / "libs", home / "lib") if p.is_dir()), home / "lib")
-    for what, path in (("binary", binary), ("Python backend", python_backend / "libtriton_python.so"),
-                       ("Python backend stub", stub)):
+    for what, path in (
+        ("binary", binary),
+        ("Python backend", python_backend / "libtriton_python.so"),
+        ("Python backend stub", stub),
+    ):
         if path is None or not path.exists():
-            raise TritonServerError(f"${TRITONSERVER_HOME}={home}: no tritonserver {what} "
-                                    f"({path or ' or '.join(map(str, stubs))})")
+            raise TritonServerError(
+                f"${TRITONSERVER_HOME}={home}: no tritonserver {what} ({path or ' or '.join(map(str, stubs))})"
+            )
     assert stub is not None  # checked in the loop
-    return TritonInstallation(binary=binary, python_backend=python_backend, stub=stub, libs=libs,
-                              libdir=sysconfig.get_config_var("LIBDIR") or "")
+    return TritonInstallation(
+        binary=binary,
+        python_backend=python_backend,
+        stub=stub,
+        libs=libs,
+        libdir=sysconfig.get_config_var("LIBDIR") or "",
+    )
 
 
 def find_tritonserver() -> TritonInstallation:

@@ -143,11 +143,14 @@ class ServerRemains:
         """E.g. ``2 Python-backend stub processes (pids 12, 13) and 1 /dev/shm region (NAME)``."""
         parts = []
         if self.stubs:
-            parts.append(f"{len(self.stubs)} Python-backend stub process{'es' * (len(self.stubs) > 1)} "
-                         f"(pid{'s' * (len(self.stubs) > 1)} {', '.join(map(str, self.stubs))})")
+            parts.append(
+                f"{len(self.stubs)} Python-backend stub process{'es' * (len(self.stubs) > 1)} "
+                f"(pid{'s' * (len(self.stubs) > 1)} {', '.join(map(str, self.stubs))})"
+            )
         if self.regions:
-            parts.append(f"{len(self.regions)} {SHM_DIR} region{'s' * (len(self.regions) > 1)} "
-                         f"({', '.join(self.regions)})")
+            parts.append(
+                f"{len(self.regions)} {SHM_DIR} region{'s' * (len(self.regions) > 1)} ({', '.join(self.regions)})"
+            )
         return " and ".join(parts) or "nothing"
 
 
@@ -295,7 +298,5 @@ def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs: Any) -
         if _spawner is None:
             _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
         spawner = _spawner
-    future = spawner.submit(
-        lambda: subprocess.Popen(args, start_new_session=True, preexec_fn=preexec, **popen_kwargs)
-    )
+    future = spawner.submit(lambda: subprocess.Popen(args, start_new_session=True, preexec_fn=preexec, **popen_kwargs))
     return future.result()

@@ -64,8 +64,9 @@ class _Sonic(ExternalWork):
         label = getattr(self, "label", type(self).__name__)
         self.client = TritonClient(params.Client, debug_name=label)
         self._triton = get_service("TritonService", create=True)
-        self._triton.add_model(self.client.model_name, label, self.client.preferred_server,
-                               self.client.model_config_path)
+        self._triton.add_model(
+            self.client.model_name, label, self.client.preferred_server, self.client.model_config_path
+        )
 
     def begin_job(self) -> None:
         """Connect the client to the server TritonService chose (fetches the model metadata)."""

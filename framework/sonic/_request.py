@@ -105,10 +105,12 @@ class TritonRequest:
         self._ragged = client.batch_mode == "Ragged"
         self._last_server: str | None = None  # the server of the previous try (failover: release its regions)
         self.input = TritonInputMap(
-            what, {n: TritonInputData(s, what, self._rows, self._ragged) for n, s in client.inputs.items()})
+            what, {n: TritonInputData(s, what, self._rows, self._ragged) for n, s in client.inputs.items()}
+        )
         requested = client.requested_outputs
         self.output = TritonOutputMap(
-            what, {n: TritonOutputData(s, what, n in requested) for n, s in client.outputs.items()})
+            what, {n: TritonOutputData(s, what, n in requested) for n, s in client.outputs.items()}
+        )
 
     @property
     def batch_size(self) -> int:
@@ -142,18 +144,26 @@ class TritonRequest:
         client = self.client
         if self._ragged:  # one entry, sent as a batch of 1 for a batching model
             batched = client.max_batch_size > 0
-            arrays = {t.name: t.entries[chunk][None] if batched else t.entries[chunk]  # type: ignore[index]
-                      for t in self.input.values()}
+            arrays = {
+                t.name: t.entries[chunk][None] if batched else t.entries[chunk]  # type: ignore[index]
+                for t in self.input.values()
+            }
             rows: int | None = 1 if batched else None
         else:
             arrays = {t.name: t.data[chunk] for t in self.input.values()}
             rows = len(range(*chunk.indices(self.batch_size))) if client.max_batch_size else None
         if self._last_server not in (None, server.name):
-            client.transport.failed_over(self._last_server)  # type: ignore[arg-type]
+            client.transport.failed_over(self._last_server)
         self._last_server = server.name
-        return client.transport.call(server, grpc_client, client.inputs,
-                                     [client.outputs[n] for n in client.requested_outputs], arrays, rows,
-                                     all_outputs=len(client.requested_outputs) == len(client.outputs))
+        return client.transport.call(
+            server,
+            grpc_client,
+            client.inputs,
+            [client.outputs[n] for n in client.requested_outputs],
+            arrays,
+            rows,
+            all_outputs=len(client.requested_outputs) == len(client.outputs),
+        )
 
     def _sent_bytes(self) -> int:
         if self._ragged:
@@ -170,14 +180,17 @@ class TritonRequest:
                 tensor.data = np.zeros(shape, tensor.spec.dtype)
         return self
 
-    def _finish(self, results: list[Any], chunks: list[Any], server: ServerInfo,
-                calls: list[PayloadCall | ShmCall]) -> TritonRequest:
+    def _finish(
+        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | ShmCall]
+    ) -> TritonRequest:
         client = self.client
         received = 0
         for name in client.requested_outputs:
             tensor = self.output[name]
-            parts = [self._check_output(result, tensor.spec, chunk, call)
-                     for result, chunk, call in zip(results, chunks, calls, strict=True)]
+            parts = [
+                self._check_output(result, tensor.spec, chunk, call)
+                for result, chunk, call in zip(results, chunks, calls, strict=True)
+            ]
             if self._ragged:  # per entry, without the batch dimension of 1
                 tensor.data = [part[0] for part in parts] if tensor.spec.batched else parts
                 received += sum(part.nbytes for part in parts)
@@ -189,13 +202,15 @@ class TritonRequest:
                     f"{self.what}: output '{name}' of the {len(parts)} split requests cannot be joined: {err}"
                 ) from None
             received += tensor.data.nbytes
-        client.counters.add_calls(server.name, calls=len(chunks), inferences=self.batch_size,
-                                  sent=self._sent_bytes(), received=received)
+        client.counters.add_calls(
+            server.name, calls=len(chunks), inferences=self.batch_size, sent=self._sent_bytes(), received=received
+        )
         self.server = server
         return self
 
-    def _check_output(self, result: Any, spec: TensorSpec, chunk: Any,
-                      call: PayloadCall | ShmCall) -> np.ndarray[Any, Any]:
+    def _check_output(
+        self, result: Any, spec: TensorSpec, chunk: Any, call: PayloadCall | ShmCall
+    ) -> np.ndarray[Any, Any]:
         if not spec.batched:
             expected_rows = None
         elif self._ragged:
@@ -242,18 +257,21 @@ class TritonRequest:
         batcher = self.client.batcher
         if batcher is not None and not self._ragged and len(chunks) == 1 and self.batch_size <= batcher.max_rows:
             return await self.client.retry_policy.run(
-                self.what, lambda server, grpc_client: self._try_batched(batcher, server, grpc_client, chunks))
+                self.what, lambda server, grpc_client: self._try_batched(batcher, server, grpc_client, chunks)
+            )
         return await self.client.retry_policy.run(
-            self.what, lambda server, grpc_client: self._try_async(server, grpc_client, chunks))
+            self.what, lambda server, grpc_client: self._try_async(server, grpc_client, chunks)
+        )
 
-    async def _try_batched(self, batcher: Batcher, server: ServerInfo, grpc_client: Any,
-                           chunks: list[slice]) -> TritonRequest:
+    async def _try_batched(
+        self, batcher: Batcher, server: ServerInfo, grpc_client: Any, chunks: list[slice]
+    ) -> TritonRequest:
         # The first try goes in a merged call (Client.batching); retries go on their own.
         if self.tries:
             return await self._try_async(server, grpc_client, chunks)
         self.tries += 1
         arrays = [tensor.data for tensor in self.input.values()]
-        outputs = await batcher.infer(arrays, self.batch_size, server, grpc_client)  # type: ignore[arg-type]
+        outputs = await batcher.infer(arrays, self.batch_size, server, grpc_client)
         for name, data in outputs.items():
             self.output[name].data = data
         self.server = server
@@ -280,9 +298,14 @@ class TritonRequest:
                     future = ThreadSafeFuture()
                     calls.append(call := self._call(server, grpc_client, chunk))
                     options["outputs"] = call.outputs
-                    contexts.append(grpc_client.async_infer(
-                        client.model_name, call.inputs, callback=functools.partial(_deliver, future), **options,
-                    ))
+                    contexts.append(
+                        grpc_client.async_infer(
+                            client.model_name,
+                            call.inputs,
+                            callback=functools.partial(_deliver, future),
+                            **options,
+                        )
+                    )
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
         except BaseException as exc:
@@ -290,8 +313,10 @@ class TritonRequest:
             raise self._failed_calls(server, calls, exc) from None
         if scope.cancelled_caught:  # wait() has cancelled the calls already
             _end_failed(calls)
-            raise InferenceServerException(f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; "
-                                           "the call was cancelled by the client", status=DEADLINE_STATUS)
+            raise InferenceServerException(
+                f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; the call was cancelled by the client",
+                status=DEADLINE_STATUS,
+            )
         return self._finish_calls(results, chunks, server, calls)
 
     def infer_sync(self) -> TritonRequest:
@@ -310,7 +335,8 @@ class TritonRequest:
         if self.batch_size == 0:
             return self._finish_empty()
         return self.client.retry_policy.run_blocking(
-            self.what, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks))
+            self.what, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks)
+        )
 
     def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client
@@ -327,8 +353,9 @@ class TritonRequest:
             raise self._failed_calls(server, calls, exc) from None
         return self._finish_calls(results, chunks, server, calls)
 
-    def _finish_calls(self, results: list[Any], chunks: list[Any], server: ServerInfo,
-                      calls: list[PayloadCall | ShmCall]) -> TritonRequest:
+    def _finish_calls(
+        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | ShmCall]
+    ) -> TritonRequest:
         """:meth:`_finish`, then end the calls (their regions reused only if all went well)."""
         try:
             finished = self._finish(results, chunks, server, calls)
@@ -339,8 +366,9 @@ class TritonRequest:
             call.done(True)
         return finished
 
-    def _failed_calls(self, server: ServerInfo, calls: list[PayloadCall | ShmCall],
-                      exc: BaseException) -> BaseException:
+    def _failed_calls(
+        self, server: ServerInfo, calls: list[PayloadCall | ShmCall], exc: BaseException
+    ) -> BaseException:
         """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
         recoverable one if the server lost our regions."""
         _end_failed(calls)
@@ -358,8 +386,7 @@ class TritonRequest:
             return self._finish_empty()
 
         async def attempt(server: ServerInfo, grpc_client: Any) -> TritonRequest:
-            return await trio.to_thread.run_sync(self._try_sync, server, grpc_client, chunks,
-                                                 abandon_on_cancel=False)
+            return await trio.to_thread.run_sync(self._try_sync, server, grpc_client, chunks, abandon_on_cancel=False)
 
         return await self.client.retry_policy.run(self.what, attempt)
 

@@ -73,8 +73,16 @@ logger = logging.getLogger("pysonic.sonic")
 ACTIONS = ("sameServer", "otherServer", "fallback")
 DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
 RECOVERABLE_STATUSES = frozenset(
-    f"StatusCode.{name}" for name in
-    ("UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+    f"StatusCode.{name}"
+    for name in (
+        "UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        "INTERNAL",
+        "UNKNOWN",
+        "RESOURCE_EXHAUSTED",
+        "ABORTED",
+        "CANCELLED",
+    )
 )
 
 T = TypeVar("T")
@@ -121,8 +129,10 @@ def retry_description() -> cms.ParameterSetDescription:
 
 def default_retries_pset() -> list[dict[str, Any]]:
     """:data:`DEFAULT_RETRIES` as the VPSet default of ``Client.retries``."""
-    return [{"action": a.action, "maxTries": a.max_tries, "backoff": a.backoff, "backoffFactor": a.backoff_factor}
-            for a in DEFAULT_RETRIES]
+    return [
+        {"action": a.action, "maxTries": a.max_tries, "backoff": a.backoff, "backoffFactor": a.backoff_factor}
+        for a in DEFAULT_RETRIES
+    ]
 
 
 def parse_retries(items: Sequence[Any], allowed_tries: int, what: str) -> tuple[RetryAction, ...]:
@@ -138,14 +148,20 @@ def parse_retries(items: Sequence[Any], allowed_tries: int, what: str) -> tuple[
         ConfigurationError: unknown action, negative backoff; names the item.
     """
     if allowed_tries > 0:
-        logger.warning("%s: Client.allowedTries is deprecated; use Client.retries "
-                       "(allowedTries = %d means sameServer x%d, no failover)", what, allowed_tries, allowed_tries - 1)
+        logger.warning(
+            "%s: Client.allowedTries is deprecated; use Client.retries "
+            "(allowedTries = %d means sameServer x%d, no failover)",
+            what,
+            allowed_tries,
+            allowed_tries - 1,
+        )
         return (RetryAction("sameServer", allowed_tries - 1, 0.0, 1.0),) if allowed_tries > 1 else ()
     actions = []
     for index, item in enumerate(items):
         if item.action not in ACTIONS:
-            raise ConfigurationError(f"{what}: Client.retries[{index}].action '{item.action}' "
-                                     f"is not one of {', '.join(ACTIONS)}")
+            raise ConfigurationError(
+                f"{what}: Client.retries[{index}].action '{item.action}' is not one of {', '.join(ACTIONS)}"
+            )
         if item.backoff < 0 or item.backoffFactor < 0:
             raise ConfigurationError(f"{what}: Client.retries[{index}]: backoff and backoffFactor must be >= 0")
         actions.append(RetryAction(item.action, item.maxTries, item.backoff, item.backoffFactor))
@@ -377,7 +393,7 @@ class _Retrier:
             if target is None:
                 self.index, self.used = self.index + 1, 0
                 continue
-            step = _Step(action.action, target, action.backoff * action.backoff_factor ** self.used)
+            step = _Step(action.action, target, action.backoff * action.backoff_factor**self.used)
             self.used += 1
             self._announce(server, exc, step)
             return step
@@ -403,8 +419,16 @@ class _Retrier:
             failover = step.target.name != server.name
             where = step.target.describe() if failover else "the same server"
         self.policy.count_retry(failover)
-        logger.warning("%s: try %d on %s failed (%s); retry on %s (%s) in %.3g s", self.what,
-                       self.tries, server.describe(), reason(exc), where, step.action, step.delay)
+        logger.warning(
+            "%s: try %d on %s failed (%s); retry on %s (%s) in %.3g s",
+            self.what,
+            self.tries,
+            server.describe(),
+            reason(exc),
+            where,
+            step.action,
+            step.delay,
+        )
 
     def _final(self, recoverable: bool) -> Exception:
         assert self.last is not None  # set by the failure that led here
@@ -416,13 +440,16 @@ class _Retrier:
             return error
         servers = ", ".join(dict.fromkeys(self.failed))
         policy = ", ".join(a.describe() for a in actions) or "none"
-        return ExternalFailure(f"{error.args[0]}; gave up after {self.tries} tries "
-                               f"(servers: {servers}; Client.retries: {policy})")
+        return ExternalFailure(
+            f"{error.args[0]}; gave up after {self.tries} tries (servers: {servers}; Client.retries: {policy})"
+        )
 
     def fallback_failed(self, err: ExternalFailure) -> ExternalFailure:
         """The final error when the fallback server needed for a retry cannot serve."""
         assert self.last is not None  # set by the failure that led here
         _, exc = self.last
         self.policy.count_error()
-        return ExternalFailure(f"{self.what}: failover to the fallback server after {self.tries} "
-                               f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}")
+        return ExternalFailure(
+            f"{self.what}: failover to the fallback server after {self.tries} "
+            f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}"
+        )

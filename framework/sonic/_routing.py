@@ -97,8 +97,9 @@ class Routing:
         fallback: the :class:`~framework.sonic._fallback.FallbackServer`.
     """
 
-    def __init__(self, servers: Mapping[str, ServerInfo], health: Any, fallback: Any,
-                 config_paths: Mapping[str, pathlib.Path]) -> None:
+    def __init__(
+        self, servers: Mapping[str, ServerInfo], health: Any, fallback: Any, config_paths: Mapping[str, pathlib.Path]
+    ) -> None:
         self.servers = dict(servers)
         self.unhealthy_after = max(1, health.unhealthyAfter)
         self.probe_interval: float = health.probeInterval
@@ -237,8 +238,7 @@ class Routing:
         if self.healthy(server_name):
             return True
         others = [n for n in self.candidates(model) if n != server_name and self.healthy(n)]
-        fallback_possible = (server_name != FALLBACK_SERVER and self.fallback.enabled
-                             and not self.fallback.error)
+        fallback_possible = server_name != FALLBACK_SERVER and self.fallback.enabled and not self.fallback.error
         return not others and not fallback_possible
 
     def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None:
@@ -291,17 +291,24 @@ class Routing:
         health = self.health.setdefault(server_name, ServerHealth())
         if ok:
             if not health.healthy:
-                logger.warning("TritonService: server '%s' (%s) is back in service", server_name,
-                               self.address(server_name))
+                logger.warning(
+                    "TritonService: server '%s' (%s) is back in service", server_name, self.address(server_name)
+                )
             health.healthy, health.failures = True, 0
             return
         health.failures += 1
         health.last_error = why
         if health.healthy and health.failures >= self.unhealthy_after:
             health.healthy, health.outages, health.last_probe = False, health.outages + 1, time.monotonic()
-            logger.warning("TritonService: server '%s' (%s) is out of service after %d consecutive failures "
-                           "(last: %s); its requests go elsewhere, probe every %g s", server_name,
-                           self.address(server_name), health.failures, why, self.probe_interval)
+            logger.warning(
+                "TritonService: server '%s' (%s) is out of service after %d consecutive failures "
+                "(last: %s); its requests go elsewhere, probe every %g s",
+                server_name,
+                self.address(server_name),
+                health.failures,
+                why,
+                self.probe_interval,
+            )
 
     def begin(self, server_name: str) -> None:
         """A try starts on ``server_name`` (trio thread)."""
@@ -316,8 +323,9 @@ class Routing:
             return
         health.outstanding = max(0, health.outstanding - 1)  # a restarted fallback's record starts at 0
         if latency is not None:
-            health.latency = latency if health.latency is None else (
-                health.latency + EWMA_WEIGHT * (latency - health.latency))
+            health.latency = (
+                latency if health.latency is None else (health.latency + EWMA_WEIGHT * (latency - health.latency))
+            )
 
     def _least_loaded(self, names: list[str]) -> str:
         """The server of least ``(outstanding + 1) x latency`` (the first configured on ties)."""
@@ -360,10 +368,18 @@ class Routing:
         """Per server with a health record: ``address``, ``healthy``, ``outages``, ``failures``
         (consecutive, now), ``last_error``, ``tries`` (started during the job) and
         ``latency_ms`` (moving average of successful tries; None without one) (JSON-ready)."""
-        return {name: {"address": self.address(name), "healthy": h.healthy, "outages": h.outages,
-                       "failures": h.failures, "last_error": h.last_error, "tries": h.tries,
-                       "latency_ms": None if h.latency is None else h.latency * 1e3}
-                for name, h in self.health.items()}
+        return {
+            name: {
+                "address": self.address(name),
+                "healthy": h.healthy,
+                "outages": h.outages,
+                "failures": h.failures,
+                "last_error": h.last_error,
+                "tries": h.tries,
+                "latency_ms": None if h.latency is None else h.latency * 1e3,
+            }
+            for name, h in self.health.items()
+        }
 
     def tried(self) -> str:
         """What each configured server serves, for messages (``"tried 'a' at host:port: serves x"``)."""
@@ -399,7 +415,8 @@ def _probe(client: grpcclient.InferenceServerClient, model: str, timeout: float)
     from tritonclient.utils import InferenceServerException
 
     try:
-        return bool(client.is_server_ready(client_timeout=timeout)
-                    and client.is_model_ready(model, client_timeout=timeout))
+        return bool(
+            client.is_server_ready(client_timeout=timeout) and client.is_model_ready(model, client_timeout=timeout)
+        )
     except InferenceServerException:
         return False

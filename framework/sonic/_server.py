@@ -229,8 +229,9 @@ def resolve_device(device: str, owner: str = "LocalTritonServer") -> str:
     if visible_gpus():
         return "gpu"
     if device == "gpu":
-        raise ConfigurationError(f"{owner}: device='gpu' but no GPU is visible (nvidia-smi lists none); "
-                                 "use device='cpu' or 'auto'")
+        raise ConfigurationError(
+            f"{owner}: device='gpu' but no GPU is visible (nvidia-smi lists none); use device='cpu' or 'auto'"
+        )
     return "cpu"
 
 
@@ -521,7 +522,8 @@ class LocalTritonServer:
                 if name is not None:
                     return bool(client.is_model_ready(name, client_timeout=2.0))
                 return bool(client.is_server_ready(client_timeout=2.0)) and all(
-                    client.is_model_ready(n, client_timeout=2.0) for n in expected)
+                    client.is_model_ready(n, client_timeout=2.0) for n in expected
+                )
             except InferenceServerException:
                 return False  # not listening yet
 
@@ -555,12 +557,14 @@ class LocalTritonServer:
         # Triton's error lines look like 'E1122 03:14:15.926 123 model.cc:42] "message"':
         # the first of them (often a model's load error) goes on the message's first line.
         # CUDA complaints are expected on a CPU-only server and say nothing about the failure.
-        errors = [line.split("] ", 1)[-1] for line in tail.splitlines()
-                  if _TRITON_ERROR.match(line) and (self.device == "gpu" or "cuda" not in line.lower())]
+        errors = [
+            line.split("] ", 1)[-1]
+            for line in tail.splitlines()
+            if _TRITON_ERROR.match(line) and (self.device == "gpu" or "cuda" not in line.lower())
+        ]
         cause = f": {_one_line(errors[0])}" if errors else ""
         return TritonServerError(
-            f"LocalTritonServer({self.repository}): {what}{cause}; log {self._log_path}, "
-            f"last lines:\n{tail}"
+            f"LocalTritonServer({self.repository}): {what}{cause}; log {self._log_path}, last lines:\n{tail}"
         )
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -69,7 +69,11 @@ class ServerInfo:
 
         ssl = self.ssl or SslOptions()
         return grpcclient.InferenceServerClient(
-            self.address, verbose=verbose, ssl=self.ssl is not None,
-            root_certificates=ssl.root_certificates, private_key=ssl.private_key,
-            certificate_chain=ssl.certificate_chain, channel_args=CHANNEL_ARGS,
+            self.address,
+            verbose=verbose,
+            ssl=self.ssl is not None,
+            root_certificates=ssl.root_certificates,
+            private_key=ssl.private_key,
+            certificate_chain=ssl.certificate_chain,
+            channel_args=CHANNEL_ARGS,
         )

@@ -73,17 +73,29 @@ class TritonService(Service):
         fallback = cms.ParameterSetDescription()
         fallback.add("enable", cms.untracked.bool(True), "start a local server for models no server serves")
         fallback.add("verbose", cms.untracked.bool(False), "tritonserver --log-verbose=1")
-        fallback.add("device", cms.untracked.string("auto"),
-                     "'cpu', 'gpu' (model instances KIND_GPU, torch on CUDA) or 'auto' (GPU when one is visible)")
+        fallback.add(
+            "device",
+            cms.untracked.string("auto"),
+            "'cpu', 'gpu' (model instances KIND_GPU, torch on CUDA) or 'auto' (GPU when one is visible)",
+        )
         fallback.add("instances", cms.untracked.uint32(0), "instances per model; 0 = as in the model config")
         fallback.add("wait", cms.untracked.uint32(120), "startup timeout, seconds")
-        fallback.add("modelRepository", cms.untracked.string(""),
-                     "model repository; '' = the one holding the modules' Client.modelConfigPath")
+        fallback.add(
+            "modelRepository",
+            cms.untracked.string(""),
+            "model repository; '' = the one holding the modules' Client.modelConfigPath",
+        )
         health = cms.ParameterSetDescription()
-        health.add("unhealthyAfter", cms.untracked.uint32(3),
-                   "consecutive recoverable failures that take a server out of service")
-        health.add("probeInterval", cms.untracked.double(2.0),
-                   "seconds between probes of an out-of-service server (made when a request would use it)")
+        health.add(
+            "unhealthyAfter",
+            cms.untracked.uint32(3),
+            "consecutive recoverable failures that take a server out of service",
+        )
+        health.add(
+            "probeInterval",
+            cms.untracked.double(2.0),
+            "seconds between probes of an out-of-service server (made when a request would use it)",
+        )
         health.add("probeTimeout", cms.untracked.double(1.0), "seconds per probe call")
         desc.add("verbose", cms.untracked.bool(False), "log the servers' models and the assignment")
         desc.add_vpset("servers", server, "remote Triton servers, in order of preference", default=[], tracked=False)
@@ -94,17 +106,19 @@ class TritonService(Service):
         super().__init__(params)
         self.verbose: bool = params.verbose
         if params.fallback.device not in DEVICES:
-            raise ConfigurationError(f"TritonService: fallback.device={params.fallback.device!r} is not one of "
-                                     f"{', '.join(DEVICES)}")
+            raise ConfigurationError(
+                f"TritonService: fallback.device={params.fallback.device!r} is not one of {', '.join(DEVICES)}"
+            )
         servers: dict[str, ServerInfo] = {}
         for item in params.servers:
             if item.name in servers or item.name == FALLBACK_SERVER:
-                raise ConfigurationError(f"TritonService: servers: the name '{item.name}' is used twice "
-                                         f"(or is the reserved '{FALLBACK_SERVER}')")
+                raise ConfigurationError(
+                    f"TritonService: servers: the name '{item.name}' is used twice "
+                    f"(or is the reserved '{FALLBACK_SERVER}')"
+                )
             ssl = None
             if item.useSsl:
-                ssl = SslOptions(item.rootCertificates or None, item.privateKey or None,
-                                 item.certificateChain or None)
+                ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
             servers[item.name] = ServerInfo(item.name, f"{item.address}:{item.port}", ssl)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
@@ -125,8 +139,13 @@ class TritonService(Service):
 
     # -- construction time -------------------------------------------------------------
 
-    def add_model(self, model_name: str, module_label: str, preferred_server: str = "",
-                  config_path: str | pathlib.Path | None = None) -> None:
+    def add_model(
+        self,
+        model_name: str,
+        module_label: str,
+        preferred_server: str = "",
+        config_path: str | pathlib.Path | None = None,
+    ) -> None:
         """Register that module ``module_label`` uses ``model_name`` (called from its ``__init__``).
 
         Args:
@@ -140,8 +159,10 @@ class TritonService(Service):
         servers = self.routing.servers
         if preferred_server and preferred_server not in servers and preferred_server != FALLBACK_SERVER:
             known = ", ".join([*servers, FALLBACK_SERVER])
-            raise ConfigurationError(f"module '{module_label}': Client.preferredServer '{preferred_server}' "
-                                     f"is not a TritonService server (known: {known})")
+            raise ConfigurationError(
+                f"module '{module_label}': Client.preferredServer '{preferred_server}' "
+                f"is not a TritonService server (known: {known})"
+            )
         self.models.setdefault(model_name, []).append((module_label, preferred_server))
         if config_path is not None:
             self._config_paths.setdefault(model_name, pathlib.Path(config_path))
@@ -156,13 +177,21 @@ class TritonService(Service):
         for server in routing.servers.values():
             served = await trio.to_thread.run_sync(ready_models, server)
             if isinstance(served, str):
-                logger.warning("TritonService: server '%s' (%s) cannot be reached, skipped: %s",
-                               server.name, server.address, served)
+                logger.warning(
+                    "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
+                    server.name,
+                    server.address,
+                    served,
+                )
                 continue
             routing.add_served(server.name, served)
             if self.verbose:
-                logger.info("TritonService: server '%s' (%s) serves %s", server.name, server.address,
-                            ", ".join(sorted(served)) or "no model")
+                logger.info(
+                    "TritonService: server '%s' (%s) serves %s",
+                    server.name,
+                    server.address,
+                    ", ".join(sorted(served)) or "no model",
+                )
         missing = sorted(m for m in self.models if not any(m in s for s in routing.served.values()))
         if missing:
             if not routing.fallback.enabled:
@@ -173,8 +202,13 @@ class TritonService(Service):
             await trio.to_thread.run_sync(routing.fallback.ensure, missing)
         for model, users in self.models.items():
             name = routing.assign(model, users[0][1])
-            logger.info("TritonService: model '%s' (modules %s) -> server '%s' (%s)", model,
-                        ", ".join(label for label, _ in users), name, routing.address(name))
+            logger.info(
+                "TritonService: model '%s' (modules %s) -> server '%s' (%s)",
+                model,
+                ", ".join(label for label, _ in users),
+                name,
+                routing.address(name),
+            )
         self._stats_begin = await trio.to_thread.run_sync(snapshot, routing.grpc_client, self._stats_pairs())
 
     def connect(self, client: TritonClient) -> None:
@@ -190,7 +224,8 @@ class TritonService(Service):
         try:
             if self.assignment:
                 self._stats_end = await trio.to_thread.run_sync(
-                    snapshot, self.routing.grpc_client, self._stats_pairs(end=True))
+                    snapshot, self.routing.grpc_client, self._stats_pairs(end=True)
+                )
         except Exception as exc:  # noqa: BLE001 - statistics are a nicety, the stop is not
             logger.warning("TritonService: no end-of-job statistics: %s", exc)
         for client in self._clients:
@@ -210,8 +245,11 @@ class TritonService(Service):
         for model in self.assignment:
             for name in self.routing.candidates(model):
                 if end and not self.routing.healthy(name):
-                    logger.info("TritonService: no end-of-job statistics of model '%s' from server '%s' "
-                                "(out of service)", model, name)
+                    logger.info(
+                        "TritonService: no end-of-job statistics of model '%s' from server '%s' (out of service)",
+                        model,
+                        name,
+                    )
                     continue
                 pairs.append((model, name))
         return pairs
@@ -219,8 +257,11 @@ class TritonService(Service):
     def statistics(self) -> dict[str, Any]:
         """What the job asked of Triton, JSON-ready; see :func:`~framework.sonic._service_stats.statistics`."""
         return statistics(
-            assignment=self.assignment, users={m: [label for label, _ in u] for m, u in self.models.items()},
-            begin=self._stats_begin, end=self._stats_end, clients=self._clients,
+            assignment=self.assignment,
+            users={m: [label for label, _ in u] for m, u in self.models.items()},
+            begin=self._stats_begin,
+            end=self._stats_end,
+            clients=self._clients,
             servers=self.routing.health_report(),
         )
 

@@ -44,11 +44,11 @@ def snapshot(grpc_client: Callable[[str], Any], pairs: list[tuple[str, str]]) ->
     result = {}
     for model, server_name in pairs:
         try:
-            stats = grpc_client(server_name).get_inference_statistics(
-                model, as_json=True, client_timeout=STATS_TIMEOUT)
+            stats = grpc_client(server_name).get_inference_statistics(model, as_json=True, client_timeout=STATS_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the server may be gone
-            logger.warning("TritonService: statistics of model '%s' on server '%s' unavailable: %s",
-                           model, server_name, exc)
+            logger.warning(
+                "TritonService: statistics of model '%s' on server '%s' unavailable: %s", model, server_name, exc
+            )
             continue
         result[(model, server_name)] = _sum_model_stats(stats.get("model_stats", []))
     return result
@@ -67,8 +67,9 @@ def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
-def _model_entry(model: str, server_name: str, modules: list[str], begin_all: Snapshot,
-                 end_all: Snapshot) -> dict[str, Any]:
+def _model_entry(
+    model: str, server_name: str, modules: list[str], begin_all: Snapshot, end_all: Snapshot
+) -> dict[str, Any]:
     entry: dict[str, Any] = {"server": server_name, "modules": modules}
     begin = {srv: c for (m, srv), c in begin_all.items() if m == model}
     end = {srv: c for (m, srv), c in end_all.items() if m == model}
@@ -84,16 +85,26 @@ def _model_entry(model: str, server_name: str, modules: list[str], begin_all: Sn
         servers[srv] = counters["requests"] - start["requests"]
     requests = total["requests"]
     entry.update(
-        servers=servers, unavailable=sorted(set(begin) - set(end)),
-        requests=requests, inferences=total["inferences"], executions=total["executions"],
+        servers=servers,
+        unavailable=sorted(set(begin) - set(end)),
+        requests=requests,
+        inferences=total["inferences"],
+        executions=total["executions"],
         queue_ms=total["queue_ns"] / requests / 1e6 if requests else 0.0,
         compute_ms=total["compute_ns"] / requests / 1e6 if requests else 0.0,
     )
     return entry
 
 
-def statistics(*, assignment: Mapping[str, str], users: Mapping[str, list[str]], begin: Snapshot,
-               end: Snapshot, clients: Iterable[TritonClient], servers: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def statistics(
+    *,
+    assignment: Mapping[str, str],
+    users: Mapping[str, list[str]],
+    begin: Snapshot,
+    end: Snapshot,
+    clients: Iterable[TritonClient],
+    servers: Mapping[str, dict[str, Any]],
+) -> dict[str, Any]:
     """What the job asked of Triton, JSON-ready.
 
     Args:
@@ -118,9 +129,14 @@ def statistics(*, assignment: Mapping[str, str], users: Mapping[str, list[str]],
     """
     models = {model: _model_entry(model, server, users[model], begin, end) for model, server in assignment.items()}
     per_client = {
-        client.debug_name: {"model": client.model_name, "server": client.server.name if client.server else "",
-                            "mode": client.mode, **dataclasses.asdict(client.statistics()),
-                            "servers": client.calls_by_server(), "shm_calls": client.transport.shm_calls}
+        client.debug_name: {
+            "model": client.model_name,
+            "server": client.server.name if client.server else "",
+            "mode": client.mode,
+            **dataclasses.asdict(client.statistics()),
+            "servers": client.calls_by_server(),
+            "shm_calls": client.transport.shm_calls,
+        }
         for client in clients
     }
     return {"models": models, "clients": per_client, "servers": dict(servers)}
@@ -137,29 +153,66 @@ def report_tables(stats: dict[str, Any]) -> list[Any]:
 
     if not stats["models"]:
         return []
-    models = Table(title=Text("TritonService ---------- Model Summary (server side) ---[ms per request]----"),
-                   title_justify="left")
+    models = Table(
+        title=Text("TritonService ---------- Model Summary (server side) ---[ms per request]----"), title_justify="left"
+    )
     for col in ("Model", "Server", "Requests", "Inferences", "Executions", "queue [ms]", "compute [ms]"):
         models.add_column(Text(col), justify="left" if col in ("Model", "Server") else "right")
     for model, s in stats["models"].items():
-        numbers = ([str(s["requests"]), str(s["inferences"]), str(s["executions"]),
-                    f"{s['queue_ms']:.3f}", f"{s['compute_ms']:.3f}"] if "requests" in s else ["-"] * 5)
+        numbers = (
+            [
+                str(s["requests"]),
+                str(s["inferences"]),
+                str(s["executions"]),
+                f"{s['queue_ms']:.3f}",
+                f"{s['compute_ms']:.3f}",
+            ]
+            if "requests" in s
+            else ["-"] * 5
+        )
         used = {name: n for name, n in s.get("servers", {}).items() if n}
         # Several servers (spread or failover): each with its request count.
-        where = (", ".join(f"{name} ({n})" for name, n in used.items()) if len(used) > 1
-                 else next(iter(used), s["server"]))
+        where = (
+            ", ".join(f"{name} ({n})" for name, n in used.items()) if len(used) > 1 else next(iter(used), s["server"])
+        )
         where += "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
         models.add_row(*map(Text, [model, where, *numbers]))
-    clients = Table(title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"),
-                    title_justify="left")
-    for col in ("Module", "Model", "Mode", "Calls", "Requests", "Inferences", "sent [MB]", "received [MB]",
-                "Retries", "Failovers", "Errors"):
+    clients = Table(
+        title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"), title_justify="left"
+    )
+    for col in (
+        "Module",
+        "Model",
+        "Mode",
+        "Calls",
+        "Requests",
+        "Inferences",
+        "sent [MB]",
+        "received [MB]",
+        "Retries",
+        "Failovers",
+        "Errors",
+    ):
         clients.add_column(Text(col), justify="left" if col in ("Module", "Model", "Mode") else "right")
     for label, c in stats["clients"].items():
-        clients.add_row(*map(Text, [label, c["model"], c["mode"], str(c["calls"]), str(c["requests"]),
-                                    str(c["inferences"]),
-                                    f"{c['bytes_sent'] / 1e6:.3f}", f"{c['bytes_received'] / 1e6:.3f}",
-                                    str(c["retries"]), str(c["failovers"]), str(c["errors"])]))
+        clients.add_row(
+            *map(
+                Text,
+                [
+                    label,
+                    c["model"],
+                    c["mode"],
+                    str(c["calls"]),
+                    str(c["requests"]),
+                    str(c["inferences"]),
+                    f"{c['bytes_sent'] / 1e6:.3f}",
+                    f"{c['bytes_received'] / 1e6:.3f}",
+                    str(c["retries"]),
+                    str(c["failovers"]),
+                    str(c["errors"]),
+                ],
+            )
+        )
     tables = [models, clients]
     troubled = {name: h for name, h in stats["servers"].items() if h["outages"] or h["failures"]}
     if troubled:
@@ -167,7 +220,18 @@ def report_tables(stats: dict[str, Any]) -> list[Any]:
         for col in ("Server", "Address", "In service", "Outages", "Failures", "Last error"):
             servers.add_column(Text(col), justify="right" if col in ("Outages", "Failures") else "left")
         for name, h in troubled.items():
-            servers.add_row(*map(Text, [name, h["address"], "yes" if h["healthy"] else "no", str(h["outages"]),
-                                        str(h["failures"]), h["last_error"][:80]]))
+            servers.add_row(
+                *map(
+                    Text,
+                    [
+                        name,
+                        h["address"],
+                        "yes" if h["healthy"] else "no",
+                        str(h["outages"]),
+                        str(h["failures"]),
+                        h["last_error"][:80],
+                    ],
+                )
+            )
         tables.append(servers)
     return tables

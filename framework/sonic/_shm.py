@@ -126,7 +126,8 @@ class _Region:
         self.registered = False
 
     def buffer(self) -> memoryview:
-        return self.handle._mpsm_handle.buf  # noqa: SLF001 - tritonclient keeps the mapping there
+        buf: memoryview = self.handle._mpsm_handle.buf  # noqa: SLF001 - tritonclient keeps the mapping there
+        return buf
 
     def destroy(self) -> None:
         """Unmap and unlink. Never raises."""
@@ -187,8 +188,9 @@ class ShmPool:
             self._busy.add(region)
         if not region.registered:
             try:
-                self.grpc_client.register_system_shared_memory(region.name, "/" + region.name, region.size,
-                                                               client_timeout=self.timeout)
+                self.grpc_client.register_system_shared_memory(
+                    region.name, "/" + region.name, region.size, client_timeout=self.timeout
+                )
             except BaseException:
                 self.release(region, reusable=False)
                 raise
@@ -237,8 +239,12 @@ class ShmPool:
             time.sleep(0.02)
             self._unregister_pending()
         if self._unregister_later:
-            logger.warning("%s: %s still uses shared-memory region(s) %s; left registered there (already unlinked)",
-                           self.label, self.server.describe(), ", ".join(self._unregister_later))
+            logger.warning(
+                "%s: %s still uses shared-memory region(s) %s; left registered there (already unlinked)",
+                self.label,
+                self.server.describe(),
+                ", ".join(self._unregister_later),
+            )
 
     def _unregister_pending(self) -> None:
         with self._lock:

@@ -45,8 +45,9 @@ SHM_MIN_BYTES = 64 * 1024
 a shared-memory call costs more than copying a small message (measured, tiny identity
 model, local server, 2 cores: 16 B and 16 KB inputs gave 10-15 % fewer calls/s through
 shared memory, 32-128 KB about the same, 256 KB twice as many)."""
-_NOT_REGISTERED = re.compile(r"(unable to find|not found).*shared memory region|shared memory region.*not found",
-                             re.IGNORECASE)
+_NOT_REGISTERED = re.compile(
+    r"(unable to find|not found).*shared memory region|shared memory region.*not found", re.IGNORECASE
+)
 
 
 def _align(n: int) -> int:
@@ -56,8 +57,9 @@ def _align(n: int) -> int:
 class PayloadCall:
     """One gRPC call whose tensors travel in the request and response messages."""
 
-    def __init__(self, specs: Mapping[str, TensorSpec], arrays: Mapping[str, np.ndarray],
-                 outputs: Sequence[str] | None) -> None:
+    def __init__(
+        self, specs: Mapping[str, TensorSpec], arrays: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[str] | None
+    ) -> None:
         import tritonclient.grpc as grpcclient
 
         self.inputs = []
@@ -67,9 +69,10 @@ class PayloadCall:
             self.inputs.append(grpc_input)
         self.outputs = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
 
-    def as_numpy(self, result: Any, name: str) -> np.ndarray | None:
+    def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """The output array (a view of the response), None if missing; ValueError if malformed."""
-        return result.as_numpy(name)
+        array: np.ndarray[Any, Any] | None = result.as_numpy(name)
+        return array
 
     def done(self, ok: bool) -> None:
         pass
@@ -86,8 +89,15 @@ class ShmCall:
         outputs_in_shm: whether the outputs go to the region too (all have fixed sizes).
     """
 
-    def __init__(self, pool: ShmPool, in_specs: Mapping[str, TensorSpec], out_specs: Sequence[TensorSpec],
-                 arrays: Mapping[str, np.ndarray], rows: int | None, outputs_in_shm: bool) -> None:
+    def __init__(
+        self,
+        pool: ShmPool,
+        in_specs: Mapping[str, TensorSpec],
+        out_specs: Sequence[TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any]],
+        rows: int | None,
+        outputs_in_shm: bool,
+    ) -> None:
         import tritonclient.grpc as grpcclient
         import tritonclient.utils.shared_memory as shm
 
@@ -117,11 +127,12 @@ class ShmCall:
             self.outputs.append(output)
         self._out_places = out_places
 
-    def as_numpy(self, result: Any, name: str) -> np.ndarray | None:
+    def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """A COPY of the output (the region is reused), None if missing; ValueError if malformed."""
         place = self._out_places.get(name)
         if place is None:
-            return result.as_numpy(name)
+            array: np.ndarray[Any, Any] | None = result.as_numpy(name)
+            return array
         output = result.get_output(name)
         if output is None:
             return None
@@ -132,7 +143,7 @@ class ShmCall:
         at, nbytes = place
         if math.prod(shape) * dtype.itemsize > nbytes:
             raise ValueError(f"shape {shape} {dtype} exceeds the {nbytes} bytes reserved in the region")
-        view: np.ndarray = np.ndarray(shape, dtype, buffer=self.region.buffer(), offset=at)
+        view: np.ndarray[Any, Any] = np.ndarray[Any, Any](shape, dtype, buffer=self.region.buffer(), offset=at)
         array = view.copy()
         del view  # no exported pointer may outlive the call: the region is unmapped later
         return array
@@ -182,9 +193,16 @@ class TensorTransport:
         with self._lock:
             return dict(self._pools)
 
-    def call(self, server: ServerInfo, grpc_client: Any, in_specs: Mapping[str, TensorSpec],
-             out_specs: Sequence[TensorSpec], arrays: Mapping[str, np.ndarray], rows: int | None,
-             all_outputs: bool) -> PayloadCall | ShmCall:
+    def call(
+        self,
+        server: ServerInfo,
+        grpc_client: Any,
+        in_specs: Mapping[str, TensorSpec],
+        out_specs: Sequence[TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any]],
+        rows: int | None,
+        all_outputs: bool,
+    ) -> PayloadCall | ShmCall:
         """The inputs and requested outputs of one call to ``server``.
 
         Args:
@@ -192,8 +210,11 @@ class TensorTransport:
                 payload call then names none (the server returns all).
         """
         pool = self.pool(server, grpc_client)
-        if (pool is not None and sum(a.nbytes for a in arrays.values()) >= SHM_MIN_BYTES
-                and all(a.dtype != np.object_ for a in arrays.values())):
+        if (
+            pool is not None
+            and sum(a.nbytes for a in arrays.values()) >= SHM_MIN_BYTES
+            and all(a.dtype != np.object_ for a in arrays.values())
+        ):
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
             try:
                 call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
@@ -223,12 +244,21 @@ class TensorTransport:
                 return False
             with self._lock:
                 self._refused.add(server.name)
-            logger.warning("%s: %s cannot use our shared memory (%s); gRPC payloads from now on", self.label,
-                           server.describe(), " ".join((exc.message() or str(exc)).split()))
+            logger.warning(
+                "%s: %s cannot use our shared memory (%s); gRPC payloads from now on",
+                self.label,
+                server.describe(),
+                " ".join((exc.message() or str(exc)).split()),
+            )
             return True
         if isinstance(exc, (SharedMemoryException, OSError)):
-            logger.warning("%s: no shared-memory region for a call to %s (%s: %s); gRPC payloads for it",
-                           self.label, server.describe(), type(exc).__name__, exc)
+            logger.warning(
+                "%s: no shared-memory region for a call to %s (%s: %s); gRPC payloads for it",
+                self.label,
+                server.describe(),
+                type(exc).__name__,
+                exc,
+            )
             return True
         return False
 
@@ -243,8 +273,9 @@ class TensorTransport:
         if pool is None:
             return None
         pool.forget_registrations()
-        return InferenceServerException(f"the server lost the shared-memory registrations ({exc.message()}); "
-                                        "registering again", status=UNAVAILABLE)
+        return InferenceServerException(  # type: ignore[no-any-return]  # tritonclient is untyped
+            f"the server lost the shared-memory registrations ({exc.message()}); registering again", status=UNAVAILABLE
+        )
 
     def failed_over(self, server_name: str) -> None:
         """A request left ``server_name`` for another server: release that server's regions."""
@@ -253,8 +284,9 @@ class TensorTransport:
             if pool is not None:
                 self._retired.append(pool)
         if pool is not None:
-            logger.info("%s: releasing the shared-memory regions on %s after a failover", self.label,
-                        pool.server.describe())
+            logger.info(
+                "%s: releasing the shared-memory regions on %s after a failover", self.label, pool.server.describe()
+            )
             pool.retire()
 
     def close(self) -> None:

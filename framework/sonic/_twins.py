@@ -105,19 +105,27 @@ class OnnxDirectProducer(ModelConversion):
 
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        desc.add("Client", client_description(),
-                 "as the SONIC twin; modelName, modelVersion, modelConfigPath locate the ONNX file")
+        desc.add(
+            "Client",
+            client_description(),
+            "as the SONIC twin; modelName, modelVersion, modelConfigPath locate the ONNX file",
+        )
         desc.add("intraOpThreads", cms.untracked.uint32(1), "onnxruntime intra-op threads (as the server's model)")
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         client = params.Client
-        config_path = (pathlib.Path(client.modelConfigPath) if client.modelConfigPath
-                       else default_model_repository() / client.modelName / "config.pbtxt")
+        config_path = (
+            pathlib.Path(client.modelConfigPath)
+            if client.modelConfigPath
+            else default_model_repository() / client.modelName / "config.pbtxt"
+        )
         self.spec = read_model_config(config_path)
         if not self.spec.batched:
-            raise ConfigurationError(f"{self.label}: model '{client.modelName}' has max_batch_size 0; "
-                                     "direct producers need a batch dimension")
+            raise ConfigurationError(
+                f"{self.label}: model '{client.modelName}' has max_batch_size 0; "
+                "direct producers need a batch dimension"
+            )
         versions = sorted((p for p in config_path.parent.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
         version = config_path.parent / client.modelVersion if client.modelVersion else (versions or [None])[-1]
         onnx_path = version / (self.spec.parameters.get("onnx_file") or "model.onnx") if version else None

@@ -150,7 +150,9 @@ def check_inputs(spec: ModelSpec, arrays: Mapping[str, Any], ops: ArrayOps = NUM
             raise ValueError(f"model {spec.name!r}: input {t.name!r} has shape {full}, expected {expected}")
         if spec.batched:
             if batch is not None and full[0] != batch:
-                raise ValueError(f"model {spec.name!r}: input {t.name!r} has batch size {full[0]}, other inputs {batch}")
+                raise ValueError(
+                    f"model {spec.name!r}: input {t.name!r} has batch size {full[0]}, other inputs {batch}"
+                )
             batch = full[0]
         out[t.name] = array
     return out
@@ -286,8 +288,9 @@ class TritonPythonModel:
         arrays: list[Arrays | Exception] = []
         for request in requests:
             try:
-                arrays.append({t.name: runner.read(pb_utils.get_input_tensor_by_name(request, t.name))
-                               for t in self.spec.inputs})
+                arrays.append(
+                    {t.name: runner.read(pb_utils.get_input_tensor_by_name(request, t.name)) for t in self.spec.inputs}
+                )
             except Exception as err:  # noqa: BLE001 - becomes this request's error response
                 arrays.append(err)
         responses = []

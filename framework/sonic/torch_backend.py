@@ -27,10 +27,17 @@ from .python_backend import Arrays, ModelSpec
 def _torch_dtypes() -> dict[np.dtype[Any], Any]:
     import torch
 
-    return {np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
-            np.dtype(np.int16): torch.int16, np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64,
-            np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
-            np.dtype(np.float64): torch.float64}
+    return {
+        np.dtype(np.bool_): torch.bool,
+        np.dtype(np.uint8): torch.uint8,
+        np.dtype(np.int8): torch.int8,
+        np.dtype(np.int16): torch.int16,
+        np.dtype(np.int32): torch.int32,
+        np.dtype(np.int64): torch.int64,
+        np.dtype(np.float16): torch.float16,
+        np.dtype(np.float32): torch.float32,
+        np.dtype(np.float64): torch.float64,
+    }
 
 
 class TorchOps:
@@ -69,8 +76,10 @@ class TorchRunner:
         import torch
 
         if device.startswith("cuda") and not torch.cuda.is_available():
-            raise RuntimeError(f"model {spec.name!r}: a GPU instance needs torch with CUDA in the server's "
-                               f"Python (torch {torch.__version__}: torch.cuda.is_available() is False)")
+            raise RuntimeError(
+                f"model {spec.name!r}: a GPU instance needs torch with CUDA in the server's "
+                f"Python (torch {torch.__version__}: torch.cuda.is_available() is False)"
+            )
         if device == "cpu":
             torch.set_num_threads(intra_op_threads)
         self._torch = torch
@@ -88,8 +97,10 @@ class TorchRunner:
         a second, which would otherwise fall on the first request."""
         dtypes = _torch_dtypes()
         batch = (1,) if spec.batched else ()
-        zeros = {t.name: self._torch.zeros(batch + tuple(d if d > 0 else 1 for d in t.dims), dtype=dtypes[t.dtype])
-                 for t in spec.inputs}
+        zeros = {
+            t.name: self._torch.zeros(batch + tuple(d if d > 0 else 1 for d in t.dims), dtype=dtypes[t.dtype])
+            for t in spec.inputs
+        }
         self(zeros)
 
     def __call__(self, inputs: Arrays) -> Arrays:
