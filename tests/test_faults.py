@@ -23,6 +23,7 @@ import os
 import pathlib
 import signal
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -520,7 +521,7 @@ async def test_restarted_primary_is_probed_back_into_service(repository, steady,
     try:
         with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
             svc, records = await run_faulty(fault_process(repository, ports["grpc"]), [K + 2, down_until], restart)
-        after_restart = server_requests(restarted, "double")
+        after_restart = server_requests(restarted, "double", expected=N_EVENTS - down_until)
     finally:
         restarted.stop(10.0)
     assert_same_products(records, expected)
@@ -560,13 +561,20 @@ async def test_killed_fallback_server_is_started_again(repository, steady, caplo
         assert left_behind(server.region_prefix) == ([], [])
 
 
-def server_requests(server: LocalTritonServer, model: str) -> int:
-    """Successful requests the server process has counted for ``model``."""
+def server_requests(server: LocalTritonServer, model: str, expected: int = 0, timeout: float = 5.0) -> int:
+    """Successful requests the server process has counted for ``model``, polled until they
+    reach ``expected`` or ``timeout`` (s) passes: Triton counts a request after sending its
+    response, so the client may have the answer first."""
     import tritonclient.grpc as grpcclient
 
+    deadline = time.monotonic() + timeout
     with grpcclient.InferenceServerClient(server.grpc_address) as c:
-        stats = c.get_inference_statistics(model, as_json=True)["model_stats"]
-    return sum(int(v["inference_stats"]["success"].get("count", 0)) for v in stats)
+        while True:
+            stats = c.get_inference_statistics(model, as_json=True)["model_stats"]
+            count = sum(int(v["inference_stats"]["success"].get("count", 0)) for v in stats)
+            if count >= expected or time.monotonic() > deadline:
+                return count
+            time.sleep(0.02)
 
 
 async def test_fallback_that_fails_to_start_shows_its_log(repository, primary, tmp_path):

@@ -15,6 +15,7 @@ import pathlib
 import socket
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -129,6 +130,15 @@ def server_requests(server: LocalTritonServer, model: str) -> int:
     return sum(int(v["inference_stats"]["success"].get("count", 0)) for v in stats)
 
 
+def server_requests_reaching(server: LocalTritonServer, model: str, expected: int, timeout: float = 5.0) -> int:
+    """:func:`server_requests`, polled until it reaches ``expected`` or ``timeout`` (s) passes:
+    Triton counts a request after its response is sent, so a client may see the answer first."""
+    deadline = time.monotonic() + timeout
+    while (count := server_requests(server, model)) < expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return count
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -207,7 +217,7 @@ async def test_batch_above_max_batch_size_is_split_and_joined(connect, server, m
     request.input["x"].to_server(x)
     await request.infer()
     np.testing.assert_array_equal(request.output["y"].from_server(), 2 * x)
-    assert server_requests(server, "double") == before + 3  # 8 + 8 + 3 rows
+    assert server_requests_reaching(server, "double", before + 3) == before + 3  # 8 + 8 + 3 rows
     assert (client.statistics().calls, client.statistics().inferences) == (3, 19)
 
 
