@@ -20,9 +20,10 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
   core's ExternalWork; knows nothing of ROOT files. Its own file map and import
   direction: its ``__init__``.
-* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing`` - the ``cmsrun`` command (and its
-  ``--dataset`` runs: one job per dataset, ``run_unit`` for one work unit), the
-  end-of-job report (rich) and FastTimerService (JSON summary, Perfetto trace).
+* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the ``cmsrun``
+  command (and its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
+  unit), the end-of-job report (rich), FastTimerService (JSON summary, Perfetto trace)
+  and the progress bar.
 * ``framework.executor`` - ``cmsrun --executor dask``: the datasets' work units on a Dask
   cluster (a job begun once per worker, unit after unit; one server per host for the
   fallback; merge and one summary). The only package that imports Dask; above the data

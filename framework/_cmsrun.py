@@ -42,11 +42,11 @@ from typing import Any
 import trio
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import config as cms
 from ._builder import build_job
 from ._errors import FrameworkError
+from ._progress import progress_bar
 from ._registry import available_types, find_type
 from ._scheduler import JobReport, run_job
 from ._summary import print_summary
@@ -233,16 +233,7 @@ def _run_job(
 ) -> JobReport:
     """Run one job with progress, then its summary (printed and/or ``summary_json``)."""
     show_progress = not ns.no_progress and console.is_terminal
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not show_progress,
-        transient=False,
-    )
+    progress = progress_bar(console, show_progress)
     limits = [x for x in (job.max_events if job.max_events >= 0 else None, entries) if x is not None]
     task = progress.add_task(title, total=min(limits) if limits else None, rate="")
     done = 0

@@ -157,17 +157,24 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     return report.summary
 
 
+def _module_identity(w: Any) -> dict[str, Any]:
+    """A module's type, kind and call counts, as both summary forms give them."""
+    return {
+        "type": w.type_name,
+        "kind": w.kind,
+        "external_work": w.external,
+        "calls": w.times.calls,
+        "errors": w.errors,
+        "skipped": w.skipped,
+    }
+
+
 def _summary(job: Job, report: JobReport) -> dict[str, Any]:
     modules = {}
     for w in job.workers.values():
         t = w.times
         modules[w.label] = {
-            "type": w.type_name,
-            "kind": w.kind,
-            "external_work": w.external,
-            "calls": t.calls,
-            "errors": w.errors,
-            "skipped": w.skipped,
+            **_module_identity(w),
             "mean_cpu": t.cpu_mean,
             "mean_acquire": _mean(t.acquire),
             "mean_wait": _mean(t.wait),
@@ -207,12 +214,7 @@ def unit_record(job: Job, report: JobReport) -> dict[str, Any]:
     for w in job.workers.values():
         t = w.times
         modules[w.label] = {
-            "type": w.type_name,
-            "kind": w.kind,
-            "external_work": w.external,
-            "calls": t.calls,
-            "errors": w.errors,
-            "skipped": w.skipped,
+            **_module_identity(w),
             "sum_acquire": float(sum(t.acquire)),
             "sum_wait": float(sum(t.wait)),
             "sum_run": float(sum(t.run)),

@@ -42,10 +42,10 @@ from typing import Any
 
 from distributed import Client, Future, LocalCluster, as_completed
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._builder import build_job
 from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
+from .._progress import progress_bar
 from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
@@ -340,15 +340,7 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
             )
             futures[future] = unit
     total_events = sum(u.num_entries for u in futures.values())
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not (options.progress and console.is_terminal),
-    )
+    progress = progress_bar(console, options.progress and console.is_terminal)
     units_task = progress.add_task("units", total=len(futures), rate="")
     events_task = progress.add_task("events", total=total_events, rate="")
     t0 = time.perf_counter()
