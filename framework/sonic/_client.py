@@ -225,7 +225,7 @@ class TritonClient:
         self.server = server
         self.router = router
         if grpc_client is None:
-            grpc_client, self._owns_client = server.open_client(spin=True), True
+            grpc_client, self._owns_client = server.open_client(), True
         self._client = grpc_client
         self._retry_policy = RetryPolicy(
             self.retries,

@@ -219,7 +219,7 @@ class Routing:
         """The shared ``InferenceServerClient`` of a server (its methods are thread-safe)."""
         client = self._grpc_clients.get(server_name)
         if client is None:
-            client = self._grpc_clients[server_name] = self.server(server_name).open_client(spin=True)
+            client = self._grpc_clients[server_name] = self.server(server_name).open_client()
         return client
 
     def close(self) -> None:

@@ -7,14 +7,12 @@ retry policy and TritonService all speak of servers as :class:`ServerInfo`.
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = ["CHANNEL_ARGS", "FALLBACK_SERVER", "ServerInfo", "SslOptions", "keep_channel_spinning"]
+__all__ = ["CHANNEL_ARGS", "FALLBACK_SERVER", "ServerInfo", "SslOptions"]
 
 FALLBACK_SERVER = "fallback"  # server name of the local fallback server (CMSSW: "fallback")
 
@@ -65,18 +63,12 @@ class ServerInfo:
         """``"server 'name' (host:port)"`` for messages; the bare address if it is the name."""
         return f"server '{self.name}' ({self.address})" if self.name != self.address else self.address
 
-    def open_client(self, verbose: bool = False, spin: bool = False) -> grpcclient.InferenceServerClient:
-        """A new ``InferenceServerClient`` for this server (the caller closes it).
-
-        Args:
-            verbose: tritonclient's request logging.
-            spin: keep the channel's completion thread alive while the client is open
-                (:func:`keep_channel_spinning`); for the clients that carry inferences.
-        """
+    def open_client(self, verbose: bool = False) -> grpcclient.InferenceServerClient:
+        """A new ``InferenceServerClient`` for this server (the caller closes it)."""
         import tritonclient.grpc as grpcclient
 
         ssl = self.ssl or SslOptions()
-        client = grpcclient.InferenceServerClient(
+        return grpcclient.InferenceServerClient(
             self.address,
             verbose=verbose,
             ssl=self.ssl is not None,
@@ -85,36 +77,3 @@ class ServerInfo:
             certificate_chain=ssl.certificate_chain,
             channel_args=CHANNEL_ARGS,
         )
-        if spin:
-            keep_channel_spinning(client)
-        return client
-
-
-def keep_channel_spinning(client: Any) -> None:
-    """Keep one idle call open on ``client``'s channel until the channel closes or the call ends.
-
-    gRPC's synchronous channel serves the completions of ``future()`` calls (tritonclient's
-    ``async_infer``) on a "spin" thread that it starts with the first call in flight and
-    that exits when none is left: with one request at a time (one stream, or a job whose
-    calls do not overlap) every ``async_infer`` starts a new thread, ~200-300 µs of the
-    trio thread's time per call (measured: cProfile and timestamps, FACILE through shared
-    memory, local server, 2 cores; grpcio 1.85). An open ``ModelStreamInfer`` stream that
-    sends nothing is a call in flight for the channel, so the thread stays.
-
-    The stream carries no request: its request iterator only waits for the call to end,
-    which ``client.close()`` (the channel's close cancels it) or a server gone does; then
-    the iterator's (daemon) thread returns and the channel falls back to restarting its
-    thread per call. The server sees one idle stream per client. Best effort: never raises.
-    """
-    ended = threading.Event()
-
-    def no_requests() -> Iterator[Any]:
-        ended.wait()
-        yield from ()
-
-    try:
-        # tritonclient keeps its stub there; the stream must be on the client's own channel
-        call = client._client_stub.ModelStreamInfer(no_requests())  # noqa: SLF001
-        call.add_done_callback(lambda _call: ended.set())
-    except Exception:  # noqa: BLE001 - an optimization only: the channel works without it
-        ended.set()
