@@ -10,7 +10,6 @@ gain is a ratio of two numbers measured in the same run against the same server.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import pathlib
 import subprocess
@@ -206,8 +205,8 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
             )
 
         sonic = median_of(repeat, job)
-        batched = median_of(repeat, functools.partial(job, batchRows=64, batchDelay=200))
-        bare = median_of(repeat, functools.partial(bare_async_loop, address, n, events))
+        batched = median_of(repeat, partial(job, batchRows=64, batchDelay=200))
+        bare = median_of(repeat, partial(bare_async_loop, address, n, events))
         client = batched["services"].get("TritonService", {}).get("clients", {}).get("tiny", {})
         rows.append(
             {

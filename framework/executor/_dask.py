@@ -46,7 +46,7 @@ from rich.console import Console
 from .._builder import build_job
 from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
 from .._progress import progress_bar
-from ..io import Dataset, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
+from ..io import Dataset, FileInfo, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
@@ -200,31 +200,28 @@ def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> A
         # An unreadable file comes back as a value, not raised on the worker: it is not worth
         # a Dask retry, and Dask would log its traceback on the worker.
         futures = client.map(
-            functools.partial(_preprocess_or_skip, function), paths, trees, pure=False, retries=RETRIES
+            functools.partial(_preprocess_or_error, function), paths, trees, pure=False, retries=RETRIES
         )
-        results = list(client.gather(futures))
-        for info in results:
-            if info.uuid.startswith(_BAD):
-                error = info.uuid[len(_BAD) :]
+        results = []
+        for path, tree, outcome in zip(paths, trees, client.gather(futures), strict=True):
+            if isinstance(outcome, str):
                 if bad_files is None:
-                    raise FileOpenError(error)
-                bad_files.append({"file": info.path, "tree": info.tree, "error": error})
+                    raise FileOpenError(outcome)
+                bad_files.append({"file": path, "tree": tree, "error": outcome})
+                outcome = FileInfo(path, tree, 0, (0,), "")  # no units; no size: never valid in the cache
+            results.append(outcome)
         return results
 
     return mapper
 
 
-_BAD = "unreadable:"
-
-
-def _preprocess_or_skip(function: Any, path: str, tree: str) -> Any:
-    """``function(path, tree)``; a FileOpenError gives an empty FileInfo whose uuid says why."""
-    from ..io import FileInfo
-
+def _preprocess_or_error(function: Any, path: str, tree: str) -> Any:
+    """``function(path, tree)`` (a :class:`~framework.io.FileInfo`), or the first line of
+    the FileOpenError's message if the file cannot be read."""
     try:
         return function(path, tree)
     except FileOpenError as exc:
-        return FileInfo(path, tree, 0, (0,), _BAD + str(exc.args[0] if exc.args else exc).partition("\n")[0])
+        return str(exc.args[0] if exc.args else exc).partition("\n")[0]
 
 
 def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
