@@ -270,6 +270,7 @@ class TritonRequest:
         if self.tries:
             return await self._try_async(server, grpc_client, chunks)
         self.tries += 1
+        self._last_server = server.name  # a failover after the merged call releases its regions too
         arrays = [tensor.data for tensor in self.input.values()]
         outputs = await batcher.infer(arrays, self.batch_size, server, grpc_client)
         for name, data in outputs.items():
