@@ -154,19 +154,15 @@ class TritonClient:
         self.model_version: str = params.modelVersion
         self.debug_name = debug_name
         self.what = f"model '{self.model_name}'" + (f" (module '{debug_name}')" if debug_name else "")
-        if params.mode not in MODES:
-            raise ConfigurationError(f"{self.what}: Client.mode '{params.mode}' is not one of {', '.join(MODES)}")
-        if params.timeoutUnit not in TIMEOUT_UNITS:
-            raise ConfigurationError(
-                f"{self.what}: Client.timeoutUnit '{params.timeoutUnit}' is not one of {', '.join(TIMEOUT_UNITS)}"
-            )
-        self.mode: str = params.mode
-        for key, value, allowed in (
-            ("batchMode", params.batchMode, BATCH_MODES),
-            ("compression", params.compression, COMPRESSIONS),
+        for key, allowed in (
+            ("mode", MODES),
+            ("timeoutUnit", tuple(TIMEOUT_UNITS)),
+            ("batchMode", BATCH_MODES),
+            ("compression", COMPRESSIONS),
         ):
-            if value not in allowed:
+            if (value := getattr(params, key)) not in allowed:
                 raise ConfigurationError(f"{self.what}: Client.{key} '{value}' is not one of {', '.join(allowed)}")
+        self.mode: str = params.mode
         self.batch_mode: str = params.batchMode
         self.compression: str | None = None if params.compression == "none" else params.compression
         self.timeout_text = f"{params.timeout} {params.timeoutUnit}"
