@@ -45,8 +45,8 @@ import time
 import numpy as np
 
 import framework.config as cms
+from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import SonicEDProducer
-from framework.sonic.testing import TensorConfig, write_python_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -6,9 +6,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``) - the module API and the
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_paths``) - the module API and the
   trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
-  ``framework.io`` nor ``framework.sonic`` (PoolSource and TritonService are found by
+  ``framework.io`` nor the SONIC packages (PoolSource and TritonService are found by
   name through the registry).
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource (local files,
   ``root://``/``https://`` URLs, ``/store/`` names through redirectors, bounded waits), the
@@ -16,10 +16,19 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   and work units, output names per dataset/unit and the merge of unit parts, the real
   CMS samples (``framework.samples`` re-exports them). Built on the core's source
   protocol and errors only; knows nothing of Triton, the scheduler or the modules.
-* ``framework.sonic`` - everything Triton: client, TritonService, local server,
-  SONIC module bases and their direct (in-process onnxruntime) twins. Built on the
-  core's ExternalWork; knows nothing of ROOT files. Its own file map and import
-  direction: its ``__init__``.
+* SONIC, in three packages (each with its file map in its ``__init__``):
+
+  - ``framework.sonic`` - the client: TritonClient, requests in the three modes, retries,
+    routing, cross-event batching, shared memory, ``SonicEDProducer``. Built on the core's
+    ExternalWork; knows Triton only through ``tritonclient``;
+  - ``framework.serving`` - the servers: the ``tritonserver`` binary, its processes,
+    ``LocalTritonServer``, ``cmstriton``, the Python-backend runtime that runs inside it;
+  - ``framework.service`` - the thin layer joining them: ``TritonService`` (discovery,
+    assignment, the fallback server's orchestration, end-of-job statistics) and the
+    models' SONIC / direct twins.
+
+  The client and the server sides never import each other; only the service layer imports
+  both. None of the three knows ROOT files.
 * ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the ``cmsrun``
   command (and its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
   unit), the end-of-job report (rich), FastTimerService (JSON summary, Perfetto trace)
@@ -30,11 +39,11 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   path, which never imports it.
 * ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
   it drives configs like a user (``configs/bench``, which name ``modules`` types), and
-  reaches Triton through ``framework.sonic``, except for its bare tritonclient baselines
+  reaches Triton through the SONIC packages, except for its bare tritonclient baselines
   (``_triton.py``, ``_load.py``) and Triton's own statistics.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
-  modules only, built on the names exported here, ``framework.io`` (files) and
-  ``framework.sonic``. ``framework`` never imports ``modules``.
+  modules only, built on the names exported here, ``framework.io`` (files),
+  ``framework.sonic`` and ``framework.service`` (the twins). ``framework`` never imports ``modules``.
 
 Module authors need only the names exported here.
 """

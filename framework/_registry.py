@@ -33,7 +33,7 @@ _BUILTIN = {
     "EmptySource": "framework._source_base:EmptySource",
     "FastTimerService": "framework._timing:FastTimerService",
     "PoolSource": "framework.io:PoolSource",
-    "TritonService": "framework.sonic._service:TritonService",
+    "TritonService": "framework.service._service:TritonService",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .deepmet_inputs import DEEPMET_MAX_CANDIDATES, build_deepmet_inputs, met_from_weights
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.sonic import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
 

@@ -7,7 +7,7 @@ Run from the repository root (torch is needed here and nowhere else)::
 For each model this writes ``<output>/<name>/config.pbtxt``, ``<output>/<name>/1/model.onnx``,
 ``<output>/<name>/1/model.pt`` (the same weights as TorchScript, traced with a dynamic batch
 axis: the torch runner's file, for GPU instances) and ``<output>/<name>/1/model.py`` (the
-two-line stub that points Triton's Python backend at ``framework.sonic.python_backend``),
+two-line stub that points Triton's Python backend at ``framework.serving.python_backend``),
 then runs the ONNX file in onnxruntime and the TorchScript file in torch and prints the
 largest absolute differences from the torch model on random inputs.
 
@@ -480,8 +480,8 @@ def config_pbtxt(name: str, spec: dict) -> str:
 
 MODEL_PY = (
     "# Triton Python-backend entry point: the framework's model (ONNX runner on CPU instances,\n"
-    "# torch runner on GPU instances; see framework/sonic/python_backend.py).\n"
-    "from framework.sonic.python_backend import TritonPythonModel  # noqa: F401\n"
+    "# torch runner on GPU instances; see framework/serving/python_backend.py).\n"
+    "from framework.serving.python_backend import TritonPythonModel  # noqa: F401\n"
 )
 
 

@@ -8,7 +8,7 @@ output (``pb_utils.Tensor(name, array)``), and checks whether repeated reads sha
 (a view of the stub's shared memory) or not (a copy). ``pb_utils.Tensor.from_dlpack`` with
 a numpy array is NOT probed: with the 2.51 stub and numpy 1.26 it kills the stub
 ("PyCapsule_GetPointer called with incorrect name" on the ``used_dlpack`` capsule).
-The result justifies the ONNX runner's choice (framework/sonic/onnx_backend.py).
+The result justifies the ONNX runner's choice (framework/serving/onnx_backend.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ MODEL = textwrap.dedent("""
 def main() -> None:
     import tritonclient.grpc as grpcclient
 
-    from framework.sonic._server import LocalTritonServer
+    from framework.serving._server import LocalTritonServer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=1.0, help="input size, MB")

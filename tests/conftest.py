@@ -2,8 +2,8 @@
 /dev/shm region is left behind.
 
 Fixtures: ``left_behind`` (below), ``start_server`` (a module's Triton servers, through
-:func:`framework.sonic.testing.serving`). Tiny Python-backend models are written with
-:func:`framework.sonic.testing.write_python_model`.
+:func:`framework.serving.testing.serving`). Tiny Python-backend models are written with
+:func:`framework.serving.testing.write_python_model`.
 
 Every server the suite starts, in this process or in a subprocess (cmsrun, cmstriton),
 names its /dev/shm regions with this session's tag: ``$PYSONIC_SHM_TAG``, set here and
@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from framework.sonic._processes import TAG_VARIABLE
-from framework.sonic.testing import serving
+from framework.serving._processes import TAG_VARIABLE
+from framework.serving.testing import serving
 
 SESSION_TAG = f"pytest{os.getpid()}"
 SETTLE = 10.0  # seconds for processes of the last test to exit before they count as left behind
@@ -56,7 +56,7 @@ def left_behind_fixture():
 @pytest.fixture(scope="module")
 def start_server():
     """``start_server(repository, models=None, **options)``: a started LocalTritonServer
-    (:func:`~framework.sonic.testing.serving`'s arguments), stopped after the test module
+    (:func:`~framework.serving.testing.serving`'s arguments), stopped after the test module
     and checked, here too (not only through the code under test), to leave no stub process
     or /dev/shm region behind."""
     servers = []

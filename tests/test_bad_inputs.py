@@ -34,9 +34,9 @@ import pytest
 import uproot
 
 from framework._cmsrun import main as cmsrun_main
-from framework.sonic import _server
-from framework.sonic._processes import TAG_VARIABLE
-from framework.sonic.testing import TensorConfig, write_python_model
+from framework.serving import _server
+from framework.serving._processes import TAG_VARIABLE
+from framework.serving.testing import TensorConfig, write_python_model
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -564,7 +564,7 @@ def test_explicit_port_taken(tmp_path, repositories):
             [
                 sys.executable,
                 "-m",
-                "framework.sonic._cmstriton",
+                "framework.serving._cmstriton",
                 "start",
                 "--repository",
                 str(repositories["good"]),

@@ -13,6 +13,7 @@ import os
 import pathlib
 import signal
 import textwrap
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,9 +26,10 @@ import framework.config as cms
 from framework import EDAnalyzer, EDFilter, ExternalWork
 from framework._builder import build_job
 from framework._scheduler import run_job
+from framework.service._fallback import FallbackServer
+from framework.serving._server import LocalTritonServer
 from framework.sonic import ServerInfo, SonicEDProducer
 from framework.sonic._routing import Routing
-from framework.sonic._server import LocalTritonServer
 
 N_EVENTS = 32
 STREAMS = 8
@@ -54,7 +56,7 @@ MODEL_PY = textwrap.dedent("""
 def two_server_routing() -> Routing:
     servers = {name: ServerInfo(name, f"127.0.0.1:{port}") for name, port in (("a", 1), ("b", 2))}
     health = SimpleNamespace(unhealthyAfter=3, probeInterval=2.0, probeTimeout=1.0)
-    routing = Routing(servers, health, SimpleNamespace(enable=False), {})
+    routing = Routing(servers, health, partial(FallbackServer, SimpleNamespace(enable=False), {}))
     for name in servers:
         routing.add_served(name, {"m"})
     routing.assign("m", "")

@@ -29,9 +29,9 @@ import framework
 import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
+from framework.serving._server import LocalTritonServer
+from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description
-from framework.sonic._server import LocalTritonServer
-from framework.sonic.testing import TensorConfig, write_python_model
 
 MODEL_PY = textwrap.dedent("""
     import json, time

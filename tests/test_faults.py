@@ -35,6 +35,8 @@ from framework import EDAnalyzer, EDFilter, ExternalFailure, ExternalWork, Frame
 from framework._builder import build_job
 from framework._errors import ConfigurationError
 from framework._scheduler import run_job
+from framework.serving._server import LocalTritonServer
+from framework.serving.testing import serving, write_python_model
 from framework.sonic import (
     DEFAULT_RETRIES,
     RetryAction,
@@ -44,8 +46,6 @@ from framework.sonic import (
     client_description,
     is_recoverable,
 )
-from framework.sonic._server import LocalTritonServer
-from framework.sonic.testing import serving, write_python_model
 
 N_EVENTS = 24
 STREAMS = 4

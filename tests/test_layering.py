@@ -1,7 +1,7 @@
 """The layering written down in framework/__init__.py, checked on the import statements.
 
 Imports are compared by full dotted name, relative imports resolved (``from ._client
-import X`` in framework/sonic/_service.py is ``framework.sonic._client``), and those inside
+import X`` in framework/service/_service.py is ``framework.sonic._client``), and those inside
 functions or under ``if TYPE_CHECKING:`` count too: a lazy or type-only import is still
 knowledge of the other module.
 """
@@ -88,6 +88,7 @@ CORE = [
     "_source_base.py",
     "_errors.py",
     "_activity.py",
+    "_paths.py",
 ]
 
 
@@ -101,7 +102,7 @@ def test_core_knows_neither_root_nor_triton():
     for name in CORE:
         path = FRAMEWORK / name
         bad = imported_modules(path) & (ROOT_IO | TRITON | {"modules"})
-        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", "sonic", "bench")}
+        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", *SONIC_SIDES, "bench")}
         assert not bad, f"framework/{name} imports {bad}"
 
 
@@ -131,21 +132,25 @@ def test_only_io_and_the_benchmarks_read_or_write_root_files():
             assert "uproot" not in imported_modules(path), f"{path.relative_to(ROOT)} imports uproot"
 
 
-def test_only_sonic_talks_to_triton():
+SONIC_SIDES = ("sonic", "serving", "service")  # the client, the servers, the layer joining them
+
+
+def test_only_the_sonic_packages_talk_to_triton():
     """framework.bench may too: its baselines are bare tritonclient loops and Triton's own statistics."""
     for path in FRAMEWORK.rglob("*.py"):
-        if {"sonic", "bench"} & set(path.relative_to(FRAMEWORK).parts):
+        if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts):
             continue
         assert "tritonclient" not in imported_modules(path), f"{path} imports tritonclient"
 
 
 def test_sonic_knows_nothing_of_root_files():
-    for path in (FRAMEWORK / "sonic").glob("*.py"):
-        assert not imported_modules(path) & {"uproot"}, f"{path} imports uproot"
-        assert not {m for m in framework_imports(path) if m.split(".")[0] == "io"}, f"{path} imports framework.io"
+    for side in SONIC_SIDES:
+        for path in (FRAMEWORK / side).glob("*.py"):
+            assert not imported_modules(path) & {"uproot"}, f"{path} imports uproot"
+            assert not {m for m in framework_imports(path) if m.split(".")[0] == "io"}, f"{path} imports framework.io"
 
 
-TORCH_RUNNER = FRAMEWORK / "sonic" / "torch_backend.py"
+TORCH_RUNNER = FRAMEWORK / "serving" / "torch_backend.py"
 
 
 def test_torch_is_not_a_runtime_dependency():
@@ -164,23 +169,53 @@ def test_torch_is_not_a_runtime_dependency():
 
 
 # ----------------------------------------------------------------------------------------
-# Inside framework.sonic: one direction, written down in its __init__
+# SONIC's three packages: the client (framework.sonic), the servers (framework.serving) and
+# the thin layer joining them (framework.service); inside each, one direction written down
+# in its __init__.
+
+
+def test_client_and_server_sides_never_import_each_other():
+    """The client never imports the server side nor the service layer; the server side
+    imports neither the client nor the service layer (lazy and type-only imports count)."""
+    forbidden = {"sonic": ("serving", "service"), "serving": ("sonic", "service")}
+    for side, others in forbidden.items():
+        for path in (FRAMEWORK / side).glob("*.py"):
+            bad = {m for m in framework_imports(path) if m.split(".")[0] in others}
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_only_the_service_layer_imports_both_sides():
+    """framework.service is the one package that needs both sides; the rest of the framework
+    (core, executor) reaches them by what each is for, and nothing below imports the service
+    layer (the registry finds TritonService by name)."""
+    both = []
+    for path in FRAMEWORK.rglob("*.py"):
+        sides = {m.split(".")[0] for m in framework_imports(path)} & {"sonic", "serving"}
+        if sides == {"sonic", "serving"}:
+            both.append(path.relative_to(FRAMEWORK).parts[0])
+    assert set(both) <= {"service", "bench", "executor"}, both
+    for side in ("sonic", "serving", "config", "io"):
+        for path in (FRAMEWORK / side).glob("*.py"):
+            assert "service" not in {m.split(".")[0] for m in framework_imports(path)}, path
+    for name in CORE:
+        assert "service" not in {m.split(".")[0] for m in framework_imports(FRAMEWORK / name)}, name
+
 
 # The Python-backend model loads the runner a model instance needs, inside the function
 # that picks it (torch only for a GPU instance); the runners use its tensor specs. Known
 # and lazy (test_torch_is_not_a_runtime_dependency keeps the torch runner lazy), so left
 # out of the direction checks.
 LAZY_RUNNER_IMPORTS = {
-    ("framework.sonic.python_backend", "framework.sonic.onnx_backend"),
-    ("framework.sonic.python_backend", "framework.sonic.torch_backend"),
+    ("framework.serving.python_backend", "framework.serving.onnx_backend"),
+    ("framework.serving.python_backend", "framework.serving.torch_backend"),
 }
 
 
-def sonic_import_graph() -> dict[str, set[str]]:
-    """framework.sonic's modules -> the modules of framework.sonic each imports (the lazy
-    runner imports left out)."""
+def import_graph(side: str) -> dict[str, set[str]]:
+    """framework.<side>'s modules -> the modules of the same package each imports (the
+    lazy runner imports left out)."""
     files = {}
-    for path in (FRAMEWORK / "sonic").glob("*.py"):
+    for path in (FRAMEWORK / side).glob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}
@@ -194,16 +229,17 @@ def sonic_import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_sonic_modules_import_each_other_in_one_direction():
-    graph = sonic_import_graph()
-    assert {"framework.sonic._client", "framework.sonic._retry", "framework.sonic._service"} <= set(graph)
+@pytest.mark.parametrize("side", SONIC_SIDES)
+def test_sonic_modules_import_each_other_in_one_direction(side):
+    graph = import_graph(side)
+    assert len(graph) >= 4
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:
         state[node] = "open"
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                pytest.fail("import cycle in framework.sonic: " + " -> ".join(path[path.index(target) :] + [target]))
+                pytest.fail(f"import cycle in framework.{side}: " + " -> ".join(path[path.index(target) :] + [target]))
             if target not in state:
                 visit(target, [*path, target])
         state[node] = "done"
@@ -215,25 +251,24 @@ def test_sonic_modules_import_each_other_in_one_direction():
 
 def test_sonic_layers():
     """The direction inside framework.sonic (see its __init__): descriptions and tensors at
-    the bottom, the client side below TritonService's parts, nothing back up."""
-    graph = sonic_import_graph()
+    the bottom, the requests below the router, nothing back up."""
+    graph = import_graph("sonic")
     sonic = "framework.sonic."
     for bottom in ("_server_info", "_data", "_client_stats"):
         assert not graph[sonic + bottom], f"{bottom} imports {graph[sonic + bottom]}"
     assert graph[sonic + "_retry"] <= {sonic + "_server_info"}
-    service_side = {sonic + name for name in ("_service", "_routing", "_fallback", "_service_stats")}
-    for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_twins", "_shm", "_transport"):
-        bad = graph[sonic + client_side] & service_side
+    for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_shm", "_transport"):
+        bad = graph[sonic + client_side] & {sonic + "_routing"}
         assert not bad, f"{client_side} imports {bad}"
-    assert not graph[sonic + "_fallback"] & {sonic + "_routing", sonic + "_service"}
     for name, targets in graph.items():
         assert "framework.sonic" not in targets or name == "framework.sonic", f"{name} imports the package"
 
 
-def test_sonic_file_map_is_complete_and_in_import_order():
-    """framework/sonic/__init__.py lists its files in the direction of their imports: each
-    imports only files listed before it. Keeps the written file map true."""
-    doc = ast.get_docstring(ast.parse((FRAMEWORK / "sonic" / "__init__.py").read_text())) or ""
+@pytest.mark.parametrize("side", SONIC_SIDES)
+def test_sonic_file_maps_are_complete_and_in_import_order(side):
+    """Each package's __init__ lists its files in the direction of their imports: each
+    imports only files listed before it. Keeps the written file maps true."""
+    doc = ast.get_docstring(ast.parse((FRAMEWORK / side / "__init__.py").read_text())) or ""
     bullets: list[str] = []
     for line in doc.splitlines():
         if line.startswith("* "):
@@ -241,14 +276,15 @@ def test_sonic_file_map_is_complete_and_in_import_order():
         elif line.startswith("  ") and bullets:
             bullets[-1] += line
     order = [
-        f"framework.sonic.{name}"
+        f"framework.{side}.{name}"
         for line in bullets
         for name in re.findall(r"``(_?[a-z_]+)``", line)
-        if (FRAMEWORK / "sonic" / f"{name}.py").is_file()
+        if (FRAMEWORK / side / f"{name}.py").is_file()
     ]
-    graph = sonic_import_graph()
-    files = set(graph) - {"framework.sonic"}
-    assert set(order) == files, f"not in the file map of framework/sonic/__init__.py: {files - set(order)}"
+    order = list(dict.fromkeys(order))  # a file named again later keeps its first place
+    graph = import_graph(side)
+    files = set(graph) - {f"framework.{side}"}
+    assert set(order) == files, f"not in the file map of framework/{side}/__init__.py: {files - set(order)}"
     for index, name in enumerate(order):
         later = graph[name] & set(order[index:])
         assert not later, f"{name} imports {later}, listed after it in the file map"

@@ -21,7 +21,7 @@ import uproot
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework.sonic import python_backend
+from framework.serving import python_backend
 from modules.deepmet_inputs import (
     DEEPMET_CATEGORY_SIZES,
     DEEPMET_CONTINUOUS,
@@ -268,7 +268,7 @@ def test_config_matches_onnx(name, sessions):
         assert {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in tensors} == graph_tensors
     assert (MODELS / name / "1" / "model.onnx").stat().st_size < 2 * 1024 * 1024
     stub = (MODELS / name / "1" / "model.py").read_text()
-    assert "from framework.sonic.python_backend import TritonPythonModel" in stub
+    assert "from framework.serving.python_backend import TritonPythonModel" in stub
 
 
 def config_json(name: str) -> str:
@@ -403,7 +403,7 @@ def test_config_onnx_mismatch_is_reported(tmp_path):
 
 def test_runtime_modules_do_not_import_torch():
     code = (
-        "import sys, framework.sonic.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; "
+        "import sys, framework.serving.onnx_backend, modules.particlenet_inputs, modules.deepmet_inputs; "
         "print('torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

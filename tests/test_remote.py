@@ -51,7 +51,7 @@ from framework import FileOpenError, FileReadError
 from framework._cmsrun import main as cmsrun_main
 from framework.io import PoolSource, RemoteAccess, _remote
 from framework.samples import locate_sample
-from framework.sonic._processes import TAG_VARIABLE
+from framework.serving._processes import TAG_VARIABLE
 
 XROOTD = shutil.which("xrootd")
 needs_xrootd = pytest.mark.skipif(

@@ -27,9 +27,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from framework._errors import ConfigurationError, ExternalFailure
-from framework.sonic import _installation, _server
-from framework.sonic._cmstriton import main as cmstriton
-from framework.sonic._server import (
+from framework.serving import _installation, _server
+from framework.serving._cmstriton import main as cmstriton
+from framework.serving._server import (
     LocalTritonServer,
     TritonServerError,
     default_model_repository,
@@ -39,7 +39,7 @@ from framework.sonic._server import (
     prepare_backend_directory,
     server_environment,
 )
-from framework.sonic.testing import TensorConfig, python_model_config, write_python_model
+from framework.serving.testing import TensorConfig, python_model_config, write_python_model
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -272,7 +272,7 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
     script = textwrap.dedent(
         f"""
         import os, signal, threading, time
-        from framework.sonic._server import LocalTritonServer, query_ready_models
+        from framework.serving._server import LocalTritonServer, query_ready_models
         server = LocalTritonServer({str(empty_repository)!r})
         worker = threading.Thread(target=server.start)
         worker.start()

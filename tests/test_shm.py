@@ -26,16 +26,16 @@ from framework import EDAnalyzer
 from framework._builder import build_job
 from framework._errors import ConfigurationError
 from framework._scheduler import run_job
+from framework.service import TritonService
+from framework.serving._server import LocalTritonServer
 from framework.sonic import (
     ServerInfo,
     SonicEDProducer,
     TritonClient,
-    TritonService,
     _shm,
     _transport,
     client_description,
 )
-from framework.sonic._server import LocalTritonServer
 
 MODEL_PY = textwrap.dedent("""
     import json

@@ -28,16 +28,16 @@ from framework import EDAnalyzer, ExternalFailure
 from framework._builder import build_job
 from framework._errors import ConfigurationError
 from framework._scheduler import run_job
+from framework.service import TritonService
+from framework.serving._server import LocalTritonServer
+from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import (
     ServerInfo,
     SonicEDFilter,
     SonicEDProducer,
     TritonClient,
-    TritonService,
     client_description,
 )
-from framework.sonic._server import LocalTritonServer
-from framework.sonic.testing import TensorConfig, write_python_model
 
 SLOW_SECONDS = 1.0  # the "slow" model's execution time
 SERVED = ["double", "nobatch", "slow", "pair", "empty"]  # "spare" is left to the fallback

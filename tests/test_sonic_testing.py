@@ -1,4 +1,4 @@
-"""framework.sonic.testing: the model writer's configuration (checked by protobuf's own
+"""framework.serving.testing: the model writer's configuration (checked by protobuf's own
 parser, as Triton reads it) and the server context manager, with a real tritonserver."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from framework._errors import ConfigurationError
-from framework.sonic import testing
-from framework.sonic._processes import ServerRemains
-from framework.sonic._server import LocalTritonServer, TritonServerError
-from framework.sonic.testing import TensorConfig, python_model_config, serving, write_python_model
+from framework.serving import testing
+from framework.serving._processes import ServerRemains
+from framework.serving._server import LocalTritonServer, TritonServerError
+from framework.serving.testing import TensorConfig, python_model_config, serving, write_python_model
 
 DOUBLE_PY = """
     import triton_python_backend_utils as pb_utils

@@ -26,9 +26,9 @@ import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
 from framework._builder import build_job
 from framework._scheduler import run_job
+from framework.serving._server import GrpcSsl
+from framework.serving.testing import write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, SslOptions
-from framework.sonic._server import GrpcSsl
-from framework.sonic.testing import write_python_model
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

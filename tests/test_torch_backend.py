@@ -23,8 +23,8 @@ import uproot
 from framework import ConfigurationError
 from framework.bench._triton import write_edited_repository
 from framework.samples import locate_sample
-from framework.sonic._server import LocalTritonServer, resolve_device
-from framework.sonic.python_backend import choose_runner, parse_model_config, run_batched
+from framework.serving._server import LocalTritonServer, resolve_device
+from framework.serving.python_backend import choose_runner, parse_model_config, run_batched
 from modules.deepmet_inputs import build_deepmet_inputs
 from modules.deeptau_inputs import build_deeptau_inputs
 from modules.facile_inputs import build_facile_inputs
@@ -123,7 +123,7 @@ def test_torch_runner_equals_onnx_runner(server, real_inputs, model):
 
 def test_run_batched_with_torch_ops():
     """The batching logic on torch tensors: merged call, split rows, bad request alone."""
-    from framework.sonic.torch_backend import TorchOps
+    from framework.serving.torch_backend import TorchOps
 
     spec = parse_model_config(
         {

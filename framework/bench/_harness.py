@@ -23,7 +23,7 @@ import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework._summary import summary_dict
-from framework.sonic.testing import serving, write_python_model
+from framework.serving.testing import serving, write_python_model
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "bench"
@@ -131,8 +131,8 @@ def write_tiny_repository(folder: pathlib.Path, max_batch_size: int = 64) -> pat
 def local_server(
     repository: pathlib.Path, models: Sequence[str] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
-    """A started :class:`~framework.sonic._server.LocalTritonServer`, stopped on exit
-    (:func:`framework.sonic.testing.serving`, 120 s to start)."""
+    """A started :class:`~framework.serving._server.LocalTritonServer`, stopped on exit
+    (:func:`framework.serving.testing.serving`, 120 s to start)."""
     return serving(repository, models, timeout=120.0)
 
 

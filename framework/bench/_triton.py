@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from framework.sonic._server import default_model_repository
+from framework.serving._server import default_model_repository
 
 from ._harness import percentiles
 

@@ -247,9 +247,9 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
     counters = ServerCounters(routing.servers, pairs)
     counters.take_begin()
     missing = sorted(m for m in service.models if m not in served)  # type: ignore[attr-defined]
-    if not missing or not routing.fallback.enabled:
+    fallback = service.fallback_server  # type: ignore[attr-defined]
+    if not missing or not fallback.enabled:
         return "", counters  # TritonService's own begin_job names what is missing if the fallback is off
-    fallback = routing.fallback
     repository = str(fallback.repository(missing))
     params = fallback.params
     tag = host_tag(client.scheduler.address, repository, missing, params.device)

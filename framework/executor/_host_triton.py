@@ -5,7 +5,7 @@ Each worker process building its own job would start its own fallback server
 competing for the same cores and GPU, and no dynamic batching across workers. Instead the
 executor registers :class:`HostTritonServer`, a Dask ``NannyPlugin``: on every host, the
 first nanny to take the host lock (``filelock`` on a file in the host's temp folder)
-starts ONE :class:`~framework.sonic._server.LocalTritonServer` for the models that no
+starts ONE :class:`~framework.serving._server.LocalTritonServer` for the models that no
 configured server serves and writes its address to a small JSON file next to the lock
 (``{"address", "pid", "start_time", "owner", "users"}``); the other nannies of the host
 find it there and register as users. Workers read that file (:func:`host_server`) when
@@ -64,7 +64,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _alive(state: dict[str, Any] | None) -> bool:
-    from framework.sonic._processes import pid_is_tritonserver
+    from framework.serving._processes import pid_is_tritonserver
 
     return state is not None and pid_is_tritonserver(int(state["pid"]), state.get("start_time"))
 
@@ -116,8 +116,8 @@ class HostTritonServer(NannyPlugin):
         await asyncio.to_thread(self._leave)
 
     def _join(self) -> None:
-        from framework.sonic._processes import process_start_time
-        from framework.sonic._server import LocalTritonServer
+        from framework.serving._processes import process_start_time
+        from framework.serving._server import LocalTritonServer
 
         path = state_path(self.tag)
         with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT):
@@ -171,7 +171,7 @@ def _write(path: Path, state: dict[str, Any]) -> None:
 def stop_host_server(tag: str) -> None:
     """Stop this host's server for ``tag`` and remove its files, whoever started it: the
     driver's last resort after the cluster closed (a nanny that could not tear down)."""
-    from framework.sonic._processes import terminate_server
+    from framework.serving._processes import terminate_server
 
     path = state_path(tag)
     state = _read(path)

@@ -1,16 +1,14 @@
-"""SONIC: inference as a service on NVIDIA Triton (CMSSW's HeterogeneousCore/Sonic*).
+"""SONIC's client: inference as a service on NVIDIA Triton (CMSSW's HeterogeneousCore/Sonic*).
 
-Layering: this subpackage is the only part of the framework that knows about Triton
-(tritonclient, the tritonserver binary). It builds on the core's ExternalWork and bridge.
+Layering: the client side of SONIC. It builds on the core's ExternalWork and bridge and
+knows Triton only through ``tritonclient``; it never imports the server side
+(``framework.serving``) nor the service layer (``framework.service``, which joins the
+two: TritonService, the fallback server, the direct twins). ``tests/test_layering.py``
+checks it.
 
 Files, in the direction of their imports: each imports only files listed before it
-(``tests/test_layering.py`` checks that there is no cycle and that the client side never
-reaches TritonService's parts):
+(``tests/test_layering.py`` checks that there is no cycle):
 
-* ``python_backend``, ``onnx_backend``, ``torch_backend``: the framework's Triton
-  Python-backend model and its ONNX (onnxruntime) and TorchScript (torch, GPU) runners;
-  they run inside the server's Python and import nothing else of the framework (the
-  direct twins use the ONNX runner in-process);
 * ``_server_info``: :class:`ServerInfo`, :class:`SslOptions` (where a server listens, how
   to open a channel), the fallback server's name;
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
@@ -21,10 +19,6 @@ reaches TritonService's parts):
   this host;
 * ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
   shared-memory region or as gRPC payloads;
-* ``_installation``, ``_processes``, ``_server``: the tritonserver binary and its
-  processes, ``LocalTritonServer``; ``_cmstriton``: the ``cmstriton`` command;
-* ``testing`` (public, not imported here): tiny Python-backend models written into a
-  repository and a server that is checked to leave nothing behind, for tests and benchmarks;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,
   which drives the ``Router`` and the callables it is given;
 * ``_batching``: ``Client.batching``, cross-event batching: the :class:`Batcher` merging
@@ -33,15 +27,9 @@ reaches TritonService's parts):
   client through the ``RequestClient`` interface;
 * ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;
 * ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
-* ``_twins``: a model's SONIC producer and its direct (in-process onnxruntime) twin
-  sharing one conversion: :class:`ModelConversion`, :class:`SonicConversionProducer`,
-  :class:`OnnxDirectProducer`;
-* ``_fallback``: the fallback server's life (start on demand, restart, load, stop);
 * ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
-  health and probes, the shared gRPC clients; it owns the fallback;
-* ``_service_stats``: the end-of-job numbers and tables;
-* ``_service``: :class:`TritonService`, thin: parameters, discovery and assignment at
-  begin_job, ``connect``, end_job.
+  health and probes, the shared gRPC clients; it owns the fallback, which it sees through
+  its :class:`~framework.sonic._routing.Fallback` interface (made by TritonService).
 """
 
 from ._client import TritonClient as TritonClient
@@ -61,7 +49,3 @@ from ._retry import is_recoverable as is_recoverable
 from ._routing import ServerHealth as ServerHealth
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
-from ._service import TritonService as TritonService
-from ._twins import ModelConversion as ModelConversion
-from ._twins import OnnxDirectProducer as OnnxDirectProducer
-from ._twins import SonicConversionProducer as SonicConversionProducer

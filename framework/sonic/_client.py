@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
+from framework._paths import default_model_repository
 
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
@@ -48,7 +49,6 @@ from ._retry import (
     parse_retries,
     retry_description,
 )
-from ._server import default_model_repository
 from ._server_info import ServerInfo
 from ._transport import TensorTransport
 

@@ -17,8 +17,10 @@ service that serves the model.
   ``is_server_ready``/``is_model_ready`` through the shared client; a success (or any
   successful call) puts it back in service. gRPC reconnects the shared channel by itself
   after a restart on the same address (short reconnect backoff: ``CHANNEL_ARGS``);
-* the fallback server (:mod:`framework.sonic._fallback`, owned here) is asked for when a
-  ``fallback`` retry needs it.
+* the fallback server (a :class:`Fallback`, made by the factory TritonService passes:
+  :class:`framework.service._fallback.FallbackServer`, owned here) is asked for when a
+  ``fallback`` retry needs it. The client side never imports the server side
+  (``framework.serving``): the fallback comes in through this interface.
 
 Threads: the trio thread, except the blocking probes (worker thread in trio, the calling
 thread in Sync mode) and the fallback's start (see ``_fallback``), whose ``on_start``
@@ -29,27 +31,59 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pathlib
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from framework._errors import ExternalFailure
 
-from ._fallback import FallbackServer
 from ._server_info import FALLBACK_SERVER, ServerInfo
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = ["PROBE_TIMEOUT", "Routing", "ServerHealth", "ready_models"]
+__all__ = ["PROBE_TIMEOUT", "Fallback", "Routing", "ServerHealth", "ready_models"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 PROBE_TIMEOUT = 5.0  # seconds per gRPC call when asking a configured server what it serves
 EWMA_WEIGHT = 0.2  # weight of each new latency sample in a server's moving average
+
+
+class Fallback(Protocol):
+    """The local fallback server as the router sees it (the server side implements it).
+
+    Attributes:
+        enabled: TritonService's ``fallback.enable``.
+        error: why it cannot start; non-empty once a start failed.
+        models: the models it was made to serve.
+    """
+
+    enabled: bool
+    error: str
+    models: frozenset[str]
+
+    def info(self) -> ServerInfo | None:
+        """Its current address as a :class:`ServerInfo`, or None if never started."""
+
+    def is_running(self) -> bool:
+        """Whether its process runs."""
+
+    def serves(self, model: str) -> bool:
+        """Whether it runs and serves ``model``."""
+
+    async def serve(self, model: str) -> None:
+        """Make it serve ``model`` (start, restart or load on demand), waiting in trio."""
+
+    def serve_blocking(self, model: str) -> None:
+        """:meth:`serve` for ``Sync`` mode: blocks the calling thread."""
+
+
+FallbackFactory = Callable[[Callable[[], None]], Fallback]
+"""Makes the job's :class:`Fallback` given its ``on_start`` callback (called once a new
+server process serves: health and channels of the old one are then stale)."""
 
 
 @dataclasses.dataclass
@@ -86,20 +120,19 @@ class Routing:
         servers: the configured servers, in order of preference.
         health: TritonService's validated ``health`` PSet (``unhealthyAfter``,
             ``probeInterval`` and ``probeTimeout`` in seconds).
-        fallback: its ``fallback`` PSet; config_paths: model -> ``config.pbtxt`` (for the
-            fallback's repository).
+        fallback: makes the job's :class:`Fallback` (TritonService passes one that makes a
+            :class:`framework.service._fallback.FallbackServer`), given the callback it
+            must call when a new server process serves.
 
     Attributes:
         servers: name -> :class:`ServerInfo` of the configured servers.
         served: configured server name -> its READY models (begin_job; unreachable ones absent).
         assignment: model -> the name of its server at begin_job.
         health: server name -> :class:`ServerHealth`.
-        fallback: the :class:`~framework.sonic._fallback.FallbackServer`.
+        fallback: the job's :class:`Fallback`.
     """
 
-    def __init__(
-        self, servers: Mapping[str, ServerInfo], health: Any, fallback: Any, config_paths: Mapping[str, pathlib.Path]
-    ) -> None:
+    def __init__(self, servers: Mapping[str, ServerInfo], health: Any, fallback: FallbackFactory) -> None:
         self.servers = dict(servers)
         self.unhealthy_after = max(1, health.unhealthyAfter)
         self.probe_interval: float = health.probeInterval
@@ -107,7 +140,7 @@ class Routing:
         self.served: dict[str, set[str]] = {}
         self.assignment: dict[str, str] = {}
         self.health: dict[str, ServerHealth] = {}
-        self.fallback = FallbackServer(fallback, config_paths, on_start=self._fallback_started)
+        self.fallback = fallback(self._fallback_started)
         self._grpc_clients: dict[str, grpcclient.InferenceServerClient] = {}
 
     # -- begin_job ---------------------------------------------------------------------

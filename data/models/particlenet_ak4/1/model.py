@@ -1,3 +1,3 @@
 # Triton Python-backend entry point: the framework's model (ONNX runner on CPU instances,
-# torch runner on GPU instances; see framework/sonic/python_backend.py).
-from framework.sonic.python_backend import TritonPythonModel  # noqa: F401
+# torch runner on GPU instances; see framework/serving/python_backend.py).
+from framework.serving.python_backend import TritonPythonModel  # noqa: F401

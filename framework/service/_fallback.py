@@ -1,7 +1,7 @@
 """The fallback server's life: TritonService's local server for models no server serves.
 
 CMSSW counterpart: the fallback server of ``TritonService`` (HeterogeneousCore/SonicTriton),
-there a container, here a :class:`~framework.sonic._server.LocalTritonServer`. It is
+there a container, here a :class:`~framework.serving._server.LocalTritonServer`. It is
 started at begin_job for the models that no configured server serves, or on demand for a
 ``fallback`` retry (once, however many requests need it at the same time); restarted if
 its process died; further models are loaded into the running server
@@ -28,9 +28,8 @@ from typing import Any
 import trio
 
 from framework._errors import ConfigurationError, ExternalFailure
-
-from ._server import LocalTritonServer, TritonServerError, default_model_repository
-from ._server_info import FALLBACK_SERVER, ServerInfo
+from framework.serving._server import LocalTritonServer, TritonServerError, default_model_repository
+from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
 
 __all__ = ["STOP_TIMEOUT", "FallbackServer"]
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from framework._errors import FrameworkError
-from framework.sonic._server import (
+from framework.serving._server import (
     LocalTritonServer,
     ServerRemains,
     default_cache_dir,

@@ -6,7 +6,7 @@ that write their own SONIC modules.
 * :func:`write_python_model` writes a Python-backend model (``<name>/config.pbtxt`` and
   ``<name>/1/model.py``) into a model repository; :func:`python_model_config` is its
   ``config.pbtxt`` text, :class:`TensorConfig` one input or output of it.
-* :func:`serving` starts a :class:`~framework.sonic._server.LocalTritonServer` on a
+* :func:`serving` starts a :class:`~framework.serving._server.LocalTritonServer` on a
   repository, stops it at the end, and checks that it left no Python-backend stub
   process and no /dev/shm region behind.
 
@@ -47,7 +47,7 @@ class TensorConfig:
     Attributes:
         name: the tensor's name (``"x"``).
         data_type: Triton's type name, ``TYPE_FP32``, ``TYPE_INT64``, ... (the keys of
-            :data:`~framework.sonic.python_backend.TRITON_DTYPES`).
+            :data:`~framework.serving.python_backend.TRITON_DTYPES`).
         dims: the shape without the batch dimension; -1 for a variable one.
     """
 
@@ -153,7 +153,7 @@ def write_python_model(repository: str | os.PathLike[str], name: str, code: str,
 def serving(
     repository: str | os.PathLike[str], models: Sequence[str] | None = None, *, timeout: float = 60.0, **options: Any
 ) -> Iterator[LocalTritonServer]:
-    """A started :class:`~framework.sonic._server.LocalTritonServer` on ``repository``,
+    """A started :class:`~framework.serving._server.LocalTritonServer` on ``repository``,
     stopped at the end of the block, even when the start fails.
 
     Args:

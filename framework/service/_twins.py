@@ -34,13 +34,19 @@ import framework.config as cms
 from framework._errors import ConfigurationError
 from framework._event import Event
 from framework._module import EDProducer
-
-from ._client import client_description
-from ._data import BatchRows, TensorSpec, TritonInputData, TritonInputMap, TritonOutputData, TritonOutputMap
-from ._producer import SonicEDProducer
-from ._server import default_model_repository
-from .onnx_backend import OnnxRunner
-from .python_backend import ModelSpec, cast_outputs, check_inputs, parse_model_config
+from framework._paths import default_model_repository
+from framework.serving.onnx_backend import OnnxRunner
+from framework.serving.python_backend import ModelSpec, cast_outputs, check_inputs, parse_model_config
+from framework.sonic._client import client_description
+from framework.sonic._data import (
+    BatchRows,
+    TensorSpec,
+    TritonInputData,
+    TritonInputMap,
+    TritonOutputData,
+    TritonOutputMap,
+)
+from framework.sonic._producer import SonicEDProducer
 
 __all__ = ["ModelConversion", "OnnxDirectProducer", "SonicConversionProducer", "read_model_config"]
 
@@ -72,7 +78,7 @@ class SonicConversionProducer(ModelConversion, SonicEDProducer):
 
 
 def read_model_config(config_path: pathlib.Path) -> ModelSpec:
-    """The :class:`~framework.sonic.python_backend.ModelSpec` of a Triton ``config.pbtxt``
+    """The :class:`~framework.serving.python_backend.ModelSpec` of a Triton ``config.pbtxt``
     (as the Python backend sees it).
 
     Raises:

@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from framework._errors import ConfigurationError
+from framework._paths import default_model_repository
 
 from ._installation import (
     TritonInstallation,
     TritonServerError,
     default_cache_dir,
-    default_model_repository,
     find_tritonserver,
     model_repository_models,
     prepare_backend_directory,
@@ -254,7 +254,7 @@ class LocalTritonServer:
         device: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when one is visible). On ``gpu``
             every model instance is ``KIND_GPU`` (a temporary copy of the repository, as
             cmsTriton's ``-d gpu``), so the framework's Python-backend models run their
-            TorchScript file with torch on CUDA (``framework/sonic/python_backend.py``).
+            TorchScript file with torch on CUDA (``framework/serving/python_backend.py``).
         grpc_port, http_port, metrics_port: TCP ports; 0 picks free ones. An explicit
             port that is busy is an error naming it; automatic ports taken by someone else
             between choice and bind are re-chosen (up to ``PORT_ATTEMPTS`` launches).

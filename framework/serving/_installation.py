@@ -154,14 +154,6 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "pysonic"
 
 
-def default_model_repository() -> pathlib.Path:
-    """The project's model repository, ``<repo root>/data/models``, or ``$PYSONIC_MODEL_REPOSITORY``."""
-    override = os.environ.get("PYSONIC_MODEL_REPOSITORY")
-    if override:
-        return pathlib.Path(override)
-    return pathlib.Path(__file__).resolve().parents[2] / "data" / "models"
-
-
 def prepare_backend_directory(
     cache_dir: str | os.PathLike[str] | None = None,
     installation: TritonInstallation | None = None,

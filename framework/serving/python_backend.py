@@ -5,8 +5,8 @@ model of ``data/models`` is a Python-backend model whose ``1/model.py`` re-expor
 :class:`TritonPythonModel` from here. Its ``config.pbtxt`` names the inputs and outputs
 (the same names as the ONNX graph) and may set these ``parameters``:
 
-* ``runner``: ``onnx`` (onnxruntime on the CPU, :mod:`framework.sonic.onnx_backend`),
-  ``torch`` (a TorchScript file run by torch, :mod:`framework.sonic.torch_backend`) or
+* ``runner``: ``onnx`` (onnxruntime on the CPU, :mod:`framework.serving.onnx_backend`),
+  ``torch`` (a TorchScript file run by torch, :mod:`framework.serving.torch_backend`) or
   ``auto`` (the default: ``torch`` on a ``KIND_GPU`` instance, ``onnx`` otherwise);
 * ``onnx_file``: the ONNX file inside the version folder (default ``model.onnx``);
 * ``torchscript_file``: the TorchScript file (default ``model.pt``), same weights;
@@ -19,7 +19,7 @@ split back per request. A request whose inputs are missing or malformed gets its
 error response; the others still run. That logic lives in the functions
 ``parse_model_config``, ``check_inputs``, ``concatenate_requests``, ``split_outputs`` and
 ``run_batched``, which tests call without a server; they work on numpy arrays or, given
-:data:`~framework.sonic.torch_backend.TORCH_OPS`, on torch tensors.
+:data:`~framework.serving.torch_backend.TORCH_OPS`, on torch tensors.
 
 Tensors cross the stub boundary as numpy arrays for the ONNX runner and through **DLPack**
 for the torch runner (``Tensor.to_dlpack``/``Tensor.from_dlpack``): the 2.51 stub's numpy

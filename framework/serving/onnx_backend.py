@@ -1,6 +1,6 @@
 """The ONNX runner of the framework's Python-backend model: onnxruntime on the CPU.
 
-Used by :class:`framework.sonic.python_backend.TritonPythonModel` (``runner`` = ``onnx``,
+Used by :class:`framework.serving.python_backend.TritonPythonModel` (``runner`` = ``onnx``,
 or ``auto`` on a CPU instance) and by the direct (in-process) producers, which run the
 same ONNX file inside the job. Tensors cross the stub boundary as numpy arrays
 (``Tensor.as_numpy``), which needs numpy < 2 with the 2.51 stub.

@@ -13,9 +13,9 @@ statistics). During the job the clients talk to its parts:
 
 * :mod:`framework.sonic._routing` (``service.routing``): the clients' router: which
   server each request goes to, server health and probes, the shared gRPC clients;
-* :mod:`framework.sonic._fallback` (``service.routing.fallback``): the fallback server's
+* :mod:`framework.service._fallback` (``service.routing.fallback``): the fallback server's
   life: started at begin_job or on demand, restarted, loaded, stopped;
-* :mod:`framework.sonic._service_stats`: the end-of-job numbers.
+* :mod:`framework.service._service_stats`: the end-of-job numbers.
 
 A job with SONIC modules but no ``process.TritonService`` gets one with the defaults
 (fallback enabled), so a config can run with no server at all.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -33,11 +33,12 @@ import trio
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 from framework._services import Service
+from framework.serving._server import DEVICES, LocalTritonServer
+from framework.sonic._client import TritonClient
+from framework.sonic._routing import Routing, ServerHealth, ready_models
+from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
 
-from ._client import TritonClient
-from ._routing import Routing, ServerHealth, ready_models
-from ._server import DEVICES, LocalTritonServer
-from ._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
+from ._fallback import FallbackServer
 from ._service_stats import Snapshot, report_tables, snapshot, statistics
 
 __all__ = ["ServerHealth", "TritonService"]
@@ -122,10 +123,23 @@ class TritonService(Service):
             servers[item.name] = ServerInfo(item.name, f"{item.address}:{item.port}", ssl)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
-        self.routing = Routing(servers, params.health, params.fallback, self._config_paths)
+        # The fallback is made by the router (it passes its on_start) and kept here too: the
+        # router sees it through the client side's Fallback interface, the service as what it is.
+        self.fallback_server: FallbackServer | None = None
+
+        def make_fallback(on_start: Callable[[], None]) -> FallbackServer:
+            self.fallback_server = FallbackServer(params.fallback, self._config_paths, on_start=on_start)
+            return self.fallback_server
+
+        self.routing = Routing(servers, params.health, make_fallback)
         self._clients: list[TritonClient] = []
         self._stats_begin: Snapshot = {}
         self._stats_end: Snapshot = {}
+
+    @property
+    def _fallback(self) -> FallbackServer:
+        assert self.fallback_server is not None  # made by Routing's constructor
+        return self.fallback_server
 
     @property
     def assignment(self) -> dict[str, str]:
@@ -135,7 +149,7 @@ class TritonService(Service):
     @property
     def fallback(self) -> LocalTritonServer | None:
         """The fallback server's process (None if it never started, or after end_job)."""
-        return self.routing.fallback.server
+        return self._fallback.server
 
     # -- construction time -------------------------------------------------------------
 
@@ -199,7 +213,7 @@ class TritonService(Service):
                     f"TritonService: model(s) {', '.join(missing)} (modules {self._users(missing)}) are served "
                     f"by no server ({routing.tried()}) and the fallback server is disabled (fallback.enable)"
                 )
-            await trio.to_thread.run_sync(routing.fallback.ensure, missing)
+            await trio.to_thread.run_sync(self._fallback.ensure, missing)
         for model, users in self.models.items():
             name = routing.assign(model, users[0][1])
             logger.info(
@@ -232,7 +246,7 @@ class TritonService(Service):
             client.close()
         self.routing.close()
         try:
-            await trio.to_thread.run_sync(self.routing.fallback.stop)
+            await trio.to_thread.run_sync(self._fallback.stop)
         except Exception as exc:  # noqa: BLE001 - must not mask the job's outcome
             logger.warning("TritonService: stopping the fallback server failed: %s", exc)
 
@@ -255,7 +269,7 @@ class TritonService(Service):
         return pairs
 
     def statistics(self) -> dict[str, Any]:
-        """What the job asked of Triton, JSON-ready; see :func:`~framework.sonic._service_stats.statistics`."""
+        """What the job asked of Triton, JSON-ready; see :func:`~framework.service._service_stats.statistics`."""
         return statistics(
             assignment=self.assignment,
             users={m: [label for label, _ in u] for m, u in self.models.items()},

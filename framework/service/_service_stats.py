@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._client import TritonClient
+    from framework.sonic._client import TritonClient
 
 __all__ = ["Snapshot", "report_tables", "snapshot", "statistics"]
 

@@ -1,6 +1,6 @@
 """The torch runner of the framework's Python-backend model: TorchScript on a GPU or the CPU.
 
-Used by :class:`framework.sonic.python_backend.TritonPythonModel` when ``runner`` is
+Used by :class:`framework.serving.python_backend.TritonPythonModel` when ``runner`` is
 ``torch``, or ``auto`` on a ``KIND_GPU`` instance (the fallback server's and
 ``cmstriton``'s ``device = gpu``). The model file is the TorchScript artifact that
 ``scripts/build_models.py`` writes beside each ``model.onnx`` (``model.pt``, the same
@@ -41,7 +41,7 @@ def _torch_dtypes() -> dict[np.dtype[Any], Any]:
 
 
 class TorchOps:
-    """:class:`~framework.sonic.python_backend.ArrayOps` for torch tensors (on any one device)."""
+    """:class:`~framework.serving.python_backend.ArrayOps` for torch tensors (on any one device)."""
 
     def __init__(self) -> None:
         import torch

@@ -1,0 +1,29 @@
+"""Triton servers: starting, watching and stopping ``tritonserver``, and what runs inside it.
+
+Layering: the server side of SONIC. It imports the core (``framework._errors``,
+``framework._paths``) and never the client (``framework.sonic``) nor the service layer
+(``framework.service``); ``tests/test_layering.py`` checks it. What a job needs of a server
+goes through :class:`LocalTritonServer`; the client only ever sees an address.
+
+Files, in the direction of their imports:
+
+* ``python_backend``, ``onnx_backend``, ``torch_backend``: the framework's Triton
+  Python-backend model and its ONNX (onnxruntime) and TorchScript (torch, GPU) runners;
+  they run inside the server's Python and import nothing else of the framework (the
+  direct twins in ``framework.service`` use the ONNX runner in-process);
+* ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
+  Python-backend folder, the server's environment, copies of model repositories;
+* ``_processes``: the server's process: spawning, its remains (``/dev/shm``, files),
+  termination;
+* ``_server``: :class:`LocalTritonServer`, a server on this host (ports, readiness, model
+  loading, logs, TLS);
+* ``_cmstriton``: the ``cmstriton`` command (CMSSW's ``cmsTriton``);
+* ``testing`` (public, not imported here): tiny Python-backend models written into a
+  repository and a server that is checked to leave nothing behind, for tests and benchmarks.
+"""
+
+from ._server import DEVICES as DEVICES
+from ._server import LocalTritonServer as LocalTritonServer
+from ._server import TritonServerError as TritonServerError
+from ._server import default_model_repository as default_model_repository
+from ._server import resolve_device as resolve_device
