@@ -25,7 +25,7 @@ unfinished files, and the fallback Triton server is stopped; then cmsrun exits w
 128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
 file holding an arbitrary part of the input would be too easily taken for a complete one,
 and removing it is simpler and honest. A second signal during that cleanup interrupts it
-at once (the fallback server still dies with cmsrun: ``PR_SET_PDEATHSIG``).
+at once (the fallback server still dies with cmsrun: its watchdog).
 """
 
 from __future__ import annotations

@@ -268,7 +268,8 @@ def test_automatic_ports_taken_meanwhile_are_chosen_again(empty_repository, monk
 
 
 def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
-    """PR_SET_PDEATHSIG is per forking thread: trio's worker threads exit, the server must not."""
+    """The server outlives the thread that started it (trio's worker threads come and go)
+    and is gone within seconds once its process is SIGKILLed (its watchdog, no atexit)."""
     script = textwrap.dedent(
         f"""
         import os, signal, threading, time
@@ -277,13 +278,11 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
         worker = threading.Thread(target=server.start)
         worker.start()
         worker.join()
-        # The mechanism: the server was forked by the spawner thread, which outlives the
-        # worker. The effect: a server forked by the dead thread has had its SIGTERM and
-        # turns unready; this one answers ready at every check for 2 s.
-        spawner = any(t.name.startswith("pysonic-spawner") and t.is_alive() for t in threading.enumerate())
+        # A server tied to the dead thread (PR_SET_PDEATHSIG) would have had its SIGTERM
+        # and turn unready; this one answers ready at every check for 2 s.
         ready = all(query_ready_models(server.grpc_address) is not None and not time.sleep(0.1) for _ in range(20))
-        print(server.pid, spawner and ready, server.log_path, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only PDEATHSIG remains
+        print(server.pid, ready, server.log_path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no stop(): only the watchdog remains
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -294,10 +293,67 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
     _started_pids.append(int(pid))
     pathlib.Path(log).unlink()  # nobody stopped that server to delete it
     assert ready == "True"
-    deadline = time.monotonic() + 30
-    while pid_is_tritonserver(int(pid)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 5
+    while _group_members(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_is_tritonserver(int(pid))
+    assert _group_members(int(pid)) == []  # nor its watchdog
+
+
+def test_servers_and_benchmark_jobs_start_without_a_python_fork(doubler_repository, empty_repository):
+    """With a live gRPC stream in the process, starting a server (LocalTritonServer) or a
+    benchmark job (``start_pinned``) runs no at-fork handler: no fork() that could hang
+    in gRPC's fork handlers (issue 18); CPython's vfork path runs none."""
+    script = textwrap.dedent(
+        f"""
+        import os, queue, subprocess, sys
+        forks = []
+        os.register_at_fork(before=lambda: forks.append(1))
+        child = os.fork()  # the counter counts (no gRPC in this process yet)
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        counted, forks[:] = len(forks), []
+
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+        from framework.bench._exp_gpu import start_pinned
+        from framework.sonic._server import LocalTritonServer
+
+        def double(client, results):
+            x = grpcclient.InferInput("x", [1, 4], "FP32")
+            x.set_data_from_numpy(np.ones((1, 4), np.float32))
+            client.async_stream_infer("doubler", [x])
+            result, error = results.get(timeout=30)
+            assert error is None and result.as_numpy("y").tolist() == [[2.0] * 4], error
+
+        core = max(os.sched_getaffinity(0))
+        with LocalTritonServer({str(doubler_repository)!r}) as first:
+            client = grpcclient.InferenceServerClient(first.grpc_address)
+            results = queue.Queue()
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            double(client, results)  # the stream is live
+            with LocalTritonServer({str(empty_repository)!r}) as second:
+                job = start_pinned(
+                    [sys.executable, "-c", "import os; print(*os.sched_getaffinity(0))"],
+                    core,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                affinity = job.communicate(timeout=30)[0].split()
+                double(client, results)  # still live
+                pids = (first.pid, second.pid)
+            client.stop_stream()
+            client.close()
+        print(counted, len(forks), affinity == [str(core)], *pids)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    counted, forks, pinned, *pids = result.stdout.split()
+    _started_pids.extend(map(int, pids))
+    assert (counted, forks, pinned) == ("1", "0", "True")
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ GPU the same code runs on the CPU, which is how the tests exercise it with ``--q
 * ``plan``: the capacity planner (:func:`capacity_plan`) from the ``gpu-batching`` and
   ``gpu-clients`` results, compared with the measured knee.
 
-Jobs and load processes are pinned to cores of their own (``os.sched_setaffinity``),
+Jobs and load processes are pinned to cores of their own (:func:`start_pinned`),
 leaving the first ``SERVER_CORES`` cores to the server (which is not pinned: with several
 instances its backend stubs need more). All times are ``time.perf_counter``
 seconds unless a name says otherwise; rates are events (= requests: one per event) per
@@ -73,8 +73,23 @@ def client_cores() -> list[int]:
     return cores[SERVER_CORES:] if len(cores) > SERVER_CORES + 1 else cores
 
 
-def _pinned(core: int) -> Callable[[], None]:
-    return lambda: os.sched_setaffinity(0, {core})
+def start_pinned(command: Sequence[str], core: int, **popen_kwargs: Any) -> subprocess.Popen[Any]:
+    """Popen ``command`` and pin it to ``core``.
+
+    No Python code runs between fork and exec (CPython's vfork path: a pre-exec callback
+    would force a fork() that runs at-fork handlers, which can hang under live gRPC
+    threads, issue 18). The process is pinned after its start, every thread it already
+    has (``/proc/<pid>/task``; the threads it starts later inherit the affinity).
+    """
+    process = subprocess.Popen(command, close_fds=True, **popen_kwargs)
+    try:
+        threads = [int(t) for t in os.listdir(f"/proc/{process.pid}/task")]
+    except FileNotFoundError:  # gone already: nothing to pin
+        threads = []
+    for thread in threads:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(thread, {core})
+    return process
 
 
 def _env() -> dict[str, str]:
@@ -228,13 +243,13 @@ def run_load_processes(
         ]
         jobs.append(
             (
-                subprocess.Popen(
+                start_pinned(
                     command,
+                    cores[i % len(cores)],
                     env=_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
-                    preexec_fn=_pinned(cores[i % len(cores)]),
                 ),
                 out,
             )
@@ -290,14 +305,14 @@ def run_jobs(n: int, options: dict[str, Any], folder: pathlib.Path, timeout: flo
             "--no-progress",
         ]
         with open(err, "wb") as stderr:
-            process = subprocess.Popen(
+            process = start_pinned(
                 command,
+                cores[i % len(cores)],
                 cwd=barrier,
                 env=_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                preexec_fn=_pinned(cores[i % len(cores)]),
             )
         jobs.append((process, out, err))
     try:

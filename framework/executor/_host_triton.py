@@ -14,7 +14,7 @@ server (named :data:`HOST_SERVER`), so TritonService's own fallback never starts
 worker: TritonService itself is unchanged.
 
 The owning nanny stops the server in its ``teardown`` (when the cluster closes); the
-server also dies with the nanny's process (``PR_SET_PDEATHSIG``, LocalTritonServer's
+server also dies with the nanny's process (LocalTritonServer's ``die_with_parent``
 default), so a killed ``cmsrun`` with its LocalCluster leaves no server behind. A worker
 killed and restarted by its nanny keeps the server (the nanny owns it, not the worker).
 

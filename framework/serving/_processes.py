@@ -1,7 +1,7 @@
 """Processes of local servers: liveness, termination, spawning tied to our lifetime, and
 what a server leaves behind (its Python backend's stub processes and /dev/shm regions).
 
-Synchronous, Linux-specific (``/proc``, ``/dev/shm``, ``prctl``); used by ``_server`` and
+Synchronous, Linux-specific (``/proc``, ``/dev/shm``); used by ``_server`` and
 ``cmstriton``.
 
 Why a killed server leaves something behind (Triton 2.51's Python backend, checked on
@@ -23,8 +23,7 @@ is ever touched.
 
 from __future__ import annotations
 
-import concurrent.futures
-import ctypes
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -265,38 +264,98 @@ def terminate_server(pid: int, timeout: float = 30.0, *, region_prefix: str | No
     return remains
 
 
-# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process
-# (prctl(2)). trio's worker threads come and go, so every such child is forked from this
-# one long-lived thread instead; it ends only with the interpreter.
-_spawner: concurrent.futures.ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# "Dies with its parent" without a parent-death signal and without Python in a forked
+# child. A Python callback run before exec (prctl(PR_SET_PDEATHSIG) was one) makes CPython
+# fork() instead of vfork() and run the at-fork handlers, which can deadlock in a process
+# with live gRPC threads (issue 18); PR_SET_PDEATHSIG also fires when the forking *thread*
+# exits. So the server is started, on the vfork path, through /bin/sh: the shell starts
+# the watchdog (``_WATCHDOG``, a separate ``python -I -S``) in the background, then execs
+# the server in its own place (the Popen pid, session and process group are the server's;
+# the watchdog is in them). The watchdog waits for either of two things: EOF on its stdin,
+# a pipe whose only write end this process holds (close-on-exec, and closed in children
+# forked from this process), meaning that this process is gone however it ended (SIGKILL
+# included) and whichever thread started the server; or the server's exit (a pidfd; a
+# zombie counts as gone), after which it exits too. On EOF it SIGTERMs the server (as
+# CMSSW's ``cmsTriton -p PID`` watchdog), gives it ``_WATCHDOG_GRACE`` seconds to exit and
+# SIGKILLs what is left of the process group, itself included. While it lives, the group id
+# (the server's pid) cannot be reused. stop() SIGKILLs the group, the watchdog with it.
+_WATCHDOG_GRACE = 60.0  # seconds between the watchdog's SIGTERM and its SIGKILL of the group
+_WATCHDOG = """
+import os, select, signal, sys, time
+server, grace = int(sys.argv[1]), float(sys.argv[2])
+def gone():
+    try:
+        with open(f"/proc/{server}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+try:
+    pidfd = os.pidfd_open(server)
+except ProcessLookupError:
+    sys.exit()
+except OSError:
+    pidfd = None  # a kernel before 5.3: poll the server's state every second
+poller = select.poll()
+poller.register(0, select.POLLIN)
+if pidfd is not None:
+    poller.register(pidfd, select.POLLIN)
+while True:
+    ready = dict(poller.poll(None if pidfd is not None else 1000))
+    if (pidfd is not None and pidfd in ready) or gone():
+        sys.exit()
+    if 0 in ready and not os.read(0, 1):
+        break
+os.kill(server, signal.SIGTERM)
+deadline = time.monotonic() + grace
+while not gone() and time.monotonic() < deadline:
+    time.sleep(0.1)
+os.killpg(server, signal.SIGKILL)
+"""
+# sh -c _LAUNCHER NAME PYTHON WATCHDOG GRACE SERVER ARGS...; its stdin: the lifeline's read end
+_LAUNCHER = (
+    "py=$1 code=$2 grace=$3; shift 3; exec 3<&0 </dev/null; "
+    '"$py" -I -S -c "$code" "$$" "$grace" <&3 3<&- >/dev/null 2>&1 & '
+    'exec "$@" 3<&-'
+)
+_lifeline_lock = threading.Lock()
+_lifeline: tuple[int, int] | None = None  # (read end, write end): the write end lives with this process
 
 
-def _reset_spawner() -> None:
-    global _spawner
-    _spawner = None
+def _forget_lifeline() -> None:
+    """In a child forked from this process: its servers' watchdogs must not wait for it."""
+    global _lifeline
+    if _lifeline is not None:
+        for fd in _lifeline:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _lifeline = None
 
 
-os.register_at_fork(after_in_child=_reset_spawner)
+os.register_at_fork(after_in_child=_forget_lifeline)
+
+
+def _lifeline_fd() -> int:
+    """The read end of this process's lifeline pipe (created on first use, never closed)."""
+    global _lifeline
+    with _lifeline_lock:
+        if _lifeline is None:
+            _lifeline = os.pipe()  # both ends non-inheritable (PEP 446)
+        return _lifeline[0]
 
 
 def _spawn(args: Sequence[str], *, die_with_parent: bool, **popen_kwargs: Any) -> subprocess.Popen[Any]:
-    """Popen in a new session; with ``die_with_parent``, SIGTERM it when this process dies."""
-    global _spawner
-    if not (die_with_parent and sys.platform.startswith("linux")):
-        return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork, not in the child
-    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+    """Popen ``args`` in a new session (close_fds, no pre-exec callback: CPython's vfork path,
+    no Python code nor at-fork handler runs in the child); with ``die_with_parent``, behind
+    the watchdog above, which SIGTERMs it when this process is gone.
 
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pysonic-spawner")
-        spawner = _spawner
-    future = spawner.submit(lambda: subprocess.Popen(args, start_new_session=True, preexec_fn=preexec, **popen_kwargs))
-    return future.result()
+    The returned Popen's pid is the process running ``args[0]`` from its exec on (before,
+    for a moment, /bin/sh). With ``die_with_parent`` its stdin is /dev/null (``stdin``
+    may not be given).
+    """
+    if not die_with_parent:
+        return subprocess.Popen(args, start_new_session=True, close_fds=True, **popen_kwargs)
+    if popen_kwargs.pop("stdin", subprocess.DEVNULL) != subprocess.DEVNULL:
+        raise ValueError("_spawn: a server that dies with its parent reads nothing (stdin is /dev/null)")
+    watchdog = [sys.executable, _WATCHDOG, str(_WATCHDOG_GRACE)]
+    command = ["/bin/sh", "-c", _LAUNCHER, "pysonic-server", *watchdog, *args]
+    return subprocess.Popen(command, start_new_session=True, close_fds=True, stdin=_lifeline_fd(), **popen_kwargs)

@@ -264,8 +264,9 @@ class LocalTritonServer:
         models: load only these models (``--model-control-mode=explicit``); None: all.
         work_dir: where the repository copy for ``instances`` goes (default: a temporary
             folder). ``stop()`` removes what it created there.
-        die_with_parent: SIGTERM the server when this Python process dies
-            (``PR_SET_PDEATHSIG``). False for a server meant to outlive it (``detach()``).
+        die_with_parent: SIGTERM the server when this Python process is gone, however it
+            ended and whichever thread started the server (a watchdog on a pipe,
+            ``_processes._spawn``). False for a server meant to outlive it (``detach()``).
         grpc_ssl: serve gRPC over TLS (:class:`GrpcSsl`). Readiness is then checked over
             the plain HTTP endpoint (127.0.0.1 only), which needs no client certificate;
             ``ready_models()`` (plain gRPC) sees no model.
