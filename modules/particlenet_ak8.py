@@ -92,10 +92,10 @@ _SV_LINK_FIELDS = [
     "enration",
 ]
 # CMSSW's default flav_names (DeepBoostedJet V02) of both JetTags producers.
-_DEFAULT_FLAV_NAMES = (
-    "probTbcq probTbqq probTbc probTbq probWcq probWqq probZbb probZcc probZqq probHbb probHcc probHqqqq "
-    "probQCDbb probQCDcc probQCDb probQCDc probQCDothers"
-).split()
+_DEFAULT_FLAV_NAMES = [
+    *("probTbcq", "probTbqq", "probTbc", "probTbq", "probWcq", "probWqq", "probZbb", "probZcc", "probZqq"),
+    *("probHbb", "probHcc", "probHqqqq", "probQCDbb", "probQCDcc", "probQCDb", "probQCDc", "probQCDothers"),
+]
 
 
 class DeepBoostedJetTagInfoProducer(EDProducer):
@@ -206,7 +206,8 @@ class _ParticleNetJetTagsConversion(ModelConversion):
             scores = np.zeros((len(tag_infos), len(self.flav_names)), np.float32)
         elif scores.shape[1] != len(self.flav_names):
             raise ConfigurationError(
-                f"module '{self.label}': the model gives {scores.shape[1]} classes, flav_names has {len(self.flav_names)}"
+                f"module '{self.label}': the model gives {scores.shape[1]} classes, "
+                f"flav_names has {len(self.flav_names)}"
             )
         empty = np.array([not t for t in tag_infos], bool)
         scores = np.where(empty[:, None], np.float32(0), scores)
@@ -347,7 +348,6 @@ class JetTagAgreementAnalyzer(EDAnalyzer):
                 "corr": corr,
             }
             self.results[field] = row
-            lines.append(
-                f"{field:<28} {len(diff):>5} {row['max']:>9.2g} {row['median']:>10.2g} {row['within']:>7.1%} {corr:>8.5f}"
-            )
+            numbers = f"{row['max']:>9.2g} {row['median']:>10.2g} {row['within']:>7.1%} {corr:>8.5f}"
+            lines.append(f"{field:<28} {len(diff):>5} {numbers}")
         print(f"Agreement with the input's stored scores ({self.label}):\n" + "\n".join(lines))
