@@ -65,8 +65,9 @@ def stripped_copy(path: Path) -> Path:
     return path
 
 
-def fat_jet_columns(path: Path) -> dict[str, np.ndarray]:
-    """``FatJet_<pt and the scores>`` of a file, flattened, events in (run, lumi, event) order.
+def fat_jet_columns(path: Path, events: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``FatJet_<pt and the scores>`` of a file (of the given event numbers), flattened,
+    events in (run, lumi, event) order, and ``"event"``: the event numbers.
 
     With several streams the output module writes events in the order they finish.
     """
@@ -74,11 +75,14 @@ def fat_jet_columns(path: Path) -> dict[str, np.ndarray]:
         tree = f["Events"]
         ids = tree.arrays(["run", "luminosityBlock", "event"], library="np")
         order = np.lexsort((ids["event"], ids["luminosityBlock"], ids["run"]))
-        return {s: ak.to_numpy(ak.flatten(tree[f"FatJet_{s}"].array()[order])) for s in SCORES + ["pt"]}
+        if events is not None:
+            order = order[np.isin(ids["event"][order], events)]
+        columns = {s: ak.to_numpy(ak.flatten(tree[f"FatJet_{s}"].array()[order])) for s in SCORES + ["pt"]}
+        return columns | {"event": ids["event"][order]}
 
 
-def stored_scores() -> dict[str, np.ndarray]:
-    return fat_jet_columns(locate_sample("pfnano.root"))
+def stored_scores(events: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    return fat_jet_columns(locate_sample("pfnano.root"), events)
 
 
 def run_job(tmp: Path, search_path: str, *args: str, marker: str = "") -> dict[str, np.ndarray]:
@@ -125,6 +129,12 @@ def test_agreement_table_printed(tmp_path, monkeypatch):
     table = result.stdout[result.stdout.index("Agreement with the input's stored scores") :].splitlines()
     rows = {line.split()[0]: line.split() for line in table[2:] if line.split() and line.split()[0] in SCORES}
     assert set(rows) == set(SCORES) and all(int(r[1]) == 7 for r in rows.values())  # 3 + 2 + 2 fat jets
+    # The output holds the new scores, not the input's branches of the same names.
+    written = fat_jet_columns(tmp_path / "o.root")
+    stored = stored_scores(written["event"])
+    assert len(written["event"]) == 3 and np.array_equal(written["pt"], stored["pt"])
+    assert not np.array_equal(written["particleNet_TvsQCD"], stored["particleNet_TvsQCD"])
+    np.testing.assert_allclose(written["particleNet_TvsQCD"], stored["particleNet_TvsQCD"], atol=0.01)
 
 
 def test_unresolvable_file_in_path_is_one_line(tmp_path, monkeypatch):
