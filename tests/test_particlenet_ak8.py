@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -29,7 +31,6 @@ import uproot
 from framework.samples import locate_sample
 from framework.sonic.testing import TensorConfig, python_model_config
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
-from tests.test_main_job import cmsrun, processes_with_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "particlenet_ak8_cfg.py"
@@ -40,6 +41,28 @@ SCORES = [f"particleNet_{n}" for n in ("QCD", "TvsQCD", "WvsQCD", "ZvsQCD", "Hbb
     f"particleNetMD_{n}" for n in ("QCD", "Xbb", "Xcc", "Xqq")
 ]
 COLLECTIONS = ("FatJet", "FatJetPFCands", "PFCands", "FatJetSVs", "SV")
+
+
+def cmsrun(*args: str, cwd: Path, marker: str = "") -> subprocess.CompletedProcess:
+    """``cmsrun`` as a user runs it; ``marker`` goes into its environment (see :func:`processes_with_marker`)."""
+    env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
+    command = [sys.executable, "-m", "framework._cmsrun", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Live processes whose environment has ``PYSONIC_TEST_MARKER=marker`` (the fallback server inherits it)."""
+    needle = f"PYSONIC_TEST_MARKER={marker}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
 
 pytestmark = pytest.mark.skipif(
     not (CMS_MODELS / COMBINED / "models/particlenet/config.pbtxt").is_file(),
