@@ -153,6 +153,22 @@ class NanoAODOutputModule(OutputModule):
                 tag = (product.label, product.instance)
                 self.consumes(tag)
                 self.items.append(BranchBuffer(name, tag, f"product '{name}' of module '{product.label}'", None))
+                self._yield_source_branches(name)
+
+    def _yield_source_branches(self, name: str) -> None:
+        """A product's branches replace the source's of the same names (a tagger rerun replaces
+        the input's scores): source fields named ``<name>`` or ``<name>_*`` are not written."""
+        for item in self.items:
+            if isinstance(item.tag, str) and item.fields:
+                kept = tuple(f for f in item.fields if not (f"{item.name}_{f}" + "_").startswith(name + "_"))
+                if kept != item.fields:
+                    log.info(
+                        "OutputModule '%s': product '%s' replaces the input's branches %s",
+                        self.label,
+                        name,
+                        ", ".join(f"{item.name}_{f}" for f in item.fields if f not in kept),
+                    )
+                    item.fields = kept
 
     def begin_unit(self) -> None:
         """Create the temporary output file. Raises FileOpenError naming the path.

@@ -7,6 +7,8 @@ file:line), not the whole sentence.
 
 from __future__ import annotations
 
+import os
+import pathlib
 import sys
 import textwrap
 
@@ -870,3 +872,82 @@ def test_varparsing_outside_load_config_and_registration_errors():
         options.nope = 1
     with pytest.raises(AttributeError, match="no argument 'maxEvent'.*did you mean 'maxEvents'"):
         options.maxEvent
+
+
+# ---------------------------------------------------------------- FileInPath
+
+
+def _search_area(tmp_path, monkeypatch):
+    """Two search-path folders; the file is only in the second."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    (second / "Pkg/Sub/data").mkdir(parents=True)
+    (second / "Pkg/Sub/data/file.txt").write_text("x")
+    first.mkdir()
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", f"{first}:{second}")
+    return first, second
+
+
+def test_file_in_path_resolves_on_search_path_in_order(tmp_path, monkeypatch):
+    first, second = _search_area(tmp_path, monkeypatch)
+    f = cms.FileInPath("Pkg/Sub/data/file.txt")
+    assert f.relativePath() == "Pkg/Sub/data/file.txt" and f.value() == "Pkg/Sub/data/file.txt"
+    assert f.fullPath() == str(second / "Pkg/Sub/data/file.txt")
+    assert pathlib.Path(f) == second / "Pkg/Sub/data/file.txt" and os.fspath(f) == f.fullPath()
+    (first / "Pkg/Sub/data").mkdir(parents=True)
+    (first / "Pkg/Sub/data/file.txt").write_text("y")
+    assert cms.FileInPath("Pkg/Sub/data/file.txt").fullPath() == str(first / "Pkg/Sub/data/file.txt")
+    # the project's data/ folder comes after CMSSW_SEARCH_PATH's folders
+    project = cms.FileInPath("models/deepmet/config.pbtxt").fullPath()
+    assert project.endswith("data/models/deepmet/config.pbtxt") and os.path.isfile(project)
+    assert not cms.FileInPath("") and cms.FileInPath("a")
+
+
+def test_file_in_path_unresolvable_is_one_line(tmp_path, monkeypatch):
+    first, second = _search_area(tmp_path, monkeypatch)
+    with pytest.raises(ConfigurationError) as err:
+        cms.FileInPath("Pkg/Sub/data/missing.txt").fullPath()
+    message = str(err.value)
+    assert "\n" not in message and "'Pkg/Sub/data/missing.txt'" in message
+    assert f"CMSSW_SEARCH_PATH ({first}:{second})" in message and "data" in message
+    with pytest.raises(ConfigurationError, match="is a directory, not a file"):
+        cms.FileInPath("Pkg/Sub").fullPath()
+    with pytest.raises(ConfigurationError, match="expected a relative path"):
+        cms.FileInPath(3)
+
+
+def test_file_in_path_validation_dump_and_describe(tmp_path, monkeypatch):
+    _first, second = _search_area(tmp_path, monkeypatch)
+    desc = cms.ParameterSetDescription()
+    desc.add("model", cms.FileInPath("Pkg/Sub/data/file.txt"), "a file")
+    desc.add("json", cms.string(""), "a string resolved by the module")
+    desc.add("other", cms.untracked.FileInPath, "required untracked")
+    params = desc.validate(
+        {"json": cms.FileInPath("Pkg/x.json"), "other": cms.untracked.FileInPath("Pkg/Sub/data/file.txt")}, "m"
+    )
+    assert isinstance(params.model, cms.FileInPath) and params.model.fullPath() == str(second / "Pkg/Sub/data/file.txt")
+    assert params.json == "Pkg/x.json"  # a FileInPath stands for its relative path where a string is declared
+    assert params.to_dict()["model"] == "Pkg/Sub/data/file.txt"
+    with pytest.raises(ConfigurationError, match=r"] m: parameter 'model': cms.FileInPath 'Pkg/nope': not found"):
+        desc.validate({"model": "Pkg/nope", "other": "Pkg/Sub/data/file.txt"}, "m")
+    with pytest.raises(ConfigurationError, match=r"parameter 'model': expected FileInPath, got int 3"):
+        desc.validate({"model": 3, "other": "Pkg/Sub/data/file.txt"}, "m")
+    with pytest.raises(ConfigurationError, match=r"expected untracked FileInPath, got FileInPath"):
+        desc.validate({"other": cms.FileInPath("Pkg/Sub/data/file.txt")}, "m")
+    rows = {r.name: r for r in desc.describe()}
+    assert rows["model"].type_name == "FileInPath" and rows["model"].default == "'Pkg/Sub/data/file.txt'"
+    assert rows["other"].type_name == "untracked FileInPath"
+    assert cms.FileInPath("a/b").dumpPython_() == "cms.FileInPath('a/b')"
+    assert cms.untracked.FileInPath("a/b").dumpPython_() == "cms.untracked.FileInPath('a/b')"
+
+
+def test_file_in_path_round_trips_through_dump_python(tmp_path, monkeypatch):
+    _search_area(tmp_path, monkeypatch)
+    process = cms.Process("FIP")
+    process.source = cms.Source("EmptySource")
+    process.prod = cms.EDProducer("X", model=cms.FileInPath("Pkg/Sub/data/file.txt"))
+    process.p = cms.Path(process.prod)
+    text = process.dumpPython_()
+    assert "model = cms.FileInPath('Pkg/Sub/data/file.txt')" in text
+    cfg = tmp_path / "dumped_cfg.py"
+    cfg.write_text(text)
+    assert cms.load_config(cfg, []).dumpPython_() == text

@@ -371,7 +371,7 @@ def fault_process(
     client = cms.PSet(
         modelName=cms.string("double"),
         timeout=cms.untracked.uint32(timeout_s),
-        modelConfigPath=cms.untracked.string(str(repository / "double" / "config.pbtxt")),
+        modelConfigPath=cms.FileInPath(str(repository / "double" / "config.pbtxt")),
     )
     process.gate = cms.EDFilter("faultsGate")
     process.doubler = cms.EDProducer("faultsDoubler", Client=client)

@@ -466,7 +466,7 @@ def sonic_process(mode: str, model_config: str = "") -> cms.Process:
     client = cms.PSet(
         modelName=cms.string("double"),
         mode=cms.untracked.string(mode),
-        modelConfigPath=cms.untracked.string(model_config),
+        modelConfigPath=cms.FileInPath(model_config),
     )
     process.doubler = cms.EDProducer("testSonicDoubler", Client=client)
     process.nonEmpty = cms.EDFilter("testSonicNonEmpty", Client=client)

@@ -1,7 +1,7 @@
 """The config language, used as ``import framework.config as cms`` (CMSSW's ``FWCore.ParameterSet``).
 
 - typed parameters (``_types``): ``cms.int32(4)``, ``cms.vstring("a")``,
-  ``cms.InputTag("jets:pt")``; ``cms.PSet(...)``, ``cms.VPSet(...)``,
+  ``cms.InputTag("jets:pt")``, ``cms.FileInPath("RecoBTag/.../config.pbtxt")``; ``cms.PSet(...)``, ``cms.VPSet(...)``,
   ``cms.untracked.X`` (``_pset``);
 - module declarations (``_modules``): ``cms.EDProducer("TypeName", **params)``, ...;
 - scheduling (``_sequences``): ``cms.Sequence``, ``cms.Task``, ``cms.Path``,
@@ -34,6 +34,7 @@ from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
 from ._sequences import Task as Task
+from ._types import FileInPath as FileInPath
 from ._types import InputTag as InputTag
 from ._types import VInputTag as VInputTag
 from ._types import _bool

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 from .._errors import ConfigurationError
 from ._pset import ParameterHolder, PSet, UntrackedType, VPSet
 from ._types import (
+    FileInPath,
     InputTag,
     _Invalid,
     _ParameterTypeBase,
@@ -45,7 +46,9 @@ from ._types import (
 __all__ = ["DescriptionRow", "ParameterSet", "ParameterSetDescription"]
 
 # Typed values of these families convert into the key's family (range-checked).
-_COMPATIBLE = {"float": {"int", "float"}, "vfloat": {"vint", "vfloat"}}
+# A FileInPath given for a string parameter stands for its relative path (CMSSW modules
+# such as BoostedJetONNXJetTagsProducer take a string and resolve it as a FileInPath).
+_COMPATIBLE = {"float": {"int", "float"}, "vfloat": {"vint", "vfloat"}, "string": {"string", "FileInPath"}}
 
 
 class _Missing:
@@ -317,6 +320,20 @@ def _check_scalar(entry: _Entry, value: Any, context: str, where: str) -> Any:
         ok = not (issubclass(cls, _Vector) and not isinstance(value, (list, tuple)))
         raw = value
     reason = ""
+    if ok and cls is FileInPath:
+        # Kept as a FileInPath (modules call fullPath()), resolved now: a missing file is a
+        # configuration error of this module, before the job starts.
+        try:
+            found = FileInPath(cls._convert(raw))
+        except _Invalid:
+            found = None  # the wrong type: reported below as for any parameter
+        if found:
+            try:
+                found.fullPath()
+            except ConfigurationError as err:
+                raise ConfigurationError(f"{context}: parameter '{where}': {err.args[0]}") from None
+        if found is not None:
+            return found
     if ok:
         try:
             return _plain_result(cls._convert(raw))
@@ -425,6 +442,8 @@ def _dictify(value: Any) -> Any:
         return value.to_dict()
     if isinstance(value, InputTag):
         return value.encode()
+    if isinstance(value, FileInPath):
+        return value.relativePath()
     if isinstance(value, list):
         return [_dictify(v) for v in value]
     return value

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from ._types import (
+    FileInPath,
     InputTag,
     VInputTag,
     _bool,
@@ -221,6 +222,7 @@ class _Untracked:
     double = UntrackedType(double)
     bool = UntrackedType(_bool)
     string = UntrackedType(string)
+    FileInPath = UntrackedType(FileInPath)
     InputTag = UntrackedType(InputTag)
     vint32 = UntrackedType(vint32)
     vuint32 = UntrackedType(vuint32)

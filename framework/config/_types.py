@@ -1,9 +1,9 @@
 """Typed parameters of the config language (CMSSW's ``FWCore/ParameterSet/python/Types.py``).
 
 Scalars ``int32``, ``uint32``, ``int64``, ``uint64``, ``double``, ``bool``, ``string``;
-``InputTag``; vectors ``vint32``, ``vuint32``, ``vint64``, ``vuint64``, ``vdouble``,
-``vstring``, ``VInputTag``; the containers ``PSet`` and ``VPSet``; and the ``untracked``
-namespace (``cms.untracked.int32(4)`` or ``cms.untracked(cms.int32(4))``).
+``FileInPath`` (a file found on ``CMSSW_SEARCH_PATH``); ``InputTag``; vectors ``vint32``,
+``vuint32``, ``vint64``, ``vuint64``, ``vdouble``, ``vstring``, ``VInputTag``; the containers
+``PSet`` and ``VPSet``; and the ``untracked`` namespace (``cms.untracked.int32(4)`` or ``cms.untracked(cms.int32(4))``).
 
 Every typed parameter has ``value()`` (a plain Python value), ``setValue(v)``,
 ``isTracked()``, ``setIsTracked(b)`` and ``configTypeName()`` (``"untracked double"``).
@@ -23,12 +23,16 @@ from __future__ import annotations
 import copy
 import difflib
 import numbers
+import os
+import pathlib
 from collections.abc import Iterable, Mapping, MutableSequence
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
 
 __all__ = [
+    "SEARCH_PATH_VARIABLE",
+    "FileInPath",
     "InputTag",
     "VInputTag",
     "double",
@@ -36,6 +40,7 @@ __all__ = [
     "int64",
     "is_config_structure",
     "plain_value",
+    "search_path",
     "string",
     "uint32",
     "uint64",
@@ -251,6 +256,110 @@ class string(_Scalar):
         if not isinstance(value, str):
             raise _Invalid(f"expected a str, got {describe_value(value)}")
         return value
+
+
+# ---------------------------------------------------------------- FileInPath
+
+SEARCH_PATH_VARIABLE = "CMSSW_SEARCH_PATH"
+"""The environment variable CMSSW's ``edm::FileInPath`` searches: folders separated by ``:``."""
+
+_PROJECT_DATA = pathlib.Path(__file__).resolve().parents[2] / "data"
+
+
+def search_path() -> list[pathlib.Path]:
+    """The folders a :class:`FileInPath` is looked for in, in order.
+
+    Those of ``$CMSSW_SEARCH_PATH`` (colon-separated; empty entries skipped; read at each
+    call), then the project's own ``data/`` folder (so ``models/deepmet/config.pbtxt``
+    names ``data/models/deepmet/config.pbtxt`` unless a search-path folder has one).
+    """
+    folders = [pathlib.Path(p) for p in os.environ.get(SEARCH_PATH_VARIABLE, "").split(":") if p]
+    return [*folders, _PROJECT_DATA]
+
+
+class FileInPath(_Scalar):
+    """A file named by a path relative to the search path (CMSSW's ``edm::FileInPath``).
+
+    ``cms.FileInPath("RecoBTag/Combined/data/models/particlenet/config.pbtxt")`` names the
+    first ``<folder>/<relative path>`` that exists, ``folder`` running over
+    :func:`search_path` (``$CMSSW_SEARCH_PATH``, then the project's ``data/``), as CMSSW
+    resolves it. :meth:`relativePath` gives the path as written, :meth:`fullPath` the file
+    found (absolute, as a str); ``os.fspath(f)`` and ``pathlib.Path(f)`` give the file too.
+    The value (``value()``, ``dumpPython``) is the relative path. An empty path means "not
+    set": ``bool(f)`` is False and it resolves to nothing.
+
+    Differences from CMSSW: the search path is read when the file is first looked for
+    (validation of the module that holds it), not when the process starts; an absolute
+    path is taken as it is if it exists (CMSSW would look for it under each folder).
+
+    Raises:
+        ConfigurationError: at construction, a value that is not a str; from
+            :meth:`fullPath`, a path found in no folder (one line with the path and the
+            folders searched) or naming a folder.
+    """
+
+    _type_name, _family = "FileInPath", "FileInPath"
+
+    def __init__(self, value: Any = "") -> None:
+        super().__init__(value)
+        self._full: str | None = None
+
+    @classmethod
+    def _convert(cls, value: Any) -> str:
+        value = _unwrap(value)
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str):
+            raise _Invalid(f"expected a relative path (str), got {describe_value(value)}")
+        return value
+
+    def setValue(self, value: Any) -> None:  # noqa: N802 - CMSSW spelling
+        super().setValue(value)
+        self._full = None
+
+    def relativePath(self) -> str:  # noqa: N802 - CMSSW spelling
+        """The path as written in the configuration."""
+        return str(self._value)
+
+    def fullPath(self) -> str:  # noqa: N802 - CMSSW spelling
+        """The absolute path of the file found (looked for once, then remembered).
+
+        Raises:
+            ConfigurationError: empty path; no search-path folder has the file; it is a folder.
+        """
+        if self._full is None:
+            self._full = str(_resolve(self.relativePath()))
+        return self._full
+
+    def __fspath__(self) -> str:
+        return self.fullPath()
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __str__(self) -> str:
+        return self.relativePath()
+
+
+def _resolve(relative: str) -> pathlib.Path:
+    if not relative:
+        raise ConfigurationError("cms.FileInPath: the path is empty")
+    path = pathlib.Path(relative)
+    folders = search_path()
+    candidates = [path] if path.is_absolute() else [folder / path for folder in folders]
+    for candidate in candidates:
+        if candidate.is_dir():
+            raise ConfigurationError(f"cms.FileInPath '{relative}': {candidate} is a directory, not a file")
+        if candidate.exists():
+            return pathlib.Path(os.path.abspath(candidate))  # normalised, symlinks kept (as CMSSW)
+    if path.is_absolute():
+        raise ConfigurationError(f"cms.FileInPath '{relative}': no such file")
+    searched = ":".join(str(f) for f in folders[:-1]) or "unset"
+    raise ConfigurationError(
+        f"cms.FileInPath '{relative}': not found in {SEARCH_PATH_VARIABLE} ({searched}) nor in the project's "
+        f"{folders[-1]}; point {SEARCH_PATH_VARIABLE} at the folder that holds it "
+        "(a CMSSW data area or a clone of the cms-data repositories)"
+    )
 
 
 # ---------------------------------------------------------------- InputTag

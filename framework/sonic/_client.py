@@ -68,16 +68,17 @@ TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # 
 def client_description() -> cms.ParameterSetDescription:
     """The ``Client`` PSet of a SONIC module (CMSSW ``TritonClient::fillPSetDescription``).
 
-    Only ``modelName`` and ``modelVersion`` are tracked: server and transport settings must
-    not change the physics result (CMSSW's rule).
+    Only ``modelName``, ``modelVersion`` and ``modelConfigPath`` are tracked: server and
+    transport settings must not change the physics result (CMSSW's rule).
     """
     desc = cms.ParameterSetDescription()
     desc.add("modelName", cms.string, "model name on the Triton server (required)")
     desc.add("modelVersion", cms.string(""), 'model version; "" = the server\'s latest')
     desc.add(
         "modelConfigPath",
-        cms.untracked.string(""),
-        'config.pbtxt of the model, for the fallback server; "" = <default repository>/<modelName>/config.pbtxt',
+        cms.FileInPath(""),
+        "config.pbtxt of the model (a FileInPath, tracked as in CMSSW; its folder's parent is the model "
+        'repository the fallback server serves); "" = <default repository>/<modelName>/config.pbtxt',
     )
     desc.add("timeout", cms.untracked.uint32(10), "deadline of each try, in timeoutUnit; 0 = none")
     desc.add("timeoutUnit", cms.untracked.string("seconds"), "seconds | milliseconds | microseconds")

@@ -1,0 +1,208 @@
+"""CMSSW's ParticleNet AK8 (General V01 and mass-decorrelated 2-prong V01) on real PFNano events.
+
+    CMSSW_SEARCH_PATH=/path/to/cms-data cmsrun configs/particlenet_ak8_cfg.py [sonic=1] [inputFiles=...]
+
+The models and their preprocess.json are CMS's own files, found as CMSSW finds them: a
+``FileInPath`` such as ``RecoBTag/Combined/data/models/particlenet/config.pbtxt`` resolved
+on ``CMSSW_SEARCH_PATH`` (a CMSSW data area, e.g. ``$CMSSW_RELEASE_BASE/external/.../data``,
+or a folder holding clones of the cms-data repositories ``RecoBTag-Combined`` as
+``RecoBTag/Combined/data``). The chain is CMSSW's pfParticleNet_cff: tag infos, JetTags
+(direct onnxruntime, or SONIC with ``sonic=1``; later the ``particleNetSonicTriton``
+process modifier), discriminators as NanoAOD stores them. Writes ``particlenet_ak8.root``
+(``FatJet_pt/eta/phi`` and the eleven ``FatJet_particleNet*`` scores, the input's fat
+jets in order) and prints the agreement with the scores CMSSW stored in the input.
+"""
+
+import framework.config as cms
+
+options = cms.VarParsing()
+options.register(
+    "inputFiles",
+    [],
+    cms.VarParsing.multiplicity.list,
+    cms.VarParsing.varType.string,
+    "input PFNano files (default: the real pfnano.root sample)",
+)
+options.register(
+    "outputFile",
+    "particlenet_ak8.root",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "output ROOT file",
+)
+options.register(
+    "maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int, "events to process (-1 = all)"
+)
+options.register(
+    "sonic",
+    0,
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.int,
+    "1: the JetTags through SONIC (Triton); 0: onnxruntime in the job",
+)
+options.register(
+    "server",
+    "",
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.string,
+    "with sonic=1: address:port of a Triton server (empty: the fallback local server)",
+)
+options.register(
+    "compare",
+    1,
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.int,
+    "1: print the agreement with the input's FatJet_particleNet* scores (the input must have them)",
+)
+options.parseArguments()
+
+if options.inputFiles:
+    input_files = options.inputFiles
+else:
+    from framework.samples import locate_sample
+
+    input_files = [str(locate_sample("pfnano.root"))]
+
+process = cms.Process("PNET")
+process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
+process.maxEvents.input = options.maxEvents
+process.options.numberOfStreams = 2
+process.options.numberOfThreads = 2
+
+if options.sonic:
+    servers = []
+    if options.server:
+        address, _, port = options.server.rpartition(":")
+        servers.append(
+            cms.PSet(
+                name=cms.untracked.string("remote"),
+                address=cms.untracked.string(address),
+                port=cms.untracked.uint32(int(port)),
+            )
+        )
+    process.TritonService = cms.Service(
+        "TritonService",
+        servers=cms.untracked.VPSet(*servers),
+        fallback=cms.untracked.PSet(enable=cms.untracked.bool(True), device=cms.untracked.string("cpu")),
+    )
+
+JET_TAGS = "ParticleNetSonicJetTagsProducer" if options.sonic else "BoostedJetONNXJetTagsProducer"
+QCD = ["probQCDbb", "probQCDcc", "probQCDb", "probQCDc", "probQCDothers"]
+
+
+def client(model_name):
+    return cms.PSet(
+        modelName=cms.string(model_name),
+        modelConfigPath=cms.FileInPath(f"RecoBTag/Combined/data/models/{model_name}/config.pbtxt"),
+        mode=cms.untracked.string("Async"),
+        timeout=cms.untracked.uint32(60),
+    )
+
+
+process.pfParticleNetTagInfos = cms.EDProducer(
+    "DeepBoostedJetTagInfoProducer",
+    jets=cms.InputTag("FatJet"),
+    min_jet_pt=cms.double(150.0),
+    use_puppiP4=cms.bool(False),
+    min_puppi_wgt=cms.double(0.01),
+)
+process.pfParticleNetJetTags = cms.EDProducer(
+    JET_TAGS,
+    src=cms.InputTag("pfParticleNetTagInfos"),
+    preprocess_json=cms.FileInPath("RecoBTag/Combined/data/ParticleNetAK8/General/V01/preprocess.json"),
+    flav_names=cms.vstring(
+        "probTbcq",
+        "probTbqq",
+        "probTbc",
+        "probTbq",
+        "probTbel",
+        "probTbmu",
+        "probTbta",
+        "probWcq",
+        "probWqq",
+        "probZbb",
+        "probZcc",
+        "probZqq",
+        "probHbb",
+        "probHcc",
+        "probHqqqq",
+        *QCD,
+    ),  # fmt: skip
+    Client=client("particlenet"),
+)
+process.pfMassDecorrelatedParticleNetJetTags = cms.EDProducer(
+    JET_TAGS,
+    src=cms.InputTag("pfParticleNetTagInfos"),
+    preprocess_json=cms.FileInPath("RecoBTag/Combined/data/ParticleNetAK8/MD-2prong/V01/preprocess.json"),
+    flav_names=cms.vstring("probXbb", "probXcc", "probXqq", *QCD),
+    Client=client("particlenet_AK8_MD-2prong"),
+)
+
+
+def tags(module, *names):
+    return cms.VInputTag(*(f"{module}:{n}" for n in names))
+
+
+def ratio(name, signal, module="pfParticleNetJetTags"):
+    return cms.PSet(name=cms.string(name), numerator=tags(module, *signal), denominator=tags(module, *signal, *QCD))
+
+
+# NanoAOD's discriminators (CMSSW's pfParticleNetDiscriminatorsJetTags_cfi)
+process.pfParticleNetDiscriminatorsJetTags = cms.EDProducer(
+    "BTagProbabilityToDiscriminator",
+    discriminators=cms.VPSet(
+        cms.PSet(name=cms.string("QCD"), numerator=tags("pfParticleNetJetTags", *QCD), denominator=cms.VInputTag()),
+        ratio("TvsQCD", ["probTbcq", "probTbqq"]),
+        ratio("WvsQCD", ["probWcq", "probWqq"]),
+        ratio("ZvsQCD", ["probZbb", "probZcc", "probZqq"]),
+        ratio("HbbvsQCD", ["probHbb"]),
+        ratio("HccvsQCD", ["probHcc"]),
+        ratio("H4qvsQCD", ["probHqqqq"]),
+    ),
+)
+process.pfMassDecorrelatedParticleNetDiscriminatorsJetTags = cms.EDProducer(
+    "BTagProbabilityToDiscriminator",
+    discriminators=cms.VPSet(
+        cms.PSet(
+            name=cms.string("QCD"),
+            numerator=tags("pfMassDecorrelatedParticleNetJetTags", *QCD),
+            denominator=cms.VInputTag(),
+        ),
+    ),
+)
+
+# NanoAOD's FatJet columns: particleNet_<X> and particleNetMD_<X>
+NOMINAL = ["QCD", "TvsQCD", "WvsQCD", "ZvsQCD", "HbbvsQCD", "HccvsQCD", "H4qvsQCD"]
+COLUMNS = {
+    "particleNet": {n: cms.InputTag(f"pfParticleNetDiscriminatorsJetTags:{n}") for n in NOMINAL},
+    "particleNetMD": {
+        "QCD": cms.InputTag("pfMassDecorrelatedParticleNetDiscriminatorsJetTags:QCD"),
+        **{x: cms.InputTag(f"pfMassDecorrelatedParticleNetJetTags:prob{x}") for x in ("Xbb", "Xcc", "Xqq")},
+    },
+}
+process.FatJet_particleNet = cms.EDProducer("JetTagTableProducer", variables=cms.PSet(**COLUMNS["particleNet"]))
+process.FatJet_particleNetMD = cms.EDProducer("JetTagTableProducer", variables=cms.PSet(**COLUMNS["particleNetMD"]))
+process.particleNetTask = cms.Task(
+    process.pfParticleNetTagInfos,
+    process.pfParticleNetJetTags,
+    process.pfMassDecorrelatedParticleNetJetTags,
+    process.pfParticleNetDiscriminatorsJetTags,
+    process.pfMassDecorrelatedParticleNetDiscriminatorsJetTags,
+)
+process.particleNet = cms.Path(process.FatJet_particleNet + process.FatJet_particleNetMD, process.particleNetTask)
+
+process.out = cms.OutputModule(
+    "NanoAODOutputModule",
+    fileName=cms.untracked.string(options.outputFile),
+    outputCommands=cms.untracked.vstring(
+        "drop *", "keep FatJet_pt", "keep FatJet_eta", "keep FatJet_phi", "keep FatJet_particleNet*"
+    ),
+)
+process.outpath = cms.EndPath(process.out)
+
+if options.compare:
+    scores = {f"{table}_{n}": tag for table, columns in COLUMNS.items() for n, tag in columns.items()}
+    process.agreement = cms.EDAnalyzer(
+        "JetTagAgreementAnalyzer", jets=cms.InputTag("FatJet"), scores=cms.PSet(**scores)
+    )
+    process.outpath += process.agreement
