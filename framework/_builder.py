@@ -224,8 +224,10 @@ def build_job(
         ConfigurationError: anything wrong with the configuration.
     """
     options = process.options_()
-    streams = streams if streams is not None else options["numberOfStreams"]
     threads = threads if threads is not None else options["numberOfThreads"]
+    streams = streams if streams is not None else options["numberOfStreams"]
+    if streams == 0:  # CMSSW's default: as many streams as threads
+        streams = threads
     if streams < 1:
         raise ConfigurationError(f"numberOfStreams must be >= 1, got {streams}")
     if threads < 1:

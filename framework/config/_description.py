@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .._errors import ConfigurationError
-from ._pset import ParameterHolder, PSet, UntrackedType, VPSet
+from ._pset import ParameterHolder, ProxyParameter, PSet, UntrackedType, VPSet
 from ._types import (
     InputTag,
     _Invalid,
@@ -250,7 +250,8 @@ def _items_of(pset: Any, context: str, path: str) -> dict[str, Any]:
     if pset is None:
         return {}
     if isinstance(pset, ParameterHolder):
-        return pset.parameters_()
+        # cms.required.X / cms.optional.X never given a value: absent (the description decides).
+        return {n: v for n, v in pset.parameters_().items() if not isinstance(v, ProxyParameter)}
     if isinstance(pset, (Mapping, ParameterSet)):
         return dict(pset.items())
     where = f"parameter '{path}': " if path else ""

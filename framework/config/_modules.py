@@ -15,7 +15,17 @@ from .._errors import ConfigurationError
 from ._pset import ParameterHolder, PSet
 from ._sequences import Inverted, Labelable, Sequenceable
 
-__all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "Source"]
+__all__ = [
+    "EDAnalyzer",
+    "EDFilter",
+    "EDProducer",
+    "ESPrefer",
+    "ESProducer",
+    "ESSource",
+    "OutputModule",
+    "Service",
+    "Source",
+]
 
 
 class _Module(Labelable, ParameterHolder):
@@ -38,10 +48,16 @@ class _Module(Labelable, ParameterHolder):
             return f"{self._kind} of type '{self._type}'"
         return f"{self._kind} '{self._label}' (type {self._type})"
 
-    def clone(self, **overrides: Any) -> Any:
+    def _replace_content_(self, other: ParameterHolder) -> None:
+        super()._replace_content_(other)
+        object.__setattr__(self, "_type", other._type)  # type: ignore[attr-defined]
+
+    def clone(self, *psets: PSet, **overrides: Any) -> Any:
         """A deep copy, without label, with ``overrides`` applied (as :meth:`PSet.clone`)."""
         new = copy.deepcopy(self)
         object.__setattr__(new, "_label", None)
+        for pset in psets:  # CMSSW: positional PSets add their parameters
+            new.update_(copy.deepcopy(pset))
         new._apply_overrides(overrides)
         return new
 
@@ -93,3 +109,41 @@ class Service(_Module):
     """Declares a service; its label is its type name (``process.add_(cms.Service("X"))``)."""
 
     _kind = "Service"
+
+
+class _ESModule(_Module):
+    """EventSetup modules: configuration objects only (nothing here has an EventSetup).
+
+    A config that defines them loads, dumps and runs; the framework never constructs them.
+    """
+
+
+class ESSource(_ESModule):
+    """Declares an EventSetup source (CMSSW's ``cms.ESSource``); configuration only here."""
+
+    _kind = "ESSource"
+
+
+class ESProducer(_ESModule):
+    """Declares an EventSetup producer (CMSSW's ``cms.ESProducer``); configuration only here."""
+
+    _kind = "ESProducer"
+
+
+class ESPrefer(_ESModule):
+    """``cms.ESPrefer("Type", "label", record=cms.vstring(...))``: which ES module wins; configuration only."""
+
+    _kind = "ESPrefer"
+
+    def __init__(self, type_name: str, target_label: str = "", *psets: PSet, **params: Any) -> None:
+        super().__init__(type_name, *psets, **params)
+        object.__setattr__(self, "_target", target_label)
+
+    def targetLabel_(self) -> str:  # noqa: N802
+        return self._target  # type: ignore[no-any-return]
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        head = f"cms.ESPrefer({self._type!r}, {self._target!r}" if self._target else f"cms.ESPrefer({self._type!r}"
+        if not self._parameters:
+            return head + ")"
+        return f"{head},\n{self._dump_parameters(indent)}\n{' ' * indent})"

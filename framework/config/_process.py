@@ -24,23 +24,52 @@ Labels share one namespace: a module label can never also be a Path or Task name
 
 from __future__ import annotations
 
+import copy
+import importlib
+import types
 from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigurationError
-from ._modules import EDAnalyzer, EDFilter, EDProducer, OutputModule, Service, Source
-from ._pset import PSet, untracked
-from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
-from ._types import _bool, closest, describe_value, int32, plain_value, uint32, vstring
+from ._modifiers import Modifier, ModifierChain, ProcessModifier
+from ._modules import EDAnalyzer, EDFilter, EDProducer, ESPrefer, ESProducer, ESSource, OutputModule, Service, Source
+from ._pset import PSet, VPSet, untracked
+from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task, _ModuleSequence
+from ._types import (
+    ConfigTypeError,
+    ConfigValueError,
+    _bool,
+    closest,
+    describe_value,
+    int32,
+    plain_value,
+    string,
+    uint32,
+    vstring,
+)
 
 __all__ = ["MAX_EVENTS", "OPTIONS", "Process"]
 
-# name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults,
-# except numberOfStreams, whose CMSSW default 0 means "as many as threads"; here 1.
+# name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults
+# (FWCore/Framework's EventProcessor options); those marked "accepted" have no effect here.
 OPTIONS: dict[str, tuple[Any, Any, str]] = {
-    "numberOfStreams": (uint32, 1, "events processed concurrently (>= 1)"),
+    "numberOfStreams": (uint32, 0, "events processed concurrently; 0 = as many as threads"),
     "numberOfThreads": (uint32, 1, "threads for thread-safe module calls (>= 1)"),
     "wantSummary": (_bool, False, "print the per-module time and event summary at the end"),
+    "numberOfConcurrentRuns": (uint32, 1, "accepted (one run at a time here)"),
+    "numberOfConcurrentLuminosityBlocks": (uint32, 0, "accepted (no luminosity-block transitions here)"),
+    "fileMode": (string, "FULLMERGE", "accepted"),
+    "forceEventSetupCacheClearOnNewRun": (_bool, False, "accepted (no EventSetup here)"),
+    "throwIfIllegalParameter": (_bool, True, "accepted (unknown parameters are always errors here)"),
+    "printDependencies": (_bool, False, "accepted"),
+    "deleteNonConsumedUnscheduledModules": (_bool, True, "accepted"),
+    "dumpOptions": (_bool, False, "accepted"),
+    "accelerators": (vstring, ["*"], "accepted (Triton servers pick their own devices)"),
+    "modulesToIgnoreForDeleteEarly": (vstring, [], "accepted"),
+    "canDeleteEarly": (vstring, [], "accepted"),
+    "holdsReferencesToDeleteEarly": (VPSet, [], "accepted"),
+    "eventSetup": (PSet, {}, "accepted (no EventSetup here)"),
+    "sizeOfStackForThreadsInKB": (uint32, 0, "accepted (0: the system's default)"),
     # Exception policy: exception categories (e.g. "ExternalFailure", "ProductNotFound",
     # "ValueError"; "*" = all) mapped to actions, as CMSSW's options of the same names.
     "Rethrow": (vstring, [], "categories that end the job (the default for every category)"),
@@ -54,13 +83,44 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
 }
 MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
     "input": (int32, -1, "number of events to read; -1 = all"),
+    "output": (PSet, {}, "accepted (events written per output module: not supported here)"),
 }
-_SPECIAL = {"options": OPTIONS, "maxEvents": MAX_EVENTS}
+MAX_LUMIS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted (no luminosity blocks here)")}
+MAX_SECONDS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted")}
+_SPECIAL = {
+    "options": OPTIONS,
+    "maxEvents": MAX_EVENTS,
+    "maxLuminosityBlocks": MAX_LUMIS,
+    "maxSecondsUntilRampdown": MAX_SECONDS,
+}
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
+_SEQUENCEABLE = (*_ED_KINDS, Sequence)
+# process.<name>: CMSSW's read-only dictionaries of the process's content, by label.
+_DICTS = {
+    "producers": "producers_",
+    "filters": "filters_",
+    "analyzers": "analyzers_",
+    "outputModules": "outputModules_",
+    "services": "services_",
+    "es_sources": "es_sources_",
+    "es_producers": "es_producers_",
+    "es_prefers": "es_prefers_",
+    "sequences": "sequences_",
+    "tasks": "tasks_",
+    "paths": "paths_",
+    "endpaths": "endpaths_",
+    "psets": "psets_",
+    "vpsets": "vpsets_",
+}
 
 
 def _default_pset(spec: Mapping[str, tuple[Any, Any, str]]) -> PSet:
-    pset: PSet = untracked.PSet(**{name: untracked(cls(default)) for name, (cls, default, _) in spec.items()})
+    def make(cls: Any, default: Any) -> Any:
+        if cls is PSet:
+            return untracked.PSet()
+        return untracked(cls(*default) if cls is VPSet else cls(default))
+
+    pset: PSet = untracked.PSet(**{name: make(cls, default) for name, (cls, default, _) in spec.items()})
     return pset
 
 
@@ -84,7 +144,12 @@ def _merge_special(which: str, value: Any) -> PSet:
             hint = f" ({near})" if near.startswith("did") else ""
             raise ConfigurationError(f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}")
         try:
-            getattr(merged, name).setValue(plain_value(v))
+            if isinstance(v, (PSet, VPSet)):
+                v = copy.deepcopy(v)
+                v.setIsTracked(False)
+                setattr(merged, name, v)
+            else:
+                getattr(merged, name).setValue(plain_value(v))
         except ConfigurationError as e:
             raise ConfigurationError(f"process.{which}.{name}: {e.args[0]}") from None
     return merged
@@ -95,17 +160,22 @@ def _what(obj: Any) -> str:
 
 
 class Process:
-    """A config: ``process = cms.Process("NAME")``, then ``process.<label> = ...``.
+    """A config: ``process = cms.Process("NAME", *modifiers)``, then ``process.<label> = ...``.
 
-    Plain attributes are the config's content (modules, Services, Sequences, Paths,
-    EndPaths, Tasks, PSets); methods end in ``_``. Special attributes: ``source``,
-    ``maxEvents``, ``options`` (both with defaults; assigning a PSet overrides only the keys
-    it has) and ``schedule``.
+    Plain attributes are the config's content (modules, Services, ES modules, Sequences,
+    Paths, EndPaths, Tasks, PSets); methods end in ``_``, except CMSSW's own (``load``,
+    ``extend``, ``add_``, ``prefer``, ``dumpPython``). Special attributes: ``source``,
+    ``maxEvents``, ``options`` (with CMSSW's defaults; assigning a PSet overrides only the
+    keys it has) and ``schedule``. ``modifiers`` (Modifiers, ModifierChains, eras) are
+    chosen: their ``toModify``/``toReplaceWith`` calls take effect from then on.
+
+    As in CMSSW: assigning a new object to an existing label replaces the old one in every
+    Sequence, Path, Task and the Schedule (but a fragment loaded with ``load`` may not
+    override a label in use: ValueError); ``del process.x`` removes ``x`` from all of them.
 
     Raises:
-        ConfigurationError: invalid process name or label, a label already used by
-            another object, an object already attached under another label, a value
-            that cannot be attached, unknown keys in ``options``/``maxEvents``.
+        ConfigurationError: invalid process name or label, a value that cannot be attached,
+            unknown keys in ``options``/``maxEvents``.
     """
 
     _is_config_structure = True
@@ -114,16 +184,25 @@ class Process:
     _source: Source | None
     _schedule: Schedule | None
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *modifiers: Modifier | ModifierChain) -> None:
         if not isinstance(name, str) or not name.isascii() or not name.isalnum():
-            raise ConfigurationError(f"process name must be a non-empty alphanumeric string, got {name!r}")
+            raise ConfigValueError(f"process name must be a non-empty alphanumeric string, got {name!r}")
         d = self.__dict__
         d["_name"] = name
         d["_objects"] = {}
         d["_source"] = None
         d["_schedule"] = None
-        d["_options"] = _default_pset(OPTIONS)
-        d["_maxEvents"] = _default_pset(MAX_EVENTS)
+        d["_in_extend"] = False
+        d["_applied_process_modifiers"] = set()
+        for special, spec in _SPECIAL.items():
+            d["_" + special] = _default_pset(spec)
+        for modifier in modifiers:
+            if not isinstance(modifier, (Modifier, ModifierChain)):
+                raise ConfigTypeError(
+                    f"cms.Process({name!r}, ...): modifiers must be cms.Modifier, got {_what(modifier)}"
+                )
+            modifier._setChosen()
+        d["_modifiers"] = modifiers
 
     # ------------------------------------------------------------ attributes
 
@@ -139,6 +218,8 @@ class Process:
             return d["_schedule"]
         if name in _SPECIAL:
             return d["_" + name]
+        if name in _DICTS:
+            return types.MappingProxyType(getattr(self, _DICTS[name])())
         try:
             return d["_objects"][name]
         except KeyError:
@@ -149,15 +230,17 @@ class Process:
         d = self.__dict__
         if name == "source":
             if not isinstance(value, Source):
-                raise ConfigurationError(f"process.source must be a cms.Source, got {_what(value)}")
+                raise ConfigTypeError(f"process.source must be a cms.Source, got {_what(value)}")
             value._label = "source"
             d["_source"] = value
         elif name in _SPECIAL:
             d["_" + name] = _merge_special(name, value)
         elif name == "schedule":
             if value is not None and not isinstance(value, Schedule):
-                raise ConfigurationError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
+                raise ConfigTypeError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
             d["_schedule"] = value
+        elif name in _DICTS:
+            raise ConfigValueError(f"process.{name} is read-only (the {name} of the process, by label)")
         else:
             self._attach(name, value)
 
@@ -169,50 +252,158 @@ class Process:
             d["_" + name] = _default_pset(_SPECIAL[name])
         elif name in d["_objects"]:
             obj = d["_objects"].pop(name)
+            self._replace_everywhere(obj, None)
             if isinstance(obj, Labelable):
                 obj._label = None
         else:
             raise AttributeError(f"process '{d['_name']}' has no '{name}'")
 
+    def _containers(self) -> list[Any]:
+        out: list[Any] = [o for o in self._objects.values() if isinstance(o, (_ModuleSequence, Task))]
+        return out
+
+    def _replace_everywhere(self, old: Any, new: Any) -> None:
+        """``old`` replaced by ``new`` (or removed: None) in every Sequence, Path, Task and the Schedule."""
+        for container in self._containers():
+            container._replace_object(old, new)
+        if self._schedule is not None:
+            self._schedule._replace_object(old, new)
+
+    def _used_by(self, obj: Any) -> Any:
+        for container in self._containers():
+            if container is not obj and container.contains(obj):
+                return container
+        return None
+
     def _attach(self, label: str, obj: Any) -> None:
         if not label.isidentifier() or label.startswith("_") or label.endswith("_"):
-            raise ConfigurationError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
+            raise ConfigValueError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
         if isinstance(obj, Source):
-            raise ConfigurationError(f"process.{label}: a Source must be assigned to process.source")
-        if not isinstance(obj, (Labelable, PSet)) or isinstance(obj, Schedule):
-            raise ConfigurationError(
-                f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, "
-                "Sequence, Path, EndPath, Task or PSet"
+            raise ConfigTypeError(f"process.{label}: a Source must be assigned to process.source")
+        if not isinstance(obj, (Labelable, PSet, VPSet)) or isinstance(obj, Schedule):
+            raise ConfigTypeError(
+                f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, ES module, "
+                "Sequence, Path, EndPath, Task, PSet or VPSet"
             )
         objects = self.__dict__["_objects"]
         existing = objects.get(label)
         if existing is obj:
             return
-        if existing is not None:
-            raise ConfigurationError(
-                f"duplicate label '{label}': already used by {_what(existing)}, cannot attach {_what(obj)}"
-            )
         if isinstance(obj, Service) and label != obj.type_():
-            raise ConfigurationError(
+            raise ConfigValueError(
                 f"a Service is attached under its type name: process.{obj.type_()} = ..., not process.{label}"
             )
-        if isinstance(obj, Labelable):
-            if obj.hasLabel_() and obj.label_() != label:
-                raise ConfigurationError(
-                    f"cannot attach {_what(obj)} as '{label}': it is already attached as "
-                    f"'{obj.label_()}' (use .clone() for a copy)"
+        # CMSSW relabels an object unless this process holds it under its old label.
+        if (
+            isinstance(obj, Labelable)
+            and obj.hasLabel_()
+            and obj.label_() != label
+            and objects.get(obj.label_()) is obj
+        ):
+            raise ConfigValueError(
+                f"cannot attach {_what(obj)} as '{label}': it is already attached as "
+                f"'{obj.label_()}' (use .clone() for a copy)"
+            )
+        if existing is not None:
+            user = self._used_by(existing)
+            if self._in_extend and user is not None:
+                raise ConfigValueError(
+                    f"Trying to override definition of process.{label} (used by {_what(user)}) "
+                    f"while loading a fragment: already {_what(existing)}"
                 )
+            replacement = obj if isinstance(obj, _SEQUENCEABLE) and isinstance(existing, _SEQUENCEABLE) else None
+            self._replace_everywhere(existing, replacement)
+            if isinstance(existing, Labelable):
+                existing._label = None
+            del objects[label]
+        if isinstance(obj, Labelable):
             obj._label = label
         objects[label] = obj
 
-    def add_(self, *services: Service) -> None:
-        """Attach Services under their type names (CMSSW's ``process.add_``)."""
-        for service in services:
-            if not isinstance(service, Service):
-                raise ConfigurationError(
-                    f"process.add_() takes Services, got {_what(service)}; attach others as process.<label> = ..."
+    def add_(self, *items: Service | ESSource | ESProducer | ESPrefer) -> None:
+        """Attach Services under their type names and unlabelled ES modules (CMSSW's ``process.add_``)."""
+        for item in items:
+            if isinstance(item, Service):
+                self._attach(item.type_(), item)
+            elif isinstance(item, (ESSource, ESProducer, ESPrefer)):
+                label = item._label or item.type_()
+                if isinstance(item, ESPrefer):
+                    label = "es_prefer_" + label
+                self._attach(label, item)
+            else:
+                raise ConfigTypeError(
+                    f"process.add_() takes Services and ES modules, got {_what(item)}; "
+                    "attach others as process.<label> = ..."
                 )
-            self._attach(service.type_(), service)
+
+    def prefer(self, label: str, *args: Any, **kwargs: Any) -> None:
+        """``process.prefer("esLabel")``: an ESPrefer for that ES source or producer (CMSSW)."""
+        target = self._objects.get(label)
+        if not isinstance(target, (ESSource, ESProducer)):
+            raise ConfigValueError(f"process.prefer('{label}'): no ESSource or ESProducer labelled '{label}'")
+        self._attach("es_prefer_" + label, ESPrefer(target.type_(), label, *args, **kwargs))
+
+    # ------------------------------------------------------------ load / extend / modifiers
+
+    def load(self, module_name: str) -> types.ModuleType:
+        """Import a fragment (``_cff``/``_cfi``) by dotted name and :meth:`extend` the process with it.
+
+        Slashes are accepted as dots (``"FWCore/MessageService/MessageLogger_cfi"``), as in CMSSW.
+
+        Raises:
+            ModuleNotFoundError: no such module on ``sys.path``.
+        """
+        module = importlib.import_module(module_name.replace("/", "."))
+        self.extend(module)
+        return module
+
+    def extend(self, other: Any, items: tuple[Any, ...] = ()) -> None:
+        """Attach every configuration object of ``other`` (a module or a namespace) under its name.
+
+        Modules, ES modules, PSets and VPSets are attached first, then Tasks, Sequences,
+        Paths and EndPaths; Services by type; a ``ProcessModifier`` found there is applied
+        if its Modifier is chosen. Names starting with ``_`` are skipped.
+        """
+        d = self.__dict__
+        names = [n for n in dir(other) if not n.startswith("_")]
+        late: list[tuple[str, Any]] = []
+        process_modifiers: list[ProcessModifier] = []
+        d["_in_extend"] = True
+        try:
+            for name in names:
+                item = getattr(other, name)
+                if name == "source" and isinstance(item, Source):
+                    self.source = item
+                elif name in _SPECIAL and isinstance(item, PSet):
+                    setattr(self, name, item)
+                elif name == "schedule" and isinstance(item, Schedule):
+                    self.schedule = item
+                elif isinstance(item, Service):
+                    self.add_(item)
+                elif isinstance(item, (_ModuleSequence, Task)):
+                    late.append((name, item))
+                elif isinstance(item, ProcessModifier):
+                    process_modifiers.append(item)
+                elif isinstance(item, (Labelable, PSet, VPSet)) and not isinstance(item, (Schedule, Process)):
+                    if isinstance(item, Labelable) and item.hasLabel_() and item.label_() != name:
+                        continue  # an alias of an object attached under its own name
+                    self._attach(name, item)
+            for name, item in sorted(late, key=lambda x: isinstance(x[1], (Path, EndPath))):
+                self._attach(name, item)
+        finally:
+            d["_in_extend"] = False
+        for modifier in process_modifiers:
+            self._apply_process_modifier(modifier)
+
+    def _apply_process_modifier(self, modifier: ProcessModifier) -> None:
+        applied = self.__dict__["_applied_process_modifiers"]
+        if id(modifier) not in applied:
+            applied.add(id(modifier))
+            modifier.apply(self)
+
+    def isUsingModifier(self, modifier: Modifier) -> bool:  # noqa: N802 - CMSSW spelling
+        """Whether ``modifier`` (or a chain holding it) was given to ``cms.Process``."""
+        return any(m is modifier or (isinstance(m, ModifierChain) and m._holds(modifier)) for m in self._modifiers)
 
     # ------------------------------------------------------------ introspection
 
@@ -247,6 +438,15 @@ class Process:
     def services_(self) -> dict[str, Service]:
         return self._by_type(Service)
 
+    def es_sources_(self) -> dict[str, ESSource]:
+        return self._by_type(ESSource)
+
+    def es_producers_(self) -> dict[str, ESProducer]:
+        return self._by_type(ESProducer)
+
+    def es_prefers_(self) -> dict[str, ESPrefer]:
+        return self._by_type(ESPrefer)
+
     def sequences_(self) -> dict[str, Sequence]:
         return self._by_type(Sequence)
 
@@ -256,6 +456,9 @@ class Process:
     def psets_(self) -> dict[str, PSet]:
         """Top-level PSets (``process.common = cms.PSet(...)``)."""
         return self._by_type(PSet)
+
+    def vpsets_(self) -> dict[str, VPSet]:
+        return self._by_type(VPSet)
 
     def _scheduled(self, cls: type[Path] | type[EndPath]) -> dict[str, Any]:
         if self._schedule is None:
@@ -267,6 +470,27 @@ class Process:
 
     def endpaths_(self) -> dict[str, EndPath]:
         return self._scheduled(EndPath)
+
+    def _names(self, getter: str) -> str:
+        return " ".join(getattr(self, getter)())
+
+    def producerNames(self) -> str:  # noqa: N802 - CMSSW spelling
+        return self._names("producers_")
+
+    def filterNames(self) -> str:  # noqa: N802
+        return self._names("filters_")
+
+    def analyzerNames(self) -> str:  # noqa: N802
+        return self._names("analyzers_")
+
+    def outputModuleNames(self) -> str:  # noqa: N802
+        return self._names("outputModules_")
+
+    def pathNames(self) -> str:  # noqa: N802
+        return " ".join(self._by_type(Path))
+
+    def endpathNames(self) -> str:  # noqa: N802
+        return " ".join(self._by_type(EndPath))
 
     def unscheduledLabels_(self) -> set[str]:  # noqa: N802
         """Labels of modules in any Task: attached, or associated with a path or the schedule.
@@ -293,9 +517,8 @@ class Process:
     def options_(self) -> dict[str, Any]:
         """``process.options`` as a plain dict, defaults filled (keys: see ``OPTIONS``)."""
         options = _merge_special("options", self._options).value()
-        for key in ("numberOfStreams", "numberOfThreads"):
-            if options[key] < 1:
-                raise ConfigurationError(f"process.options.{key} must be >= 1, got {options[key]}")
+        if options["numberOfThreads"] < 1:
+            raise ConfigurationError(f"process.options.numberOfThreads must be >= 1, got {options['numberOfThreads']}")
         return options
 
     # ------------------------------------------------------------ validation

@@ -12,13 +12,14 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from ._types import (
+    ConfigTypeError,
+    ConfigValueError,
     InputTag,
     VInputTag,
     _bool,
     _dump_any,
     _Invalid,
     _ParameterTypeBase,
-    _Scalar,
     _Vector,
     closest,
     describe_value,
@@ -38,7 +39,9 @@ from ._types import (
     vuint64,
 )
 
-__all__ = ["PSet", "ParameterHolder", "UntrackedType", "VPSet", "untracked"]
+__all__ = ["PSet", "ParameterHolder", "ProxyParameter", "UntrackedType", "VPSet", "optional", "required", "untracked"]
+
+_MISSING = object()
 
 
 class ParameterHolder:
@@ -54,7 +57,7 @@ class ParameterHolder:
         object.__setattr__(self, "_parameters", {})
         for pset in psets:
             if not isinstance(pset, PSet):
-                raise ConfigurationError(
+                raise ConfigValueError(
                     f"{self._what_()}: positional arguments must be PSets to copy parameters from, "
                     f"got {describe_value(pset)}"
                 )
@@ -95,10 +98,11 @@ class ParameterHolder:
         return name in self._parameters
 
     def _set_parameter(self, name: str, value: Any) -> None:
-        if not name.isidentifier() or name.startswith("_") or name.endswith("_"):
-            raise ConfigurationError(
+        # CMSSW's names: identifiers, and ':' for MessageLogger categories ("Module:Category").
+        if not name.replace(":", "_").isidentifier() or name.startswith("_") or name.endswith("_"):
+            raise ConfigValueError(
                 f"{self._what_()}: invalid parameter name '{name}' "
-                "(a Python identifier, not starting or ending with '_')"
+                "(a Python identifier, ':' allowed, not starting or ending with '_')"
             )
         if hasattr(type(self), name):
             raise ConfigurationError(
@@ -107,13 +111,28 @@ class ParameterHolder:
         if is_config_structure(value):
             raise ConfigurationError(f"{self._what_()}: parameter '{name}' cannot hold a {type(value).__name__}")
         existing = self._parameters.get(name)
-        if isinstance(existing, (_Scalar, _Vector, InputTag)) and not isinstance(value, _ParameterTypeBase):
+        if isinstance(existing, ProxyParameter):
+            # cms.required.X / cms.optional.X of a generated cfi: the value takes the declared type.
             try:
-                existing.setValue(value)
+                self._parameters[name] = existing.make(value)
             except ConfigurationError as e:
-                raise ConfigurationError(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
+                raise type(e)(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
             return
-        self._parameters[name] = value
+        if isinstance(value, _ParameterTypeBase):
+            self._parameters[name] = value  # a typed value replaces (CMSSW), type and tracked-ness included
+            return
+        if existing is None:
+            raise ConfigTypeError(
+                f"{self._what_()}: parameter '{name}' does not exist yet, so it can only be set to a typed "
+                f"value (e.g. cms.int32(...)), got {describe_value(value)}"
+            )
+        if isinstance(existing, PSet) and isinstance(value, Mapping):
+            existing.update_(value)
+            return
+        try:
+            existing.setValue(value)
+        except ConfigurationError as e:
+            raise type(e)(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
 
     def parameterNames_(self) -> list[str]:  # noqa: N802 - CMSSW spelling
         """Parameter names in definition order."""
@@ -123,15 +142,56 @@ class ParameterHolder:
         """A new dict name -> typed parameter (or the plain value given), in definition order."""
         return dict(self._parameters)
 
+    def _replace_content_(self, other: ParameterHolder) -> None:
+        """Take ``other``'s parameters (Modifier.toReplaceWith)."""
+        self._parameters.clear()
+        self._parameters.update(other._parameters)
+
+    def hasParameter(self, name: str | list[str]) -> bool:  # noqa: N802 - CMSSW spelling
+        """Whether the parameter exists; a list is a path into nested PSets (``["Client", "mode"]``)."""
+        return self._find(name) is not _MISSING
+
+    def getParameter(self, name: str | list[str]) -> Any:  # noqa: N802 - CMSSW spelling
+        """The parameter (a path as in :meth:`hasParameter`), or None when absent."""
+        found = self._find(name)
+        return None if found is _MISSING else found
+
+    def _find(self, name: str | list[str]) -> Any:
+        holder: Any = self
+        for part in [name] if isinstance(name, str) else name:
+            if not isinstance(holder, ParameterHolder) or part not in holder._parameters:
+                return _MISSING
+            holder = holder._parameters[part]
+        return holder
+
+    def update_(self, values: Mapping[str, Any] | ParameterHolder) -> None:
+        """Set parameters from a dict or a PSet, as ``clone(**values)`` does but in place (CMSSW's ``update_``).
+
+        A dict edits a nested PSet, ``{index: dict}`` an item of a VPSet, None removes.
+
+        Raises:
+            ConfigTypeError: a new parameter given an untyped value, or None for an absent one.
+        """
+        if isinstance(values, ParameterHolder):
+            values = values.parameters_()
+        self._apply_overrides(values)
+
     def _apply_overrides(self, overrides: Mapping[str, Any]) -> None:
-        # CMSSW clone() semantics: None removes a parameter, a dict edits a nested PSet.
+        # CMSSW clone() semantics: None removes a parameter, a dict edits a nested PSet (or
+        # items of a VPSet by index), a plain value keeps the parameter's type.
         for name, value in overrides.items():
+            existing = self._parameters.get(name)
             if value is None:
                 if name not in self._parameters:
-                    raise ConfigurationError(f"{self._what_()}: clone(): no parameter '{name}' to remove")
+                    raise ConfigTypeError(f"{self._what_()}: no parameter '{name}' to remove")
                 del self._parameters[name]
-            elif isinstance(value, Mapping) and isinstance(self._parameters.get(name), PSet):
-                self._parameters[name]._apply_overrides(value)
+            elif isinstance(value, Mapping) and isinstance(existing, PSet):
+                existing._apply_overrides(value)
+            elif isinstance(value, Mapping) and isinstance(existing, VPSet):
+                for index, item in value.items():
+                    if not isinstance(index, int) or not -len(existing) <= index < len(existing):
+                        raise ConfigTypeError(f"{self._what_()}: parameter '{name}': no item [{index}] to modify")
+                    existing[index]._apply_overrides(item)
             else:
                 self._set_parameter(name, value)
 
@@ -234,7 +294,7 @@ class _Untracked:
 
     def __call__(self, param: _ParameterTypeBase) -> _ParameterTypeBase:
         if not isinstance(param, _ParameterTypeBase):
-            raise ConfigurationError(f"cms.untracked() takes a typed parameter, got {describe_value(param)}")
+            raise ConfigTypeError(f"cms.untracked() takes a typed parameter, got {describe_value(param)}")
         param.setIsTracked(False)
         return param
 
@@ -243,3 +303,144 @@ class _Untracked:
 
 
 untracked = _Untracked()
+
+
+# ---------------------------------------------------------------- required / optional / allowed
+
+# The types a placeholder may name (cms.required.int32, cms.optional.untracked.vstring, ...).
+PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
+    cls._type_name: cls
+    for cls in (
+        int32,
+        uint32,
+        int64,
+        uint64,
+        double,
+        _bool,
+        string,
+        InputTag,
+        vint32,
+        vuint32,
+        vint64,
+        vuint64,
+        vdouble,
+        vstring,
+        VInputTag,
+        PSet,
+        VPSet,
+    )
+}
+
+
+class ProxyParameter(_ParameterTypeBase):
+    """A parameter of a generated cfi that has no value yet: ``cms.required.int32``,
+    ``cms.optional.untracked.vstring``, ``cms.optional.allowed(cms.int32, cms.string)``.
+
+    Assigning a value (``process.m.n = 5``) replaces the placeholder by the typed value
+    (plain values take the placeholder's type; with several allowed types, the first that
+    accepts the value). An unset optional parameter is absent for validation; an unset
+    required one is reported missing. ``value()`` is None while unset.
+    """
+
+    _type_name, _family = "proxy", "proxy"
+
+    def __init__(self, types: tuple[type[_ParameterTypeBase], ...], required: bool, tracked: bool) -> None:
+        super().__init__()
+        self._types, self._required = types, required
+        self._tracked = tracked
+
+    def isRequired_(self) -> bool:  # noqa: N802
+        return self._required
+
+    def value(self) -> None:
+        return None
+
+    def make(self, value: Any) -> _ParameterTypeBase:
+        """The typed parameter for ``value``.
+
+        Raises:
+            ConfigValueError: ``value`` fits none of the allowed types.
+        """
+        if isinstance(value, _ParameterTypeBase):
+            if not isinstance(value, self._types):
+                raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}")
+            param = value
+        else:
+            param = None
+            for cls in self._types:
+                try:
+                    param = cls(*value) if isinstance(value, (list, tuple)) and cls is not InputTag else cls(value)
+                    break
+                except (ConfigurationError, TypeError):
+                    continue
+            if param is None:
+                raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}")
+        param.setIsTracked(self._tracked)
+        return param
+
+    def _names(self) -> str:
+        return " or ".join(c._type_name for c in self._types)
+
+    def configTypeName(self) -> str:  # noqa: N802
+        return ("" if self._tracked else "untracked ") + self._names()
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        head = "cms." + ("required." if self._required else "optional.") + ("" if self._tracked else "untracked.")
+        if len(self._types) == 1:
+            return head + self._types[0]._type_name
+        return head + "allowed(" + ", ".join("cms." + c._type_name for c in self._types) + ")"
+
+
+class _ProxyFactory:
+    """``cms.required`` and ``cms.optional`` (and their ``.untracked``)."""
+
+    def __init__(self, required: bool, tracked: bool = True) -> None:
+        self._required, self._tracked = required, tracked
+
+    @property
+    def untracked(self) -> _ProxyFactory:
+        return _ProxyFactory(self._required, False)
+
+    def __getattr__(self, name: str) -> ProxyParameter:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        cls = PARAMETER_TYPES.get(name)
+        if cls is None:
+            raise AttributeError(f"cms.{self._what()}: no parameter type '{name}' ({closest(name, PARAMETER_TYPES)})")
+        return ProxyParameter((cls,), self._required, self._tracked)
+
+    def allowed(self, *types: Any) -> ProxyParameter:
+        """A placeholder that takes a value of any of ``types`` (CMSSW's ``allowed``)."""
+        return ProxyParameter(_type_classes(types), self._required, self._tracked)
+
+    def _what(self) -> str:
+        return ("required" if self._required else "optional") + ("" if self._tracked else ".untracked")
+
+    def __repr__(self) -> str:
+        return "cms." + self._what()
+
+
+def _type_classes(types: tuple[Any, ...]) -> tuple[type[_ParameterTypeBase], ...]:
+    out = []
+    for t in types:
+        if isinstance(t, UntrackedType):
+            t = t.param_type
+        if not (isinstance(t, type) and issubclass(t, _ParameterTypeBase)):
+            raise ConfigTypeError(f"cms.allowed() takes parameter types (cms.int32, ...), got {t!r}")
+        out.append(t)
+    return tuple(out)
+
+
+required = _ProxyFactory(True)
+optional = _ProxyFactory(False)
+
+
+def allowed(*types: Any, default: _ParameterTypeBase | None = None) -> _ParameterTypeBase:
+    """``cms.allowed(cms.int32, cms.string, default=cms.int32(1))``: the default if given, else
+    a required placeholder taking any of ``types``."""
+    classes = _type_classes(types)
+    if default is None:
+        return ProxyParameter(classes, True, True)
+    if not isinstance(default, classes):
+        raise ConfigTypeError(f"cms.allowed(): default {describe_value(default)} is none of the allowed types")
+    return default

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
-from ._types import describe_value
+from ._types import ConfigTypeError, ConfigValueError, describe_value
 
 __all__ = ["EndPath", "Labelable", "Path", "Schedule", "Sequence", "Sequenceable", "Task"]
 
@@ -80,6 +80,14 @@ class Inverted(Sequenceable):
     def _ref_(self, indent: int = 0) -> str:
         return f"~{self.module._ref_(indent)}"
 
+    def _str_(self) -> str:
+        return f"~{_str_of(self.module)}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Inverted) and other.module is self.module
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 class SequenceExpr(Sequenceable):
     """The result of ``a + b`` before it is wrapped in a Sequence or Path; a flat list of items."""
@@ -104,6 +112,19 @@ def _expr_items(x: Sequenceable) -> list[Any]:
 
 def _what(x: Any) -> str:
     return x._what_() if hasattr(x, "_what_") else describe_value(x)
+
+
+def _str_of(item: Any) -> str:
+    """How ``str()`` of a Sequence names an item: its label, or an unlabelled one's content."""
+    if hasattr(item, "_str_"):
+        return str(item._str_())
+    if getattr(item, "_label", None) is not None:
+        return str(item._label)
+    return str(item._ref_())
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (isinstance(a, Inverted) and isinstance(b, Inverted) and a.module is b.module)
 
 
 class _ModuleSequence(Labelable):
@@ -132,6 +153,188 @@ class _ModuleSequence(Labelable):
         return self
 
     __imul__ = __iadd__
+
+    # ------------------------------------------------------------ editing (CMSSW's API)
+
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        """Every ``old`` (module, Sequence or Task) replaced by ``new`` (None: removed), nested
+        Sequences and Tasks included; True if anything changed."""
+        changed = False
+        items: list[Any] = []
+        for item in self._items:
+            if item is old:
+                changed = True
+                if new is not None:
+                    items.append(new)
+            elif isinstance(item, Inverted) and item.module is old:
+                changed = True
+                if new is not None:
+                    items.append(Inverted(new) if getattr(new, "_kind", None) == "EDFilter" else new)
+            else:
+                if isinstance(item, _ModuleSequence) and item is not self:
+                    changed |= item._replace_object(old, new)
+                items.append(item)
+        self._items = items
+        tasks: list[Task] = []
+        for task in self._tasks:
+            if task is old:
+                changed = True
+                if new is not None:
+                    tasks.append(new)
+            else:
+                changed |= task._replace_object(old, new)
+                tasks.append(task)
+        self._tasks = tasks
+        return changed
+
+    def replace(self, original: Any, replacement: Any) -> bool:
+        """Replace every ``original`` (module, ``~filter``, Sequence or Task) by ``replacement``,
+        in nested Sequences and Tasks too. Returns whether anything was replaced.
+
+        Raises:
+            ConfigTypeError: a Task replaced by a non-Task or the reverse.
+        """
+        if isinstance(original, Task) != isinstance(replacement, Task):
+            raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")
+        if isinstance(original, Inverted):
+            return self._replace_object(original.module, replacement)
+        return self._replace_object(original, replacement)
+
+    def remove(self, something: Any) -> bool:
+        """Remove the first occurrence of ``something`` (module, ``~filter``, Sequence, Task),
+        searched depth-first; a nested Sequence that holds it is replaced here by an unlabelled
+        copy without it (the nested Sequence itself is not changed). Returns whether found."""
+        for i, item in enumerate(self._items):
+            if _same(item, something) or (
+                not isinstance(something, Inverted) and isinstance(item, Inverted) and item.module is something
+            ):
+                del self._items[i]
+                return True
+            if isinstance(item, _ModuleSequence):
+                copied = item.copy()
+                if copied.remove(something):
+                    self._items[i] = copied
+                    return True
+        for i, task in enumerate(self._tasks):
+            if task is something:
+                del self._tasks[i]
+                return True
+        for i, task in enumerate(self._tasks):
+            copied_task = task.copy()
+            if copied_task.remove(something):
+                self._tasks[i] = copied_task
+                return True
+        return False
+
+    def insert(self, index: int, item: Any) -> None:
+        """Insert a module, ``~filter`` or Sequence at ``index`` of the top level."""
+        if not isinstance(item, Sequenceable) or isinstance(item, SequenceExpr):
+            raise ConfigTypeError(
+                f"{self._what_()}.insert(): expected a module, '~filter' or Sequence, got {_what(item)}"
+            )
+        self._items.insert(index, item)
+
+    def index(self, item: Any) -> int:
+        """Position of ``item`` in the top level.
+
+        Raises:
+            ConfigValueError: not there.
+        """
+        for i, x in enumerate(self._items):
+            if _same(x, item):
+                return i
+        raise ConfigValueError(f"{_what(item)} is not in {self._what_()}")
+
+    def copy(self) -> Any:
+        """A new unlabelled object of the same kind holding the same items (not copies of them)."""
+        new = type(self).__new__(type(self))
+        new._items, new._tasks = list(self._items), list(self._tasks)
+        return new
+
+    def copyAndExclude(self, exclude: Iterable[Any]) -> Any:  # noqa: N802 - CMSSW spelling
+        """A copy without the modules, Sequences or Tasks in ``exclude`` (searched in nested
+        Sequences and Tasks, which are copied where they change)."""
+        excluded = list(exclude)
+        new = self.copy()
+        new._items = []
+        for item in self._items:
+            target = item.module if isinstance(item, Inverted) else item
+            if any(target is e or item is e for e in excluded):
+                continue
+            if isinstance(item, _ModuleSequence):
+                inner = item.copyAndExclude(excluded)
+                item = inner if inner._items != item._items or inner._tasks != item._tasks else item
+            new._items.append(item)
+        new._tasks = []
+        for task in self._tasks:
+            if any(task is e for e in excluded):
+                continue
+            inner_task = task.copyAndExclude(excluded)
+            new._tasks.append(inner_task if inner_task._items != task._items else task)
+        return new
+
+    def expandAndClone(self) -> Any:  # noqa: N802 - CMSSW spelling
+        """A copy whose nested Sequences are replaced by the modules they hold (Tasks kept)."""
+        new = self.copy()
+        new._items, new._tasks = [], list(self._tasks)
+        for item in self._items:
+            if isinstance(item, _ModuleSequence):
+                expanded = item.expandAndClone()
+                new._items.extend(expanded._items)
+                new._tasks.extend(t for t in expanded._tasks if all(t is not x for x in new._tasks))
+            else:
+                new._items.append(item)
+        return new
+
+    def moduleNames(self) -> set[str]:  # noqa: N802 - CMSSW spelling
+        """Labels of every module reached: in order, in nested Sequences, and in associated Tasks."""
+        names = {m.label_() for m, _ in self._entries_() if m.hasLabel_()}
+        for task in self._all_tasks_():
+            names |= task.moduleNames()
+        return names
+
+    def contains(self, item: Any) -> bool:
+        """Whether ``item`` (module, Sequence or Task) is reached from here, Tasks included."""
+        target = item.module if isinstance(item, Inverted) else item
+        for x in self._items:
+            x_target = x.module if isinstance(x, Inverted) else x
+            if x_target is target or (isinstance(x, _ModuleSequence) and x.contains(target)):
+                return True
+        return any(t is target or t.contains(target) for t in self._tasks)
+
+    def visit(self, visitor: Any) -> None:
+        """CMSSW's visitor: ``visitor.enter(item)`` and ``visitor.leave(item)`` for each item,
+        depth first (nested Sequences entered), then for each associated Task."""
+        for item in self._items:
+            visitor.enter(item)
+            if isinstance(item, _ModuleSequence):
+                item.visit(visitor)
+            visitor.leave(item)
+        for task in self._tasks:
+            visitor.enter(task)
+            task.visit(visitor)
+            visitor.leave(task)
+
+    def isEmpty(self) -> bool:  # noqa: N802
+        return not self._items and not self._tasks
+
+    def _replace_content_(self, other: _ModuleSequence) -> None:
+        self._items, self._tasks = list(other._items), list(other._tasks)
+
+    def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
+        """The items as Python: ``process.a+process.b+~process.f``."""
+        return "+".join(item._ref_() for item in self._items)
+
+    def __str__(self) -> str:
+        """As CMSSW prints a Sequence: labels joined by ``+``, then the associated Tasks."""
+        parts = ["+".join(_str_of(item) for item in self._items)] if self._items else []
+        parts += [_str_of(task) for task in self._tasks]
+        return ", ".join(parts)
+
+    def _str_(self) -> str:
+        if self._label is not None:
+            return self._label
+        return "(" + str(self) + ")" if len(self._items) > 1 else str(self)
 
     def associate(self, *tasks: Task) -> None:
         """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor."""
@@ -237,6 +440,80 @@ class Task(Labelable):
                 )
             self._items.append(item)
 
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        changed = False
+        items: list[Any] = []
+        for item in self._items:
+            if item is old:
+                changed = True
+                if new is not None and (isinstance(new, Task) or getattr(new, "_kind", None) in _TASK_KINDS):
+                    items.append(new)
+            else:
+                if isinstance(item, Task) and item is not self:
+                    changed |= item._replace_object(old, new)
+                items.append(item)
+        self._items = items
+        return changed
+
+    def replace(self, original: Any, replacement: Any) -> bool:
+        """Replace ``original`` (a module or Task) by ``replacement``, nested Tasks included."""
+        return self._replace_object(original, replacement)
+
+    def remove(self, something: Any) -> bool:
+        """Remove the first ``something``; a nested Task holding it is replaced by a copy without it."""
+        for i, item in enumerate(self._items):
+            if item is something:
+                del self._items[i]
+                return True
+            if isinstance(item, Task):
+                copied = item.copy()
+                if copied.remove(something):
+                    self._items[i] = copied
+                    return True
+        return False
+
+    def copy(self) -> Task:
+        new = Task()
+        new._items = list(self._items)
+        return new
+
+    def copyAndExclude(self, exclude: Iterable[Any]) -> Task:  # noqa: N802 - CMSSW spelling
+        excluded = list(exclude)
+        new = Task()
+        for item in self._items:
+            if any(item is e for e in excluded):
+                continue
+            if isinstance(item, Task):
+                inner = item.copyAndExclude(excluded)
+                item = inner if inner._items != item._items else item
+            new._items.append(item)
+        return new
+
+    def moduleNames(self) -> set[str]:  # noqa: N802 - CMSSW spelling
+        return {m.label_() for m in self._modules_() if m.hasLabel_()}
+
+    def contains(self, item: Any) -> bool:
+        return any(x is item or (isinstance(x, Task) and x.contains(item)) for x in self._items)
+
+    def visit(self, visitor: Any) -> None:
+        for item in self._items:
+            visitor.enter(item)
+            if isinstance(item, Task):
+                item.visit(visitor)
+            visitor.leave(item)
+
+    def isEmpty(self) -> bool:  # noqa: N802
+        return not self._items
+
+    def _replace_content_(self, other: Task) -> None:
+        self._items = list(other._items)
+
+    def __str__(self) -> str:
+        return "cms.Task(" + ", ".join(_str_of(i) for i in self._items) + ")"
+
+    def _str_(self) -> str:
+        return self._label if self._label is not None else str(self)
+
     def _modules_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
         if id(self) in stack:
             raise ConfigurationError(f"{self._what_()} contains itself")
@@ -291,6 +568,29 @@ class Schedule(Labelable):
             if not isinstance(task, Task):
                 raise ConfigurationError(f"Schedule.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
+
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        changed = any(p is old for p in self._paths) or any(t is old for t in self._tasks)
+        self._paths = [new if p is old else p for p in self._paths if p is not old or isinstance(new, (Path, EndPath))]
+        self._tasks = [new if t is old else t for t in self._tasks if t is not old or isinstance(new, Task)]
+        return changed
+
+    def insert(self, index: int, path: Path | EndPath) -> None:
+        if not isinstance(path, (Path, EndPath)):
+            raise ConfigurationError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
+        self._paths.insert(index, path)
+
+    def remove(self, path: Path | EndPath) -> None:
+        self._paths = [p for p in self._paths if p is not path]
+
+    def index(self, path: Path | EndPath) -> int:
+        for i, p in enumerate(self._paths):
+            if p is path:
+                return i
+        raise ConfigValueError(f"{_what(path)} is not in the Schedule")
+
+    def __getitem__(self, index: int) -> Path | EndPath:
+        return self._paths[index]
 
     def __iter__(self) -> Iterator[Path | EndPath]:
         return iter(self._paths)

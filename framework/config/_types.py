@@ -48,6 +48,14 @@ __all__ = [
 ]
 
 
+class ConfigTypeError(ConfigurationError, TypeError):
+    """A value of the wrong kind (an untyped value, a bad vector element): CMSSW raises TypeError here."""
+
+
+class ConfigValueError(ConfigurationError, ValueError):
+    """A value that does not fit its type (``cms.int32("i")``): CMSSW raises ValueError here."""
+
+
 class _Invalid(ValueError):
     """A value does not fit a type. ``out_of_range`` distinguishes range from type errors.
 
@@ -136,7 +144,10 @@ class _ParameterTypeBase:
         try:
             return cls._convert(value)
         except _Invalid as e:
-            raise ConfigurationError(f"cms.{cls._type_name}: {e}") from None
+            raise cls._error(f"cms.{cls._type_name}: {e}") from None
+
+    # Scalars raise ValueError for a bad value, vectors TypeError for a bad element (as CMSSW).
+    _error: ClassVar[type[ConfigurationError]] = ConfigValueError
 
     @classmethod
     def _convert(cls, value: Any) -> Any:
@@ -161,10 +172,34 @@ class _Scalar(_ParameterTypeBase):
     def _dump_args(self, indent: int) -> str:
         return repr(self._value)
 
+    # A typed scalar behaves as the value it holds (CMSSW's _SimpleParameterTypeBase):
+    # truthiness, comparisons, and Python's arithmetic, which gives plain values.
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, _Scalar):
-            return bool(self._value == other._value)
-        return bool(self._value == other)
+        return bool(self._value == _unwrap(other))
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __lt__(self, other: Any) -> Any:
+        return self._value < _unwrap(other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._value <= _unwrap(other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._value > _unwrap(other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._value >= _unwrap(other)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __str__(self) -> str:
+        return str(self._value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self._value, spec)
 
     __hash__ = None  # type: ignore[assignment]  # mutable through setValue
 
@@ -174,10 +209,52 @@ def _unwrap(value: Any) -> Any:
     return value.value() if isinstance(value, _Scalar) else value
 
 
-class _Integer(_Scalar):
+def _arithmetic(name: str) -> Any:
+    def op(self: _Scalar, other: Any) -> Any:
+        return getattr(self._value, name)(_unwrap(other))
+
+    op.__name__ = name
+    return op
+
+
+class _Number(_Scalar):
+    """int32, ..., double: arithmetic on the value gives a plain Python number."""
+
+    __add__ = _arithmetic("__add__")
+    __radd__ = _arithmetic("__radd__")
+    __sub__ = _arithmetic("__sub__")
+    __rsub__ = _arithmetic("__rsub__")
+    __mul__ = _arithmetic("__mul__")
+    __rmul__ = _arithmetic("__rmul__")
+    __truediv__ = _arithmetic("__truediv__")
+    __rtruediv__ = _arithmetic("__rtruediv__")
+    __floordiv__ = _arithmetic("__floordiv__")
+    __rfloordiv__ = _arithmetic("__rfloordiv__")
+    __mod__ = _arithmetic("__mod__")
+    __rmod__ = _arithmetic("__rmod__")
+    __pow__ = _arithmetic("__pow__")
+    __rpow__ = _arithmetic("__rpow__")
+
+    def __neg__(self) -> Any:
+        return -self._value
+
+    def __abs__(self) -> Any:
+        return abs(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+
+class _Integer(_Number):
     _family = "int"
     _min: ClassVar[int]
     _max: ClassVar[int]
+
+    def __index__(self) -> int:
+        return int(self._value)
 
     @classmethod
     def _convert(cls, value: Any) -> int:
@@ -214,7 +291,7 @@ class uint64(_Integer):
     _type_name, _min, _max = "uint64", 0, 2**64 - 1
 
 
-class double(_Scalar):
+class double(_Number):
     """Double-precision float; an integer is accepted and stored as float."""
 
     _type_name, _family = "double", "float"
@@ -241,9 +318,18 @@ class _bool(_Scalar):  # noqa: N801 - exported as cms.bool
 
 
 class string(_Scalar):
-    """Character string."""
+    """Character string; ``+`` and ``len`` work on the value, as on a str."""
 
     _type_name, _family = "string", "string"
+
+    def __add__(self, other: Any) -> Any:
+        return self._value + _unwrap(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _unwrap(other) + self._value
+
+    def __len__(self) -> int:
+        return len(self._value)
 
     @classmethod
     def _convert(cls, value: Any) -> str:
@@ -357,6 +443,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
     """
 
     _item: ClassVar[type[_ParameterTypeBase]]
+    _error = ConfigTypeError
 
     def __init__(self, *values: Any) -> None:
         super().__init__()
@@ -414,7 +501,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
         try:
             return cls._convert_item(value)
         except _Invalid as e:
-            raise ConfigurationError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
+            raise ConfigTypeError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
 
     def __add__(self, other: Iterable[Any]) -> _Vector:
         new = copy.deepcopy(self)

@@ -1,0 +1,403 @@
+"""CMSSW's semantics of the configuration language, through CMSSW's import names.
+
+Each test states one behaviour that CMSSW configs rely on (FWCore/ParameterSet's Config,
+Types, SequenceTypes, Mixins, Modules): typed values that act as values, CMSSW's type
+checks, clone/update_ and the placeholders of generated cfis, Modifiers and eras,
+process.load of fragments, del and relabelling, Sequence editing, ES modules and options.
+The configs and fragments are written here; CMSSW's own files are not copied.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+import framework.config
+import FWCore.ParameterSet.Config as cms
+from framework.config import ConfigurationError
+
+# ---------------------------------------------------------------- import names
+
+
+def test_cmssw_import_names_are_the_framework_objects():
+    import FWCore.ParameterSet.Modules as modules
+    import FWCore.ParameterSet.SequenceTypes as sequence_types
+    import FWCore.ParameterSet.Types as types
+    from FWCore.ParameterSet.VarParsing import VarParsing
+
+    assert cms.PSet is framework.config.PSet and cms.Process is framework.config.Process
+    assert types.int32 is cms.int32 and types.untracked is cms.untracked and types.bool is cms.bool
+    assert sequence_types.Sequence is cms.Sequence and modules.EDProducer is cms.EDProducer
+    assert VarParsing is framework.config.VarParsing
+    assert FWCore.__file__.endswith("cmssw/FWCore/__init__.py")  # the aliases live in cmssw/
+
+
+import FWCore  # noqa: E402 - used above, for its location
+
+# ---------------------------------------------------------------- typed values act as values
+
+
+def test_typed_scalars_behave_as_their_values():
+    assert not cms.untracked.bool(False) and cms.bool(True)
+    assert not cms.int32(0) and not cms.string("") and cms.string("x")
+    assert cms.int32(5) > 3 and cms.int32(5) >= 5 and cms.uint32(2) < cms.int32(3) and 2.5 < cms.double(3)  # noqa: SIM300 - the reflected comparison is the test
+    assert cms.int32(5) + 1 == 6 and 10 - cms.int32(4) == 6 and cms.double(1.5) * 2 == 3.0
+    assert cms.int32(7) // 2 == 3 and -cms.int32(3) == -3 and abs(cms.double(-2.0)) == 2.0
+    assert cms.string("ab") + "c" == "abc" and "x" + cms.string("y") == "xy" and len(cms.string("abc")) == 3
+    assert [10, 20, 30][cms.uint32(1)] == 20  # an integer parameter works as an index
+    assert int(cms.double(2.7)) == 2 and float(cms.int32(3)) == 3.0
+    assert f"{cms.double(0.5):.2f}" == "0.50" and str(cms.int32(4)) == "4"
+    assert cms.vint32(1, 2) + [3] == [1, 2, 3] and isinstance(cms.vint32(1) + [2], cms.vint32)
+
+
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda: cms.int32("i"), ValueError),
+        (lambda: cms.uint32(-1), ValueError),
+        (lambda: cms.bool(1), ValueError),
+        (lambda: cms.vint32(1, "blah"), TypeError),
+        (lambda: cms.vint32().append("blah"), TypeError),
+        (lambda: cms.PSet("foo"), ValueError),
+        (lambda: cms.PSet(foo="bar"), TypeError),
+        (lambda: cms.untracked(1), TypeError),
+    ],
+)
+def test_bad_values_raise_the_python_errors_cmssw_raises(make, error):
+    with pytest.raises(error) as info:
+        make()
+    assert isinstance(info.value, ConfigurationError)  # and still one of ours, for cmsrun's one line
+
+
+def test_new_parameters_must_be_typed_and_existing_ones_keep_their_type():
+    module = cms.EDProducer("P", n=cms.int32(1), tag=cms.InputTag("a"))
+    with pytest.raises(TypeError, match="EDProducer of type 'P': parameter 'm' does not exist yet"):
+        module.m = 2
+    module.n = 3  # a plain value sets the value, the type stays
+    assert isinstance(module.n, cms.int32) and module.n == 3
+    with pytest.raises(ValueError, match="parameter 'n': cms.int32: expected an integer"):
+        module.n = "three"
+    module.tag = "b:i"
+    assert module.tag == cms.InputTag("b", "i")
+    module.n = cms.untracked.string("now")  # a typed value replaces, as in CMSSW
+    assert module.n.configTypeName() == "untracked string"
+
+
+def test_parameter_names_with_colons_are_accepted_for_message_categories():
+    cerr = cms.untracked.PSet()
+    setattr(cerr, "TritonClient:extra", cms.untracked.PSet(limit=cms.untracked.int32(10)))
+    assert cerr.parameterNames_() == ["TritonClient:extra"]
+
+
+# ---------------------------------------------------------------- clone, update_, generated cfis
+
+
+def test_clone_with_cmssw_rules():
+    base = cms.EDProducer(
+        "P",
+        a=cms.int32(1),
+        sub=cms.PSet(x=cms.string("u"), y=cms.double(1.0)),
+        items=cms.VPSet(cms.PSet(k=cms.int32(0)), cms.PSet(k=cms.int32(1))),
+    )
+    c = base.clone(a=2, sub=dict(x="v"), items={1: dict(k=5)}, new=cms.bool(True))
+    assert (c.a, c.sub.x, c.sub.y, [p.k.value() for p in c.items], c.new) == (2, "v", 1.0, [0, 5], True)
+    assert base.a == 1 and base.sub.x == "u" and base.items[1].k == 1  # deep copy
+    assert "sub" not in base.clone(sub=None).parameterNames_()
+    with pytest.raises(TypeError, match="'newPlain' does not exist yet"):
+        base.clone(newPlain=3)
+    with pytest.raises(TypeError, match="no parameter 'nope' to remove"):
+        base.clone(nope=None)
+    extra = base.clone(cms.PSet(fromPSet=cms.int32(9)))  # positional PSets add their parameters
+    assert extra.fromPSet == 9
+
+
+def test_update_has_parameter_and_get_parameter():
+    pset = cms.PSet(Client=cms.PSet(mode=cms.string("Sync")), n=cms.int32(1))
+    pset.update_(dict(n=4, Client=dict(mode="Async"), added=cms.untracked.bool(True)))
+    assert pset.n == 4 and pset.Client.mode == "Async" and pset.added.isTracked() is False
+    assert pset.hasParameter(["Client", "mode"]) and not pset.hasParameter(["Client", "nope"])
+    assert pset.getParameter("n") == 4 and pset.getParameter("nope") is None
+
+
+def test_required_optional_and_allowed_placeholders_of_generated_cfis():
+    cfi = cms.EDProducer(
+        "P",
+        need=cms.required.double,
+        maybe=cms.optional.untracked.vstring,
+        either=cms.optional.allowed(cms.int32, cms.string),
+        kept=cms.int32(1),
+    )
+    assert cfi.need.value() is None
+    text = cfi.dumpPython_()
+    assert "need = cms.required.double" in text and "maybe = cms.optional.untracked.vstring" in text
+    assert "either = cms.optional.allowed(cms.int32, cms.string)" in text
+    module = cfi.clone(need=2.5, maybe=["a", "b"])
+    assert isinstance(module.need, cms.double) and module.need == 2.5
+    assert isinstance(module.maybe, cms.vstring) and not module.maybe.isTracked() and module.maybe == ["a", "b"]
+    module.either = "text"
+    assert isinstance(module.either, cms.string)
+    with pytest.raises(ValueError, match="parameter 'need': expected double, got string"):
+        cfi.clone(need="x")
+    # Unset placeholders are absent for validation: the description decides.
+    desc = cms.ParameterSetDescription()
+    desc.add("need", cms.double(7.0))
+    desc.add("kept", cms.int32(0))
+    desc.add_optional("maybe", cms.untracked.vstring)
+    desc.add_optional("either", cms.int32)
+    params = desc.validate(cfi, "cfi")
+    assert params.need == 7.0 and "maybe" not in params and "either" not in params
+    assert cms.allowed(cms.int32, cms.string, default=cms.int32(3)) == 3
+
+
+# ---------------------------------------------------------------- Modifiers
+
+
+def test_modifier_acts_only_when_chosen_by_the_process():
+    run3, other = cms.Modifier(), cms.Modifier()
+    module = cms.EDProducer("P", a=cms.int32(1), sub=cms.PSet(x=cms.string("u"), y=cms.int32(0)))
+    other.toModify(module, a=10)  # not chosen: nothing happens
+    assert module.a == 1
+    cms.Process("T", run3)
+    run3.toModify(module, a=2, sub=dict(x="v", y=None), b=cms.bool(True))
+    assert module.a == 2 and module.sub.x == "v" and not module.sub.hasParameter("y") and module.b == True  # noqa: E712
+    run3.toModify(module, lambda m: setattr(m, "a", 3))
+    assert module.a == 3
+    with pytest.raises(TypeError, match="'func' or parameters, but not both"):
+        run3.toModify(module, lambda m: None, a=4)
+    with pytest.raises(KeyError, match="Unknown parameter name 'zz'"):
+        run3.toModify(module, zz=1)
+    (run3 & other).toModify(module, a=5)
+    (run3 & ~other).toModify(module, a=6)
+    (other | run3).toModify(module, sub=dict(x="w"))
+    assert module.a == 6 and module.sub.x == "w"
+
+
+def test_to_replace_with_and_modifier_chains():
+    a, b, unused = cms.Modifier(), cms.Modifier(), cms.Modifier()
+    era = cms.ModifierChain(a, cms.ModifierChain(b))
+    process = cms.Process("T", era)
+    assert a.isChosen() and b.isChosen() and not unused.isChosen() and process.isUsingModifier(b)
+    process.x = cms.EDProducer("Old", p=cms.int32(1))
+    process.y = cms.EDProducer("Y")
+    process.s = cms.Sequence(process.x)
+    b.toReplaceWith(process.x, cms.EDProducer("New", q=cms.string("z")))
+    assert process.x.type_() == "New" and process.x.parameterNames_() == ["q"] and process.x.label_() == "x"
+    a.toReplaceWith(process.s, cms.Sequence(process.y + process.x))
+    assert str(process.s) == "y+x"
+    with pytest.raises(TypeError, match="same class type"):
+        a.toReplaceWith(process.x, cms.EDFilter("F"))
+    unused.toReplaceWith(process.s, cms.Sequence(process.y))
+    assert str(process.s) == "y+x"
+    smaller = era.copyAndExclude([b])
+    assert smaller._holds(a) and not smaller._holds(b)
+
+
+# ---------------------------------------------------------------- load / extend
+
+
+@pytest.fixture
+def fragments(tmp_path, monkeypatch):
+    """A package ``frag`` with a Modifier, a cfi, and a cff that clones, modifies and groups."""
+    package = tmp_path / "frag"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    files = {
+        "mods_cff.py": """
+            import FWCore.ParameterSet.Config as cms
+            sonic = cms.Modifier()
+        """,
+        "thing_cfi.py": """
+            import FWCore.ParameterSet.Config as cms
+            thing = cms.EDProducer("Thing", a=cms.int32(1), sub=cms.PSet(x=cms.string("u")))
+        """,
+        "group_cff.py": """
+            import FWCore.ParameterSet.Config as cms
+            from frag.thing_cfi import *
+            from frag.mods_cff import sonic
+            other = thing.clone(a=2)
+            sonic.toModify(other, a=5, sub=dict(x="v"))
+            common = cms.PSet(z=cms.int32(3))
+            thingTask = cms.Task(thing)
+            thingSeq = cms.Sequence(other, thingTask)
+
+            def _add(process):
+                process.added = cms.EDProducer("Added")
+
+            addWhenSonic = sonic.makeProcessModifier(_add)
+        """,
+        "MessageThing_cfi.py": """
+            import FWCore.ParameterSet.Config as cms
+            Messages = cms.Service("Messages", level=cms.untracked.string("INFO"))
+        """,
+    }
+    for name, text in files.items():
+        (package / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m == "frag" or m.startswith("frag.")]:
+        del sys.modules[name]
+
+
+def test_load_attaches_a_fragments_objects_and_applies_modifiers(fragments):
+    from frag.mods_cff import sonic
+
+    process = cms.Process("T", sonic)
+    module = process.load("frag.group_cff")
+    assert module.__name__ == "frag.group_cff"
+    assert list(process.producers) == ["other", "thing", "added"]  # the ProcessModifier ran last
+    assert process.other.a == 5 and process.other.sub.x == "v" and process.thing.a == 1
+    assert process.common.z == 3 and str(process.thingSeq) == "other, thingTask"
+    process.load("frag/MessageThing_cfi")  # CMSSW accepts slashes
+    assert process.Messages.level == "INFO" and "Messages" in process.services
+
+
+def test_load_without_the_modifier_and_extend_of_a_namespace(fragments):
+    process = cms.Process("T")
+    process.load("frag.group_cff")
+    assert "added" not in process.producers
+    extra = type("Namespace", (), {"more": cms.EDAnalyzer("A"), "_hidden": cms.EDAnalyzer("H")})
+    process.extend(extra)
+    assert "more" in process.analyzers and "_hidden" not in process.analyzers
+
+
+def test_a_fragment_may_not_redefine_a_label_in_use(fragments):
+    process = cms.Process("T")
+    process.other = cms.EDProducer("Mine")
+    process.p = cms.Path(process.other)
+    with pytest.raises(ValueError, match="Trying to override definition of process.other"):
+        process.load("frag.group_cff")
+
+
+def test_load_config_starts_each_config_from_fresh_fragments(fragments, tmp_path):
+    cfg = tmp_path / "modified_cfg.py"
+    cfg.write_text(
+        textwrap.dedent("""
+            import FWCore.ParameterSet.Config as cms
+            from frag.mods_cff import sonic
+            process = cms.Process("T", sonic)
+            process.load("frag.group_cff")
+        """)
+    )
+    plain = tmp_path / "plain_cfg.py"
+    plain.write_text(
+        'import FWCore.ParameterSet.Config as cms\nprocess = cms.Process("T")\nprocess.load("frag.group_cff")\n'
+    )
+    assert framework.config.load_config(cfg).other.a == 5
+    process = framework.config.load_config(plain)  # the Modifier chosen by the first config is not
+    assert process.other.a == 2 and "added" not in process.producers
+
+
+# ---------------------------------------------------------------- del, relabel, dictionaries
+
+
+def _process() -> cms.Process:
+    process = cms.Process("T")
+    for label in "abc":
+        setattr(process, label, cms.EDProducer(label.upper()))
+    process.f = cms.EDFilter("F")
+    process.t = cms.Task(process.c)
+    process.s = cms.Sequence(process.a + process.b)
+    process.p = cms.Path(process.s + ~process.f, process.t)
+    process.e = cms.EndPath(process.b)
+    process.schedule = cms.Schedule(process.p, process.e)
+    return process
+
+
+def test_del_removes_an_object_everywhere():
+    process = _process()
+    del process.b
+    assert "b" not in process.producers and str(process.s) == "a" and str(process.e) == ""
+    del process.c
+    assert process.t.isEmpty() and process.p.moduleNames() == {"a", "f"}
+    del process.f
+    assert str(process.p) == "s, t"
+    del process.e
+    assert list(process.schedule) == [process.p]
+    process.validate_()
+
+
+def test_process_dictionaries_and_names():
+    process = _process()
+    process.es = cms.ESProducer("Geometry", scale=cms.double(1.0))
+    process.add_(cms.ESSource("EmptyESSource"), cms.Service("Tracer"))
+    process.prefer("es")
+    assert list(process.producers) == ["a", "b", "c"] and list(process.filters) == ["f"]
+    assert list(process.paths) == ["p"] and list(process.endpaths) == ["e"] and list(process.tasks) == ["t"]
+    assert list(process.sequences) == ["s"] and list(process.services) == ["Tracer"]
+    assert list(process.es_producers) == ["es"] and list(process.es_sources) == ["EmptyESSource"]
+    assert list(process.es_prefers) == ["es_prefer_es"]
+    assert process.producerNames() == "a b c" and process.pathNames() == "p"
+    with pytest.raises(TypeError):
+        process.paths["x"] = cms.Path()  # read-only views
+    with pytest.raises(ValueError, match="read-only"):
+        process.paths = {}
+
+
+# ---------------------------------------------------------------- Sequence editing
+
+
+def test_sequence_str_and_queries():
+    process = _process()
+    assert str(process.p) == "s+~f, t" and str(process.s) == "a+b"
+    assert process.p.dumpSequencePython() == "process.s+~process.f"
+    assert str(cms.Sequence(process.a + cms.Sequence(process.b + process.c))) == "a+(b+c)"
+    assert process.p.moduleNames() == {"a", "b", "c", "f"}
+    assert process.p.contains(process.b) and process.p.contains(process.c) and not process.e.contains(process.a)
+    assert process.p.index(process.s) == 0 and process.p.index(~process.f) == 1
+    with pytest.raises(ValueError):
+        process.p.index(process.a)  # only the top level
+
+
+def test_sequence_remove_insert_replace():
+    process = _process()
+    assert process.p.remove(process.b)  # found inside s: s is replaced here by a copy without b
+    assert str(process.p) == "a+~f, t" and str(process.s) == "a+b"
+    assert not process.p.remove(process.b)
+    process.p.insert(0, process.b)
+    assert str(process.p) == "b+a+~f, t"
+    assert process.s.replace(process.a, process.c) and str(process.s) == "c+b"
+    process.p.replace(process.f, process.a)
+    assert str(process.p) == "b+a+a, t"
+    process.s += process.a
+    assert str(process.s) == "c+b+a"
+
+
+def test_sequence_copies():
+    process = _process()
+    copy = process.p.copy()
+    copy += process.c
+    assert str(process.p) == "s+~f, t" and not copy.hasLabel_()
+    excluded = process.p.copyAndExclude([process.b, process.t])
+    assert str(excluded) == "(a)+~f" or str(excluded) == "a+~f"
+    assert excluded.moduleNames() == {"a", "f"} and str(process.s) == "a+b"
+    expanded = process.p.expandAndClone()
+    assert str(expanded) == "a+b+~f, t"
+
+
+def test_task_editing():
+    process = _process()
+    process.t.add(process.a)
+    assert process.t.moduleNames() == {"a", "c"} and process.t.contains(process.a)
+    assert str(process.t) == "cms.Task(c, a)"
+    assert process.t.remove(process.c) and process.t.moduleNames() == {"a"}
+    process.t.replace(process.a, process.b)
+    assert process.t.moduleNames() == {"b"} and process.t.copyAndExclude([process.b]).isEmpty()
+
+
+# ---------------------------------------------------------------- options, ES modules
+
+
+def test_options_with_cmssw_keys():
+    process = cms.Process("T")
+    process.options = cms.untracked.PSet(
+        numberOfThreads=cms.untracked.uint32(4),
+        numberOfConcurrentLuminosityBlocks=cms.untracked.uint32(2),
+        accelerators=cms.untracked.vstring("cpu"),
+    )
+    options = process.options_()
+    assert options["numberOfStreams"] == 0 and options["numberOfThreads"] == 4  # 0 = as many as threads
+    assert options["accelerators"] == ["cpu"] and options["numberOfConcurrentLuminosityBlocks"] == 2
+    process.maxLuminosityBlocks = cms.untracked.PSet(input=cms.untracked.int32(1))
+    assert process.maxLuminosityBlocks.input == 1
