@@ -57,6 +57,8 @@ def load_config(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Proce
         args: ``name=value`` strings for the config's :class:`VarParsing`.
 
     Raises:
+        SystemExit: the config exited (its argparse's ``--help`` or usage error, VarParsing's
+            ``help``), as it would under cmsRun.
         ConfigurationError: naming the file: missing file; syntax error (file:line);
             exception while running (file:line of the config, type, message); no
             ``process``, or not a ``cms.Process``; arguments given to a config that
