@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+import framework
+import framework._builder
 import framework.config
 import FWCore.ParameterSet.Config as cms
 from framework.config import ConfigurationError
@@ -401,3 +403,90 @@ def test_options_with_cmssw_keys():
     assert options["accelerators"] == ["cpu"] and options["numberOfConcurrentLuminosityBlocks"] == 2
     process.maxLuminosityBlocks = cms.untracked.PSet(input=cms.untracked.int32(1))
     assert process.maxLuminosityBlocks.input == 1
+
+
+# ---------------------------------------------------------------- a CMSSW-style config runs
+
+
+class _Counter(framework.EDProducer):
+    """Puts the event count; asks for the EventSetup when told to."""
+
+    @classmethod
+    def fill_descriptions(cls, desc):
+        desc.add("askSetup", cms.untracked.bool(False))
+
+    def __init__(self, params):
+        self.ask = params.askSetup
+        self.produces()
+
+    def produce(self, event):
+        if self.ask:
+            self.esConsumes()
+        event.put(1)
+
+
+framework.register_type("testCmsswCounter", _Counter)
+
+CMSSW_STYLE_CFG = """
+import FWCore.ParameterSet.Config as cms
+process = cms.Process("STYLE")
+process.source = cms.Source("EmptySource")
+process.maxEvents = cms.untracked.PSet(input=cms.untracked.int32(3))
+process.counter = cms.EDProducer("testCmsswCounter", askSetup=cms.untracked.bool({ask}))
+process.p = cms.Path(process.counter)
+process.geometry = cms.ESProducer("GeometryESProducer", scale=cms.double(1.0))
+process.conditions = cms.ESSource("PoolDBESSource", connect=cms.string("frontier://x"))
+process.prefer("conditions")
+process.load("FWCore/MessageService/MessageLogger_cfi")
+process.MessageLogger.cerr.FwkReport.reportEvery = 500
+process.MessageLogger.categories.append("TritonClient")
+setattr(process.MessageLogger.cerr, "counter:TritonClient", cms.untracked.PSet(limit=cms.untracked.int32(0)))
+process.MessageLogger.cerr.threshold = "WARNING"
+process.options.numberOfThreads = 2
+process.options.numberOfStreams = 0
+"""
+
+
+def test_a_cmssw_style_config_with_es_modules_and_message_logger_runs(tmp_path, capsys):
+    import logging
+
+    from framework._cmsrun import main
+
+    path = tmp_path / "style_cfg.py"
+    path.write_text(CMSSW_STYLE_CFG.format(ask=False))
+    process = framework.config.load_config(path)
+    job = framework._builder.build_job(process)
+    assert job.streams == 2  # numberOfStreams 0 = as many as threads
+    level = logging.getLogger("pysonic").level
+    assert main([str(path), "--no-progress"]) == 0
+    assert logging.getLogger("pysonic").level == level  # the MessageLogger's settings are undone at the end
+    path.write_text(CMSSW_STYLE_CFG.format(ask=True))
+    assert main([str(path), "--no-progress"]) == 1
+    assert "module 'counter' asks for the EventSetup: pysonic has none" in capsys.readouterr().err
+
+
+async def test_message_logger_maps_threshold_categories_and_files_onto_logging(tmp_path, monkeypatch):
+    import logging
+
+    from framework._messagelogger import MessageLogger
+
+    monkeypatch.chdir(tmp_path)
+    process = cms.Process("ML")
+    process.load("FWCore.MessageService.MessageLogger_cfi")
+    ml = process.MessageLogger
+    ml.cerr.threshold = "WARNING"
+    ml.cerr.TritonClient = cms.untracked.PSet(limit=cms.untracked.int32(0))
+    ml.files = cms.untracked.PSet(debugLog=cms.untracked.PSet(threshold=cms.untracked.string("INFO")))
+    desc = cms.ParameterSetDescription()
+    MessageLogger.fill_descriptions(desc)
+    before = logging.getLogger("pysonic").level
+    service = MessageLogger(desc.validate(ml, "MessageLogger"))
+    try:
+        assert logging.getLogger("pysonic").level == logging.WARNING
+        logging.getLogger("pysonic.sonic").warning("silenced TritonClient message")
+        logging.getLogger("pysonic").warning("kept message")
+    finally:
+        await service.end_job()
+    assert logging.getLogger("pysonic").level == before
+    text = (tmp_path / "debugLog.log").read_text()
+    assert "kept message" in text and "silenced" not in text
