@@ -1,6 +1,6 @@
 """``cmsrun``: run a config file over its events (CMSSW's ``cmsRun``).
 
-    cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v]
+    cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v] [--dump]
            [--dataset FILESET [--chunk-size N]
             [--executor dask [--scheduler ADDRESS] [--workers N] [--skip-bad-files] [--keep-parts]]]
 
@@ -159,6 +159,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs",
     )
+    p.add_argument(
+        "--dump",
+        action="store_true",
+        help="print the loaded config as Python in CMSSW's layout (CMSSW's edmConfigDump) and exit",
+    )
     p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
@@ -183,6 +188,9 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     # As for a script: module types given as "file:Class" next to the config are importable.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.config)))
     process = cms.load_config(ns.config, ns.args)
+    if ns.dump:
+        print(process.dumpPython(), end="")
+        return 0
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)

@@ -490,3 +490,38 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
     assert logging.getLogger("pysonic").level == before
     text = (tmp_path / "debugLog.log").read_text()
     assert "kept message" in text and "silenced" not in text
+
+
+# ---------------------------------------------------------------- dumpPython, cmsrun --dump
+
+
+def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, capsys):
+    from framework._cmsrun import main
+
+    cfg = tmp_path / "dump_cfg.py"
+    cfg.write_text(
+        textwrap.dedent("""
+            import FWCore.ParameterSet.Config as cms
+            from frag.mods_cff import sonic
+            process = cms.Process("DUMP", sonic)
+            process.source = cms.Source("EmptySource")
+            process.load("frag.group_cff")
+            process.f = cms.EDFilter("F", tag=cms.InputTag("a", "b"), names=cms.vstring("x", "it's"),
+                                     req=cms.required.untracked.int32)
+            process.p = cms.Path(process.thingSeq + ~process.f)
+            process.schedule = cms.Schedule(process.p)
+        """)
+    )
+    assert main([str(cfg), "--dump"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith('import FWCore.ParameterSet.Config as cms\n\nprocess = cms.Process("DUMP")\n\n')
+    assert 'process.f = cms.EDFilter("F",\n    tag = cms.InputTag("a","b"),\n' in text
+    assert "    names = cms.vstring('x', \"it's\"),\n    req = cms.required.untracked.int32\n)" in text
+    assert "process.thingTask = cms.Task(process.thing)" in text
+    assert text.index("process.thingTask =") < text.index("process.thingSeq =") < text.index("process.p =")
+    assert "process.p = cms.Path(process.thingSeq+~process.f)" in text
+    assert text.endswith("process.schedule = cms.Schedule(*[ process.p ])\n")
+    dumped = tmp_path / "dumped_cfg.py"
+    dumped.write_text(text)
+    again = framework.config.load_config(dumped)  # no Modifier needed: the dump holds the result
+    assert again.dumpPython() == text and again.other.a == 5 and "added" in again.producers

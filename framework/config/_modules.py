@@ -63,8 +63,12 @@ class _Module(Labelable, ParameterHolder):
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         if not self._parameters:
-            return f"cms.{self._kind}({self._type!r})"
-        return f"cms.{self._kind}({self._type!r},\n{self._dump_parameters(indent)}\n{' ' * indent})"
+            return f'cms.{self._kind}("{self._type}")'
+        return f'cms.{self._kind}("{self._type}",\n{self._dump_parameters(indent)}\n{" " * indent})'
+
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this declaration."""
+        return self.dumpPython_()
 
     def __repr__(self) -> str:
         return self.dumpPython_()
@@ -143,7 +147,7 @@ class ESPrefer(_ESModule):
         return self._target  # type: ignore[no-any-return]
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        head = f"cms.ESPrefer({self._type!r}, {self._target!r}" if self._target else f"cms.ESPrefer({self._type!r}"
+        head = f'cms.ESPrefer("{self._type}","{self._target}"' if self._target else f'cms.ESPrefer("{self._type}"'
         if not self._parameters:
             return head + ")"
         return f"{head},\n{self._dump_parameters(indent)}\n{' ' * indent})"

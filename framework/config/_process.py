@@ -87,11 +87,11 @@ MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
 }
 MAX_LUMIS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted (no luminosity blocks here)")}
 MAX_SECONDS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted")}
-_SPECIAL = {
-    "options": OPTIONS,
+_SPECIAL = {  # in CMSSW's dump order
     "maxEvents": MAX_EVENTS,
     "maxLuminosityBlocks": MAX_LUMIS,
     "maxSecondsUntilRampdown": MAX_SECONDS,
+    "options": OPTIONS,
 }
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
 _SEQUENCEABLE = (*_ED_KINDS, Sequence)
@@ -565,13 +565,17 @@ class Process:
 
     # ------------------------------------------------------------ dump
 
-    def dumpPython_(self) -> str:  # noqa: N802
-        """Python source that rebuilds this config (for ``cmsrun --dump``)."""
-        lines = ["import framework.config as cms", "", f"process = cms.Process({self._name!r})", ""]
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """Python source that rebuilds this config, in CMSSW's layout (``edmConfigDump``,
+        ``cmsrun --dump``): the header, ``process = cms.Process("NAME")``, then one statement
+        per object, separated by blank lines, in CMSSW's order: source, PSets (maxEvents,
+        options, ... first), VPSets, modules by kind, Services, ES modules, Tasks and
+        Sequences (each after those it holds), Paths, EndPaths, the schedule."""
+        out = [f'process = cms.Process("{self._name}")']
         if self._source is not None:
-            lines.append(f"process.source = {self._source.dumpPython_()}")
-        lines.append(f"process.maxEvents = {self._maxEvents.dumpPython_()}")
-        lines.append(f"process.options = {self._options.dumpPython_()}")
+            out.append(f"process.source = {self._source.dumpPython_()}")
+        for special in _SPECIAL:
+            out.append(f"process.{special} = {self.__dict__['_' + special].dumpPython_()}")
         emitted: set[int] = set()
 
         def emit(label: str, obj: Any) -> None:
@@ -581,14 +585,18 @@ class Process:
             for dep in _dependencies(obj):  # a Sequence or Task must be defined before use
                 if dep.hasLabel_() and self._objects.get(dep.label_()) is dep:
                     emit(dep.label_(), dep)
-            lines.append(f"process.{label} = {obj.dumpPython_()}")
+            out.append(f"process.{label} = {obj.dumpPython_()}")
 
-        for kinds in ((PSet, Service, *_ED_KINDS), Task, Sequence, Path, EndPath):
-            for label, obj in self._by_type(kinds).items():
-                emit(label, obj)
+        kinds = (PSet, VPSet, *_ED_KINDS, Service, ESProducer, ESSource, ESPrefer, Task, Sequence, Path, EndPath)
+        for kind in kinds:
+            for label, obj in self._objects.items():
+                if type(obj) is kind or (kind is PSet and isinstance(obj, PSet)):
+                    emit(label, obj)
         if self._schedule is not None:
-            lines.append(f"process.schedule = {self._schedule.dumpPython_()}")
-        return "\n".join(lines) + "\n"
+            out.append(f"process.schedule = {self._schedule.dumpPython_()}")
+        return "import FWCore.ParameterSet.Config as cms\n\n" + "\n\n".join(out) + "\n"
+
+    dumpPython_ = dumpPython  # pysonic's spelling (methods end in "_")
 
     def __repr__(self) -> str:
         return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self._by_type(Path))} paths>"

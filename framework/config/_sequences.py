@@ -56,6 +56,10 @@ class Labelable:
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         raise NotImplementedError
 
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this object."""
+        return self.dumpPython_()
+
     def __repr__(self) -> str:
         return self.dumpPython_()
 
@@ -535,7 +539,8 @@ class Task(Labelable):
         return out
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        return f"cms.Task({', '.join(item._ref_(indent) for item in self._items)})"
+        # CMSSW prints a Task's content sorted (a Task is a set).
+        return f"cms.Task({', '.join(sorted(item._ref_(indent) for item in self._items))})"
 
 
 class Schedule(Labelable):
@@ -599,7 +604,7 @@ class Schedule(Labelable):
         return len(self._paths)
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        args = ", ".join(p._ref_(indent) for p in self._paths)
+        args = "*[ " + ", ".join(p._ref_(indent) for p in self._paths) + " ]" if self._paths else ""
         if self._tasks:
             args += ", tasks=[" + ", ".join(t._ref_(indent) for t in self._tasks) + "]"
         return f"cms.Schedule({args})"

@@ -131,6 +131,10 @@ class _ParameterTypeBase:
     def _dump_args(self, indent: int) -> str:
         raise NotImplementedError
 
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this parameter."""
+        return self.dumpPython_()
+
     def value(self) -> Any:
         """The plain Python value (each type says which)."""
         raise NotImplementedError
@@ -416,10 +420,11 @@ class InputTag(_ParameterTypeBase):
         return self.encode()
 
     def _dump_args(self, indent: int) -> str:
+        # CMSSW's form: cms.InputTag("label","instance","process"), trailing empty parts dropped.
         parts = [self.label, self.instance, self.process]
         while len(parts) > 1 and not parts[-1]:
             parts.pop()
-        return ", ".join(repr(p) for p in parts)
+        return ",".join(f'"{p}"' for p in parts)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, InputTag):
