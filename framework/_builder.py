@@ -52,12 +52,13 @@ class ProductRegistry:
 class PathSpec:
     """A Path or EndPath with its TrigReport counters.
 
-    ``entries`` are (worker, inverted) in execution order. Counters per entry: visited,
+    ``entries`` are (worker, inverted) in execution order; inverted is None for a module
+    whose decision is ignored (``cms.ignore``). Counters per entry: visited,
     passed, failed (filter said no), errors.
     """
 
     name: str
-    entries: list[tuple[Worker, bool]]
+    entries: list[tuple[Worker, bool | None]]
     end: bool = False
     visited: int = 0
     passed: int = 0

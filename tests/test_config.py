@@ -253,7 +253,7 @@ def test_label_reassigned_replaces_everywhere_and_relabel():
     process.prod = cms.EDProducer("Other")  # CMSSW: the new object takes the old one's place everywhere
     assert process.prod.type_() == "Other" and not old.hasLabel_()
     assert process.seq.contains(process.prod) and not process.seq.contains(old)
-    assert str(process.path) == "seq+ana" and str(process.seq) == "prod+filt"
+    assert str(process.path) == "prod+filt+ana" and str(process.seq) == "prod+filt"  # nested Sequences expanded
     with pytest.raises(ConfigurationError, match="already attached as 'prod'") as info:
         process.prod2 = process.prod
     assert isinstance(info.value, ValueError)
@@ -398,7 +398,7 @@ def test_tasks_and_task_labels():
 
 def test_schedule_object_errors():
     process = _process()
-    with pytest.raises(ConfigurationError, match="a Task holds EDProducers, EDFilters and Tasks"):
+    with pytest.raises(ConfigurationError, match="a Task holds EDProducers, EDFilters, ES modules, Services and Tasks"):
         cms.Task(process.ana)
     with pytest.raises(ConfigurationError, match="pass a Task as an extra argument"):
         process.prod + cms.Task(process.prod)

@@ -134,7 +134,7 @@ def test_required_optional_and_allowed_placeholders_of_generated_cfis():
     assert cfi.need.value() is None
     text = cfi.dumpPython_()
     assert "need = cms.required.double" in text and "maybe = cms.optional.untracked.vstring" in text
-    assert "either = cms.optional.allowed(cms.int32, cms.string)" in text
+    assert "either = cms.optional.allowed(cms.int32,cms.string)" in text
     module = cfi.clone(need=2.5, maybe=["a", "b"])
     assert isinstance(module.need, cms.double) and module.need == 2.5
     assert isinstance(module.maybe, cms.vstring) and not module.maybe.isTracked() and module.maybe == ["a", "b"]
@@ -314,7 +314,7 @@ def test_del_removes_an_object_everywhere():
     del process.c
     assert process.t.isEmpty() and process.p.moduleNames() == {"a", "f"}
     del process.f
-    assert str(process.p) == "s, t"
+    assert str(process.p) == "a, t" and process.p.dumpSequencePython() == "process.s"
     del process.e
     assert list(process.schedule) == [process.p]
     process.validate_()
@@ -342,9 +342,11 @@ def test_process_dictionaries_and_names():
 
 def test_sequence_str_and_queries():
     process = _process()
-    assert str(process.p) == "s+~f, t" and str(process.s) == "a+b"
+    # str() as CMSSW's: nested Sequences expanded to their modules
+    assert str(process.p) == "a+b+~f, t" and str(process.s) == "a+b"
     assert process.p.dumpSequencePython() == "process.s+~process.f"
-    assert str(cms.Sequence(process.a + cms.Sequence(process.b + process.c))) == "a+(b+c)"
+    assert process.p.dumpPython() == "cms.Path(process.s+~process.f, process.t)\n"
+    assert str(cms.Sequence(process.a + cms.Sequence(process.b + process.c))) == "a+b+c"
     assert process.p.moduleNames() == {"a", "b", "c", "f"}
     assert process.p.contains(process.b) and process.p.contains(process.c) and not process.e.contains(process.a)
     assert process.p.index(process.s) == 0 and process.p.index(~process.f) == 1
@@ -370,9 +372,9 @@ def test_sequence_copies():
     process = _process()
     copy = process.p.copy()
     copy += process.c
-    assert str(process.p) == "s+~f, t" and not copy.hasLabel_()
+    assert str(process.p) == "a+b+~f, t" and not copy.hasLabel_()
     excluded = process.p.copyAndExclude([process.b, process.t])
-    assert str(excluded) == "(a)+~f" or str(excluded) == "a+~f"
+    assert excluded.dumpPython() == "cms.Path(cms.Sequence(process.a)+~process.f)\n"  # s copied without b
     assert excluded.moduleNames() == {"a", "f"} and str(process.s) == "a+b"
     expanded = process.p.expandAndClone()
     assert str(expanded) == "a+b+~f, t"
@@ -515,8 +517,9 @@ def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, ca
     assert main([str(cfg), "--dump"]) == 0
     text = capsys.readouterr().out
     assert text.startswith('import FWCore.ParameterSet.Config as cms\n\nprocess = cms.Process("DUMP")\n\n')
-    assert 'process.f = cms.EDFilter("F",\n    tag = cms.InputTag("a","b"),\n' in text
-    assert "    names = cms.vstring('x', \"it's\"),\n    req = cms.required.untracked.int32\n)" in text
+    # parameters sorted by name, as CMSSW dumps them
+    assert 'process.f = cms.EDFilter("F",\n    names = cms.vstring(\'x\', "it\'s"),\n' in text
+    assert '    req = cms.required.untracked.int32,\n    tag = cms.InputTag("a","b")\n)' in text
     assert "process.thingTask = cms.Task(process.thing)" in text
     assert text.index("process.thingTask =") < text.index("process.thingSeq =") < text.index("process.p =")
     assert "process.p = cms.Path(process.thingSeq+~process.f)" in text
@@ -525,3 +528,169 @@ def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, ca
     dumped.write_text(text)
     again = framework.config.load_config(dumped)  # no Modifier needed: the dump holds the result
     assert again.dumpPython() == text and again.other.a == 5 and "added" in again.producers
+
+
+# ---------------------------------------------------------------- more of CMSSW's language
+
+
+def test_keyword_parameters_are_sorted_and_dumps_end_with_a_newline():
+    module = cms.EDAnalyzer("A", foo=cms.untracked.int32(1), bar=cms.untracked.string("it"))
+    module.zed = cms.bool(True)
+    assert module.parameterNames_() == ["bar", "foo", "zed"]  # CMSSW adds keywords sorted
+    assert module.dumpPython() == (
+        "cms.EDAnalyzer(\"A\",\n    bar = cms.untracked.string('it'),\n    foo = cms.untracked.int32(1),\n"
+        "    zed = cms.bool(True)\n)\n"
+    )
+    assert module.copy().foo == 1 and not module.copy().hasLabel_()
+    assert cms.PSet(b=cms.int32(1), a=cms.int32(2)).dumpPython() == (
+        "cms.PSet(\n    a = cms.int32(2),\n    b = cms.int32(1)\n)"
+    )
+
+
+def test_ignore_and_wait_in_paths():
+    process = cms.Process("T")
+    process.f = cms.EDFilter("F")
+    process.a = cms.EDProducer("A")
+    process.p = cms.Path(cms.ignore(process.f) + cms.wait(process.a))
+    assert process.p.dumpPython() == "cms.Path(cms.ignore(process.f)+cms.wait(process.a))\n"
+    assert str(process.p) == "cms.ignore(f)+cms.wait(a)"
+    assert process.p.moduleEntries_() == [("f", None), ("a", False)]  # None: the decision is ignored
+    assert process.p.contains(process.f) and process.p.remove(process.f) and str(process.p) == "cms.wait(a)"
+    with pytest.raises(TypeError):
+        cms.ignore(cms.Sequence())
+
+
+class _Reject(framework.EDFilter):
+    def filter(self, event):
+        return False
+
+
+class _Seen(framework.EDAnalyzer):
+    count = 0
+
+    def analyze(self, event):
+        type(self).count += 1
+
+
+framework.register_type("testCmsswReject", _Reject)
+framework.register_type("testCmsswSeen", _Seen)
+
+
+async def test_an_ignored_filter_does_not_stop_its_path():
+    from framework._scheduler import run_job
+
+    process = cms.Process("T")
+    process.source = cms.Source("EmptySource")
+    process.maxEvents.input = 3
+    process.reject = cms.EDFilter("testCmsswReject")
+    process.seen = cms.EDAnalyzer("testCmsswSeen")
+    process.p = cms.Path(cms.ignore(process.reject) + process.seen)
+    _Seen.count = 0
+    await run_job(framework._builder.build_job(process))
+    assert _Seen.count == 3
+    process.p = cms.Path(process.reject + process.seen)
+    _Seen.count = 0
+    await run_job(framework._builder.build_job(process))
+    assert _Seen.count == 0
+
+
+def test_sequences_and_tasks_hold_no_parameters_and_tasks_hold_es_modules():
+    process = _process()
+    with pytest.raises(AttributeError):
+        process.s.something = 1
+    process.es = cms.ESProducer("E")
+    process.t.add(process.es)
+    assert process.t.moduleLabels_() == {"c"}  # ES modules are configuration only: nothing runs
+    with pytest.raises(RuntimeError, match="cannot hold EDAnalyzer"):
+        cms.Task(cms.EDAnalyzer("A"))
+    process.alias = cms.EDAlias(a=cms.VPSet(cms.PSet(type=cms.string("Foo"))))
+    assert list(process.aliases) == ["alias"] and "cms.EDAlias(" in process.dumpPython()
+
+
+def test_attach_errors_are_cmssw_exception_types():
+    process = cms.Process("T")
+    with pytest.raises(TypeError):
+        process.b = "this should fail"
+    with pytest.raises(TypeError):
+        process.bad = cms.Service("Bad")  # a Service goes under its type name
+    with pytest.raises(ValueError):
+        process.bad = cms.Source("PoolSource")
+
+
+def test_global_replace():
+    process = _process()
+    process.globalReplace("b", cms.EDProducer("B2"))
+    assert process.b.type_() == "B2" and process.s.contains(process.b) and process.e.contains(process.b)
+    with pytest.raises(ValueError, match="has no 'nope'"):
+        process.globalReplace("nope", cms.EDProducer("X"))
+
+
+def test_max_events_output_takes_an_int_or_a_pset():
+    process = cms.Process("T")
+    assert process.maxEvents.output.value() is None
+    process.maxEvents.output = 10
+    assert process.maxEvents.output == 10
+    process.maxEvents.output = cms.untracked.PSet(out=cms.untracked.int32(10))
+    assert process.maxEvents.output.out == 10
+    process.maxEvents = cms.untracked.PSet(input=cms.untracked.int32(5))
+    assert process.maxEvents_() == 5
+
+
+def test_input_tag_es_input_tag_and_vbool():
+    tag = cms.InputTag("label", processName="proc")
+    assert tag.moduleLabel == "label" and tag.productInstanceLabel == "" and tag.processName == "proc"
+    assert repr(tag) == 'cms.InputTag("label","","proc")'
+    tag.productInstanceLabel = "i"
+    tag.setModuleLabel("other")
+    assert tag.value() == "other:i:proc" and cms.InputTag("a") < cms.InputTag("b")
+    es = cms.ESInputTag("module:data")
+    assert (es.getModuleLabel(), es.getDataLabel(), es.value()) == ("module", "data", "module:data")
+    assert cms.vbool(True, False).value() == [True, False]
+    with pytest.raises(TypeError):
+        cms.vbool(1)
+
+
+def test_placeholders_set_in_place_any_label_and_templates():
+    pset = cms.PSet(anInt=cms.required.int32)
+    pset.anInt.setValue(3)
+    assert pset.anInt.value() == 3 and pset.dumpPython() == "cms.PSet(\n    anInt = cms.int32(3)\n)"
+    untracked = cms.PSet(anInt=cms.required.untracked.int32)
+    untracked.anInt = 5
+    assert untracked.dumpPython() == "cms.PSet(\n    anInt = cms.untracked.int32(5)\n)"
+    with pytest.raises(TypeError):
+        cms.PSet(anInt=cms.required.int32).anInt = cms.string("x")
+    wild = cms.PSet(allowAnyLabel_=cms.required.int32)
+    assert not wild.hasParameter("allowAnyLabel_")
+    wild.foo = 3
+    assert isinstance(wild.foo, cms.int32) and wild.foo == 3
+    with pytest.raises(ValueError, match="parameter 'bar'"):
+        wild.bar = "bad"
+    categories = cms.untracked.PSet(
+        allowAnyLabel_=cms.optional.untracked.PSetTemplate(
+            limit=cms.untracked.int32(10), reportEvery=cms.untracked.int32(1)
+        )
+    )
+    categories.TritonClient = dict(limit=0)
+    assert categories.TritonClient.limit == 0 and categories.TritonClient.reportEvery == 1
+    assert "allowAnyLabel_ = cms.optional.untracked.PSetTemplate(" in categories.dumpPython()
+
+
+def test_modifier_edits_vectors_by_index_and_reports_unknown_names():
+    m = cms.Modifier()
+    cms.Process("T", m)
+    module = cms.EDAnalyzer(
+        "A",
+        fred=cms.vuint32(1, 2, 3),
+        flintstones=cms.VPSet(cms.PSet(fred=cms.int32(1)), cms.PSet(wilma=cms.int32(1))),
+        nested=cms.PSet(inner=cms.PSet(wilma=cms.int32(1))),
+    )
+    m.toModify(module, fred={1: 7}, flintstones={1: dict(wilma=cms.int32(2))})
+    assert list(module.fred) == [1, 7, 3] and module.flintstones[1].wilma == 2
+    with pytest.raises(IndexError):
+        m.toModify(module, fred={5: 7})
+    with pytest.raises(TypeError):
+        m.toModify(module, flintstones=dict(bogus=cms.int32(37)))
+    with pytest.raises(KeyError):
+        m.toModify(module, nested=dict(imnothere=dict(wilma=2)))
+    chain = cms.ModifierChain(m, cms.ModifierChain(cms.Modifier()))
+    assert chain._isOrContains(m) and m._isOrContains(m) and not m._isOrContains(chain)

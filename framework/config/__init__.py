@@ -26,6 +26,7 @@ from ._loader import load_config as load_config
 from ._modifiers import Modifier as Modifier
 from ._modifiers import ModifierChain as ModifierChain
 from ._modifiers import ProcessModifier as ProcessModifier
+from ._modules import EDAlias as EDAlias
 from ._modules import EDAnalyzer as EDAnalyzer
 from ._modules import EDFilter as EDFilter
 from ._modules import EDProducer as EDProducer
@@ -37,6 +38,7 @@ from ._modules import Service as Service
 from ._modules import Source as Source
 from ._process import Process as Process
 from ._pset import PSet as PSet
+from ._pset import PSetTemplate as PSetTemplate
 from ._pset import VPSet as VPSet
 from ._pset import allowed as allowed
 from ._pset import optional as optional
@@ -47,6 +49,9 @@ from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
 from ._sequences import Task as Task
+from ._sequences import ignore as ignore
+from ._sequences import wait as wait
+from ._types import ESInputTag as ESInputTag
 from ._types import InputTag as InputTag
 from ._types import VInputTag as VInputTag
 from ._types import _bool
@@ -56,6 +61,7 @@ from ._types import int64 as int64
 from ._types import string as string
 from ._types import uint32 as uint32
 from ._types import uint64 as uint64
+from ._types import vbool as vbool
 from ._types import vdouble as vdouble
 from ._types import vint32 as vint32
 from ._types import vint64 as vint64
@@ -69,6 +75,12 @@ from ._varparsing import VarParsing as VarParsing
 bool = _bool  # noqa: A001
 
 __all__ = [
+    "vbool",
+    "ESInputTag",
+    "wait",
+    "ignore",
+    "PSetTemplate",
+    "EDAlias",
     "ConfigurationError",
     "DescriptionRow",
     "EDAnalyzer",

@@ -251,7 +251,12 @@ def _items_of(pset: Any, context: str, path: str) -> dict[str, Any]:
         return {}
     if isinstance(pset, ParameterHolder):
         # cms.required.X / cms.optional.X never given a value: absent (the description decides).
-        return {n: v for n, v in pset.parameters_().items() if not isinstance(v, ProxyParameter)}
+        items = pset.parameters_()
+        return {
+            n: (v._value if isinstance(v, ProxyParameter) else v)
+            for n, v in items.items()
+            if not isinstance(v, ProxyParameter) or v._value is not None
+        }
     if isinstance(pset, (Mapping, ParameterSet)):
         return dict(pset.items())
     where = f"parameter '{path}': " if path else ""

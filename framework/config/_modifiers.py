@@ -86,10 +86,7 @@ def _modify_parameters(obj: Any, kw: dict[str, Any]) -> None:
         for name, value in kw.items():
             setattr(obj, name, value)
         return
-    for name in kw:
-        if name not in obj.parameterNames_() and not hasattr(kw[name], "isTracked") and kw[name] is not None:
-            raise KeyError(f"Unknown parameter name '{name}' specified while calling Modifier")
-    obj._apply_overrides(kw)
+    obj._apply_overrides(kw, KeyError)
 
 
 class _AndModifier(_BoolModifierBase):
@@ -125,6 +122,9 @@ class Modifier(_BoolModifierBase):
     def _isChosen(self) -> bool:  # noqa: N802
         return self._chosen
 
+    def _isOrContains(self, other: Any) -> bool:  # noqa: N802 - CMSSW spelling
+        return other is self
+
     def __deepcopy__(self, memo: dict[int, Any]) -> Modifier:
         return self  # a Modifier is a global switch, never copied with a config
 
@@ -146,6 +146,9 @@ class ModifierChain(_BoolModifierBase):
 
     def _isChosen(self) -> bool:  # noqa: N802
         return self._chosen
+
+    def _isOrContains(self, other: Any) -> bool:  # noqa: N802 - CMSSW spelling
+        return other is self or self._holds(other)
 
     def _holds(self, modifier: Any) -> bool:
         return any(m is modifier or (isinstance(m, ModifierChain) and m._holds(modifier)) for m in self._modifiers)

@@ -16,6 +16,7 @@ from ._pset import ParameterHolder, PSet
 from ._sequences import Inverted, Labelable, Sequenceable
 
 __all__ = [
+    "EDAlias",
     "EDAnalyzer",
     "EDFilter",
     "EDProducer",
@@ -50,7 +51,11 @@ class _Module(Labelable, ParameterHolder):
 
     def _replace_content_(self, other: ParameterHolder) -> None:
         super()._replace_content_(other)
-        object.__setattr__(self, "_type", other._type)  # type: ignore[attr-defined]
+        object.__setattr__(self, "_type", other._type)
+
+    def copy(self) -> Any:
+        """A deep copy without label (CMSSW's ``copy()``; ``clone()`` takes changes too)."""
+        return self.clone()
 
     def clone(self, *psets: PSet, **overrides: Any) -> Any:
         """A deep copy, without label, with ``overrides`` applied (as :meth:`PSet.clone`)."""
@@ -67,8 +72,8 @@ class _Module(Labelable, ParameterHolder):
         return f'cms.{self._kind}("{self._type}",\n{self._dump_parameters(indent)}\n{" " * indent})'
 
     def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
-        """As CMSSW's ``dumpPython()``: the Python source of this declaration."""
-        return self.dumpPython_()
+        """As CMSSW's ``dumpPython()``: the Python source of this declaration, with a final newline."""
+        return self.dumpPython_() + "\n"
 
     def __repr__(self) -> str:
         return self.dumpPython_()
@@ -151,3 +156,19 @@ class ESPrefer(_ESModule):
         if not self._parameters:
             return head + ")"
         return f"{head},\n{self._dump_parameters(indent)}\n{' ' * indent})"
+
+
+class EDAlias(_Module):
+    """``cms.EDAlias(label = cms.VPSet(cms.PSet(type = cms.string("Foo"))))``: CMSSW's product
+    aliases; a configuration object only here (it loads and dumps, and aliases nothing)."""
+
+    _kind = "EDAlias"
+
+    def __init__(self, *psets: PSet, **params: Any) -> None:
+        object.__setattr__(self, "_type", "")
+        ParameterHolder.__init__(self, *psets, **params)
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        if not self._parameters:
+            return "cms.EDAlias()"
+        return f"cms.EDAlias(\n{self._dump_parameters(indent)}\n{' ' * indent})"

@@ -32,8 +32,19 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from ._modifiers import Modifier, ModifierChain, ProcessModifier
-from ._modules import EDAnalyzer, EDFilter, EDProducer, ESPrefer, ESProducer, ESSource, OutputModule, Service, Source
-from ._pset import PSet, VPSet, untracked
+from ._modules import (
+    EDAlias,
+    EDAnalyzer,
+    EDFilter,
+    EDProducer,
+    ESPrefer,
+    ESProducer,
+    ESSource,
+    OutputModule,
+    Service,
+    Source,
+)
+from ._pset import ProxyParameter, PSet, VPSet, optional, untracked
 from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task, _ModuleSequence
 from ._types import (
     ConfigTypeError,
@@ -83,7 +94,7 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
 }
 MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
     "input": (int32, -1, "number of events to read; -1 = all"),
-    "output": (PSet, {}, "accepted (events written per output module: not supported here)"),
+    "output": (None, None, "accepted (events written per output module: not supported here)"),
 }
 MAX_LUMIS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted (no luminosity blocks here)")}
 MAX_SECONDS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted")}
@@ -111,11 +122,14 @@ _DICTS = {
     "endpaths": "endpaths_",
     "psets": "psets_",
     "vpsets": "vpsets_",
+    "aliases": "aliases_",
 }
 
 
 def _default_pset(spec: Mapping[str, tuple[Any, Any, str]]) -> PSet:
     def make(cls: Any, default: Any) -> Any:
+        if cls is None:  # CMSSW's maxEvents.output: an int32, or a PSet by output module
+            return optional.untracked.allowed(int32, PSet)
         if cls is PSet:
             return untracked.PSet()
         return untracked(cls(*default) if cls is VPSet else cls(default))
@@ -144,7 +158,13 @@ def _merge_special(which: str, value: Any) -> PSet:
             hint = f" ({near})" if near.startswith("did") else ""
             raise ConfigurationError(f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}")
         try:
-            if isinstance(v, (PSet, VPSet)):
+            if isinstance(v, ProxyParameter) and not v.isSet_():
+                continue  # still the default placeholder
+            if isinstance(v, ProxyParameter):
+                v = v._value
+            if spec[name][0] is None:
+                setattr(merged, name, v)
+            elif isinstance(v, (PSet, VPSet)):
                 v = copy.deepcopy(v)
                 v.setIsTracked(False)
                 setattr(merged, name, v)
@@ -279,7 +299,7 @@ class Process:
         if not label.isidentifier() or label.startswith("_") or label.endswith("_"):
             raise ConfigValueError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
         if isinstance(obj, Source):
-            raise ConfigTypeError(f"process.{label}: a Source must be assigned to process.source")
+            raise ConfigValueError(f"process.{label}: a Source must be assigned to process.source")
         if not isinstance(obj, (Labelable, PSet, VPSet)) or isinstance(obj, Schedule):
             raise ConfigTypeError(
                 f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, ES module, "
@@ -290,7 +310,7 @@ class Process:
         if existing is obj:
             return
         if isinstance(obj, Service) and label != obj.type_():
-            raise ConfigValueError(
+            raise ConfigTypeError(
                 f"a Service is attached under its type name: process.{obj.type_()} = ..., not process.{label}"
             )
         # CMSSW relabels an object unless this process holds it under its old label.
@@ -460,6 +480,20 @@ class Process:
     def vpsets_(self) -> dict[str, VPSet]:
         return self._by_type(VPSet)
 
+    def aliases_(self) -> dict[str, EDAlias]:
+        return self._by_type(EDAlias)
+
+    def globalReplace(self, label: str, new: Any) -> None:  # noqa: N802 - CMSSW spelling
+        """Replace the object labelled ``label`` by ``new`` in the process and in every
+        Sequence, Path, Task and the Schedule (CMSSW's ``globalReplace``).
+
+        Raises:
+            ConfigValueError: no object has that label.
+        """
+        if label not in self._objects:
+            raise ConfigValueError(f"globalReplace: process '{self._name}' has no '{label}'")
+        self._attach(label, new)
+
     def _scheduled(self, cls: type[Path] | type[EndPath]) -> dict[str, Any]:
         if self._schedule is None:
             return self._by_type(cls)
@@ -587,7 +621,20 @@ class Process:
                     emit(dep.label_(), dep)
             out.append(f"process.{label} = {obj.dumpPython_()}")
 
-        kinds = (PSet, VPSet, *_ED_KINDS, Service, ESProducer, ESSource, ESPrefer, Task, Sequence, Path, EndPath)
+        kinds = (
+            PSet,
+            VPSet,
+            *_ED_KINDS,
+            Service,
+            ESProducer,
+            ESSource,
+            ESPrefer,
+            Task,
+            Sequence,
+            Path,
+            EndPath,
+            EDAlias,
+        )
         for kind in kinds:
             for label, obj in self._objects.items():
                 if type(obj) is kind or (kind is PSet and isinstance(obj, PSet)):

@@ -14,6 +14,7 @@ from .._errors import ConfigurationError
 from ._types import (
     ConfigTypeError,
     ConfigValueError,
+    ESInputTag,
     InputTag,
     VInputTag,
     _bool,
@@ -31,6 +32,7 @@ from ._types import (
     string,
     uint32,
     uint64,
+    vbool,
     vdouble,
     vint32,
     vint64,
@@ -63,8 +65,9 @@ class ParameterHolder:
                 )
             for name, value in pset.parameters_().items():
                 self._set_parameter(name, copy.deepcopy(value))
-        for name, value in params.items():
-            self._set_parameter(name, value)
+        # CMSSW adds keyword parameters in sorted order (its dumps and parameterNames_ show it).
+        for name in sorted(params):
+            self._set_parameter(name, params[name])
 
     def _what_(self) -> str:
         return type(self).__name__
@@ -98,6 +101,12 @@ class ParameterHolder:
         return name in self._parameters
 
     def _set_parameter(self, name: str, value: Any) -> None:
+        if name == "allowAnyLabel_":
+            # CMSSW's wildcard of generated cfis: any new name, its value of this type.
+            if not isinstance(value, ProxyParameter):
+                raise ConfigTypeError(f"{self._what_()}: allowAnyLabel_ takes cms.required.X or cms.optional.X")
+            object.__setattr__(self, "_any_label", value)
+            return
         # CMSSW's names: identifiers, and ':' for MessageLogger categories ("Module:Category").
         if not name.replace(":", "_").isidentifier() or name.startswith("_") or name.endswith("_"):
             raise ConfigValueError(
@@ -120,6 +129,13 @@ class ParameterHolder:
             return
         if isinstance(value, _ParameterTypeBase):
             self._parameters[name] = value  # a typed value replaces (CMSSW), type and tracked-ness included
+            return
+        any_label = self.__dict__.get("_any_label")
+        if existing is None and any_label is not None:
+            try:
+                self._parameters[name] = any_label.make(value)
+            except ConfigurationError as e:
+                raise ConfigValueError(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
             return
         if existing is None:
             raise ConfigTypeError(
@@ -176,28 +192,42 @@ class ParameterHolder:
             values = values.parameters_()
         self._apply_overrides(values)
 
-    def _apply_overrides(self, overrides: Mapping[str, Any]) -> None:
-        # CMSSW clone() semantics: None removes a parameter, a dict edits a nested PSet (or
-        # items of a VPSet by index), a plain value keeps the parameter's type.
+    def _apply_overrides(self, overrides: Mapping[str, Any], unknown: type[Exception] = ConfigTypeError) -> None:
+        # CMSSW's rules (clone, update_, Modifier.toModify): None removes a parameter, a dict
+        # edits a nested PSet, or items of a VPSet or vector by index, a plain value keeps the
+        # parameter's type; ``unknown`` is raised for names that do not exist (KeyError for
+        # Modifiers), IndexError for an index out of range, TypeError for a non-integer one.
         for name, value in overrides.items():
             existing = self._parameters.get(name)
             if value is None:
                 if name not in self._parameters:
-                    raise ConfigTypeError(f"{self._what_()}: no parameter '{name}' to remove")
+                    raise unknown(f"{self._what_()}: no parameter '{name}' to remove")
                 del self._parameters[name]
             elif isinstance(value, Mapping) and isinstance(existing, PSet):
-                existing._apply_overrides(value)
-            elif isinstance(value, Mapping) and isinstance(existing, VPSet):
+                existing._apply_overrides(value, unknown)
+            elif isinstance(value, Mapping) and isinstance(existing, _Vector):
                 for index, item in value.items():
-                    if not isinstance(index, int) or not -len(existing) <= index < len(existing):
-                        raise ConfigTypeError(f"{self._what_()}: parameter '{name}': no item [{index}] to modify")
-                    existing[index]._apply_overrides(item)
+                    if not isinstance(index, int) or isinstance(index, bool):
+                        raise ConfigTypeError(f"{self._what_()}: parameter '{name}': index {index!r} is not an integer")
+                    if not -len(existing) <= index < len(existing):
+                        raise IndexError(f"{self._what_()}: parameter '{name}' has no item [{index}]")
+                    if isinstance(existing, VPSet) and isinstance(item, Mapping):
+                        existing[index]._apply_overrides(item, unknown)
+                    else:
+                        existing[index] = item
+            elif isinstance(value, Mapping) and existing is None:
+                raise unknown(f"{self._what_()}: no parameter '{name}' to modify")
+            elif existing is None and not isinstance(value, _ParameterTypeBase) and unknown is not ConfigTypeError:
+                raise unknown(f"Unknown parameter name '{name}' specified while calling Modifier")
             else:
                 self._set_parameter(name, value)
 
     def _dump_parameters(self, indent: int) -> str:
         pad = " " * (indent + 4)
-        return ",\n".join(f"{pad}{n} = {_dump_any(v, indent + 4)}" for n, v in self._parameters.items())
+        items = sorted(self._parameters.items())  # CMSSW's dumps list parameters sorted by name
+        if "_any_label" in self.__dict__:
+            items.append(("allowAnyLabel_", self.__dict__["_any_label"]))
+        return ",\n".join(f"{pad}{n} = {_dump_any(v, indent + 4)}" for n, v in items)
 
 
 class PSet(ParameterHolder, _ParameterTypeBase):
@@ -289,6 +319,8 @@ class _Untracked:
     vdouble = UntrackedType(vdouble)
     vstring = UntrackedType(vstring)
     VInputTag = UntrackedType(VInputTag)
+    vbool = UntrackedType(vbool)
+    ESInputTag = UntrackedType(ESInputTag)
     PSet = UntrackedType(PSet)
     VPSet = UntrackedType(VPSet)
 
@@ -325,7 +357,9 @@ PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
         vuint64,
         vdouble,
         vstring,
+        vbool,
         VInputTag,
+        ESInputTag,
         PSet,
         VPSet,
     )
@@ -334,44 +368,60 @@ PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
 
 class ProxyParameter(_ParameterTypeBase):
     """A parameter of a generated cfi that has no value yet: ``cms.required.int32``,
-    ``cms.optional.untracked.vstring``, ``cms.optional.allowed(cms.int32, cms.string)``.
+    ``cms.optional.untracked.vstring``, ``cms.optional.allowed(cms.int32, cms.string)``,
+    ``cms.required.PSetTemplate(a = cms.int32(1))``.
 
     Assigning a value (``process.m.n = 5``) replaces the placeholder by the typed value
     (plain values take the placeholder's type; with several allowed types, the first that
-    accepts the value). An unset optional parameter is absent for validation; an unset
-    required one is reported missing. ``value()`` is None while unset.
+    accepts the value); ``setValue`` stores it in the placeholder, which then acts as that
+    value. An unset optional parameter is absent for validation; an unset required one is
+    reported missing. ``value()`` is None while unset.
     """
 
     _type_name, _family = "proxy", "proxy"
 
-    def __init__(self, types: tuple[type[_ParameterTypeBase], ...], required: bool, tracked: bool) -> None:
+    def __init__(self, types: tuple[Any, ...], required: bool, tracked: bool) -> None:
         super().__init__()
         self._types, self._required = types, required
         self._tracked = tracked
+        self._value: _ParameterTypeBase | None = None
 
     def isRequired_(self) -> bool:  # noqa: N802
         return self._required
 
-    def value(self) -> None:
-        return None
+    def isSet_(self) -> bool:  # noqa: N802
+        return self._value is not None
+
+    def value(self) -> Any:
+        return None if self._value is None else self._value.value()
+
+    def setValue(self, value: Any) -> None:  # noqa: N802 - CMSSW spelling
+        self._value = self.make(value)
 
     def make(self, value: Any) -> _ParameterTypeBase:
         """The typed parameter for ``value``.
 
         Raises:
-            ConfigValueError: ``value`` fits none of the allowed types.
+            ConfigTypeError: a typed value of none of the allowed types.
+            ConfigValueError: a plain value that none of the allowed types accepts.
         """
+        classes = tuple(t.param_class() if isinstance(t, PSetTemplate) else t for t in self._types)
+        param: _ParameterTypeBase | None = None
         if isinstance(value, _ParameterTypeBase):
-            if not isinstance(value, self._types):
-                raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}")
+            if not isinstance(value, classes):
+                raise ConfigTypeError(f"expected {self._names()}, got {describe_value(value)}")
             param = value
         else:
-            param = None
-            for cls in self._types:
+            for t in self._types:
                 try:
-                    param = cls(*value) if isinstance(value, (list, tuple)) and cls is not InputTag else cls(value)
+                    if isinstance(t, PSetTemplate):
+                        param = t(value)
+                    elif isinstance(value, (list, tuple)) and issubclass(t, _Vector):
+                        param = t(*value)
+                    else:
+                        param = t(value)
                     break
-                except (ConfigurationError, TypeError):
+                except (ConfigurationError, TypeError, ValueError):
                     continue
             if param is None:
                 raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}")
@@ -379,16 +429,55 @@ class ProxyParameter(_ParameterTypeBase):
         return param
 
     def _names(self) -> str:
-        return " or ".join(c._type_name for c in self._types)
+        return " or ".join(t._type_name for t in self._types)
 
     def configTypeName(self) -> str:  # noqa: N802
         return ("" if self._tracked else "untracked ") + self._names()
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        if self._value is not None:
+            return self._value.dumpPython_(indent)
         head = "cms." + ("required." if self._required else "optional.") + ("" if self._tracked else "untracked.")
         if len(self._types) == 1:
-            return head + self._types[0]._type_name
-        return head + "allowed(" + ", ".join("cms." + c._type_name for c in self._types) + ")"
+            t = self._types[0]
+            return head + (t.dumpPython_(indent) if isinstance(t, PSetTemplate) else t._type_name)
+        # CMSSW writes allowed(cms.int32,cms.string): no space
+        return head + "allowed(" + ",".join("cms." + t._type_name for t in self._types) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        if self._value is not None:
+            return bool(self._value == other)
+        return other is self
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class PSetTemplate:
+    """The shape of a PSet not given yet: ``cms.required.PSetTemplate(a = cms.int32(1))``
+    (CMSSW's generated cfis, ``allowAnyLabel_``); calling it with a dict or PSet makes the PSet."""
+
+    _type_name = "PSetTemplate"
+
+    def __init__(self, **params: Any) -> None:
+        self._template = PSet(**params)
+
+    @staticmethod
+    def param_class() -> type[PSet]:
+        return PSet
+
+    def __call__(self, value: Any = None) -> PSet:
+        pset = copy.deepcopy(self._template)
+        if isinstance(value, PSet):
+            value = value.parameters_()
+        if value is not None:
+            if not isinstance(value, Mapping):
+                raise ConfigValueError(f"PSetTemplate: expected a dict or PSet, got {describe_value(value)}")
+            pset._apply_overrides(value)
+        return pset
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        inner = self._template.dumpPython_(indent)
+        return "PSetTemplate" + inner[inner.index("(") :]
 
 
 class _ProxyFactory:
@@ -412,6 +501,10 @@ class _ProxyFactory:
     def allowed(self, *types: Any) -> ProxyParameter:
         """A placeholder that takes a value of any of ``types`` (CMSSW's ``allowed``)."""
         return ProxyParameter(_type_classes(types), self._required, self._tracked)
+
+    def PSetTemplate(self, **params: Any) -> ProxyParameter:  # noqa: N802 - CMSSW spelling
+        """A placeholder for a PSet of this shape (CMSSW's ``required.PSetTemplate(...)``)."""
+        return ProxyParameter((PSetTemplate(**params),), self._required, self._tracked)
 
     def _what(self) -> str:
         return ("required" if self._required else "optional") + ("" if self._tracked else ".untracked")

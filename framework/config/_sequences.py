@@ -16,11 +16,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
-from ._types import ConfigTypeError, ConfigValueError, describe_value
+from ._types import ConfigRuntimeError, ConfigTypeError, ConfigValueError, describe_value
 
-__all__ = ["EndPath", "Labelable", "Path", "Schedule", "Sequence", "Sequenceable", "Task"]
+__all__ = ["EndPath", "Labelable", "Path", "Schedule", "Sequence", "Sequenceable", "Task", "ignore", "wait"]
 
-_TASK_KINDS = ("EDProducer", "EDFilter")
+# What a Task may hold (CMSSW): on-demand EDProducers/EDFilters; ES modules and Services too,
+# which are configuration only here.
+_TASK_KINDS = ("EDProducer", "EDFilter", "ESProducer", "ESSource", "Service")
+_RUN_KINDS = ("EDProducer", "EDFilter")
 
 
 class Labelable:
@@ -57,8 +60,8 @@ class Labelable:
         raise NotImplementedError
 
     def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
-        """As CMSSW's ``dumpPython()``: the Python source of this object."""
-        return self.dumpPython_()
+        """As CMSSW's ``dumpPython()``: the Python source of this object, with a final newline."""
+        return self.dumpPython_() + "\n"
 
     def __repr__(self) -> str:
         return self.dumpPython_()
@@ -91,6 +94,49 @@ class Inverted(Sequenceable):
         return isinstance(other, Inverted) and other.module is self.module
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class _Decorated(Sequenceable):
+    """``cms.ignore(m)`` / ``cms.wait(m)``: a module whose place on a Path is qualified."""
+
+    _name = "?"
+
+    def __init__(self, module: Any) -> None:
+        if isinstance(module, (_Decorated, Inverted)) or getattr(module, "_kind", None) not in _SCHEDULED_KINDS:
+            raise ConfigTypeError(f"cms.{self._name}() takes an ED module, got {_what(module)}")
+        self.module = module
+
+    def _ref_(self, indent: int = 0) -> str:
+        return f"cms.{self._name}({self.module._ref_(indent)})"
+
+    def _str_(self) -> str:
+        return f"cms.{self._name}({_str_of(self.module)})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.module is self.module  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ignore(_Decorated):  # noqa: N801 - CMSSW spelling
+    """``cms.ignore(filter)``: the filter runs, and its decision never stops the Path."""
+
+    _name = "ignore"
+
+
+class wait(_Decorated):  # noqa: N801 - CMSSW spelling
+    """``cms.wait(module)``: CMSSW's hint that later modules wait for it; here every module of a
+    Path already runs after the ones before it, so it is the module itself."""
+
+    _name = "wait"
+
+
+_SCHEDULED_KINDS = ("EDProducer", "EDFilter", "EDAnalyzer", "OutputModule")
+
+
+def _target(item: Any) -> Any:
+    """The module behind ``~m``, ``cms.ignore(m)``, ``cms.wait(m)``; the item itself otherwise."""
+    return item.module if isinstance(item, (Inverted, _Decorated)) else item
 
 
 class SequenceExpr(Sequenceable):
@@ -128,10 +174,19 @@ def _str_of(item: Any) -> str:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return a is b or (isinstance(a, Inverted) and isinstance(b, Inverted) and a.module is b.module)
+    return a is b or (type(a) is type(b) and isinstance(a, (Inverted, _Decorated)) and a.module is b.module)
 
 
-class _ModuleSequence(Labelable):
+class _Closed:
+    """Sequences, Paths and Tasks have no parameters: setting an attribute is an error (CMSSW)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__} has no attribute '{name}' to set (it holds no parameters)")
+        object.__setattr__(self, name, value)
+
+
+class _ModuleSequence(_Closed, Labelable):
     """Common part of Sequence, Path and EndPath: ordered items plus associated Tasks."""
 
     def __init__(self, *items: Any) -> None:
@@ -170,10 +225,11 @@ class _ModuleSequence(Labelable):
                 changed = True
                 if new is not None:
                     items.append(new)
-            elif isinstance(item, Inverted) and item.module is old:
+            elif isinstance(item, (Inverted, _Decorated)) and item.module is old:
                 changed = True
                 if new is not None:
-                    items.append(Inverted(new) if getattr(new, "_kind", None) == "EDFilter" else new)
+                    keep = getattr(new, "_kind", None) == "EDFilter" or isinstance(item, _Decorated)
+                    items.append(type(item)(new) if keep and not isinstance(new, _ModuleSequence) else new)
             else:
                 if isinstance(item, _ModuleSequence) and item is not self:
                     changed |= item._replace_object(old, new)
@@ -200,7 +256,7 @@ class _ModuleSequence(Labelable):
         """
         if isinstance(original, Task) != isinstance(replacement, Task):
             raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")
-        if isinstance(original, Inverted):
+        if isinstance(original, (Inverted, _Decorated)):
             return self._replace_object(original.module, replacement)
         return self._replace_object(original, replacement)
 
@@ -210,7 +266,7 @@ class _ModuleSequence(Labelable):
         copy without it (the nested Sequence itself is not changed). Returns whether found."""
         for i, item in enumerate(self._items):
             if _same(item, something) or (
-                not isinstance(something, Inverted) and isinstance(item, Inverted) and item.module is something
+                not isinstance(something, (Inverted, _Decorated)) and _target(item) is something
             ):
                 del self._items[i]
                 return True
@@ -262,7 +318,7 @@ class _ModuleSequence(Labelable):
         new = self.copy()
         new._items = []
         for item in self._items:
-            target = item.module if isinstance(item, Inverted) else item
+            target = _target(item)
             if any(target is e or item is e for e in excluded):
                 continue
             if isinstance(item, _ModuleSequence):
@@ -299,9 +355,9 @@ class _ModuleSequence(Labelable):
 
     def contains(self, item: Any) -> bool:
         """Whether ``item`` (module, Sequence or Task) is reached from here, Tasks included."""
-        target = item.module if isinstance(item, Inverted) else item
+        target = _target(item)
         for x in self._items:
-            x_target = x.module if isinstance(x, Inverted) else x
+            x_target = _target(x)
             if x_target is target or (isinstance(x, _ModuleSequence) and x.contains(target)):
                 return True
         return any(t is target or t.contains(target) for t in self._tasks)
@@ -330,15 +386,19 @@ class _ModuleSequence(Labelable):
         return "+".join(item._ref_() for item in self._items)
 
     def __str__(self) -> str:
-        """As CMSSW prints a Sequence: labels joined by ``+``, then the associated Tasks."""
-        parts = ["+".join(_str_of(item) for item in self._items)] if self._items else []
+        """As CMSSW prints a Sequence: the module labels in order, nested Sequences expanded,
+        joined by ``+`` (``~f``, ``cms.ignore(f)``), then the associated Tasks."""
+        parts = [self._expanded()] if self._items else []
         parts += [_str_of(task) for task in self._tasks]
-        return ", ".join(parts)
+        return ", ".join(p for p in parts if p)
+
+    def _expanded(self) -> str:
+        return "+".join(
+            item._expanded() if isinstance(item, _ModuleSequence) else _str_of(item) for item in self._items
+        )
 
     def _str_(self) -> str:
-        if self._label is not None:
-            return self._label
-        return "(" + str(self) + ")" if len(self._items) > 1 else str(self)
+        return self._expanded()
 
     def associate(self, *tasks: Task) -> None:
         """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor."""
@@ -347,14 +407,19 @@ class _ModuleSequence(Labelable):
                 raise ConfigurationError(f"{self._what_()}.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
 
-    def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool]]:
-        """(module object, inverted) in execution order, Sequences flattened."""
+    def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool | None]]:
+        """(module object, inverted) in execution order, Sequences flattened; inverted is
+        None for ``cms.ignore(m)`` (the decision does not count)."""
         if id(self) in stack:
             raise ConfigurationError(f"{self._what_()} contains itself")
         stack = stack + (id(self),)
         for item in self._items:
             if isinstance(item, Inverted):
                 yield item.module, True
+            elif isinstance(item, ignore):
+                yield item.module, None
+            elif isinstance(item, wait):
+                yield item.module, False
             elif isinstance(item, _ModuleSequence):
                 yield from item._entries_(stack)
             else:
@@ -369,16 +434,17 @@ class _ModuleSequence(Labelable):
             if isinstance(item, _ModuleSequence):
                 yield from item._all_tasks_(stack + (id(self),))
 
-    def moduleEntries_(self) -> list[tuple[str, bool]]:  # noqa: N802
+    def moduleEntries_(self) -> list[tuple[str, bool | None]]:  # noqa: N802
         """``(label, inverted)`` for each module in execution order, Sequences flattened.
 
         A module reached twice (through two Sequences) is kept at its first place.
+        ``inverted`` is None for ``cms.ignore(m)``: its decision never stops the path.
 
         Raises:
             ConfigurationError: a module has no label (not attached to the process), or
                 one module appears both plain and inverted.
         """
-        seen: dict[str, bool] = {}
+        seen: dict[str, bool | None] = {}
         for module, inverted in self._entries_():
             label = self._label_of(module)
             if seen.setdefault(label, inverted) != inverted:
@@ -426,7 +492,7 @@ class EndPath(_ModuleSequence):
     _kind = "EndPath"
 
 
-class Task(Labelable):
+class Task(_Closed, Labelable):
     """An unordered set of EDProducers/EDFilters run on demand: ``cms.Task(process.a, other_task)``."""
 
     _kind = "Task"
@@ -439,8 +505,9 @@ class Task(Labelable):
         """Add modules or Tasks (CMSSW's ``Task.add``)."""
         for item in items:
             if not isinstance(item, Task) and getattr(item, "_kind", None) not in _TASK_KINDS:
-                raise ConfigurationError(
-                    f"cms.Task cannot hold {_what(item)}: a Task holds EDProducers, EDFilters and Tasks"
+                raise ConfigRuntimeError(
+                    f"cms.Task cannot hold {_what(item)}: a Task holds EDProducers, EDFilters, ES modules, "
+                    "Services and Tasks"
                 )
             self._items.append(item)
 
@@ -524,7 +591,7 @@ class Task(Labelable):
         for item in self._items:
             if isinstance(item, Task):
                 yield from item._modules_(stack + (id(self),))
-            else:
+            elif item._kind in _RUN_KINDS:  # ES modules and Services are configuration only
                 yield item
 
     def moduleLabels_(self) -> set[str]:  # noqa: N802

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from .._errors import ConfigurationError
 
 __all__ = [
+    "ESInputTag",
     "InputTag",
     "VInputTag",
     "double",
@@ -39,6 +40,7 @@ __all__ = [
     "string",
     "uint32",
     "uint64",
+    "vbool",
     "vdouble",
     "vint32",
     "vint64",
@@ -50,6 +52,10 @@ __all__ = [
 
 class ConfigTypeError(ConfigurationError, TypeError):
     """A value of the wrong kind (an untyped value, a bad vector element): CMSSW raises TypeError here."""
+
+
+class ConfigRuntimeError(ConfigurationError, RuntimeError):
+    """Something CMSSW refuses with RuntimeError (an EDAnalyzer added to a Task)."""
 
 
 class ConfigValueError(ConfigurationError, ValueError):
@@ -365,9 +371,54 @@ class InputTag(_ParameterTypeBase):
     instance: str
     process: str
 
-    def __init__(self, label: Any = "", instance: str = "", process: str = "") -> None:
+    def __init__(self, moduleLabel: Any = "", productInstanceLabel: str = "", processName: str = "") -> None:  # noqa: N803
         super().__init__()
-        self.label, self.instance, self.process = self._check((label, instance, process))
+        self.label, self.instance, self.process = self._check((moduleLabel, productInstanceLabel, processName))
+
+    # CMSSW's read-write properties.
+    @property
+    def moduleLabel(self) -> str:  # noqa: N802
+        return self.label
+
+    @moduleLabel.setter
+    def moduleLabel(self, value: str) -> None:  # noqa: N802
+        self.label = self._check((value, self.instance, self.process))[0]
+
+    @property
+    def productInstanceLabel(self) -> str:  # noqa: N802
+        return self.instance
+
+    @productInstanceLabel.setter
+    def productInstanceLabel(self, value: str) -> None:  # noqa: N802
+        self.instance = self._check((self.label, value, self.process))[1]
+
+    @property
+    def processName(self) -> str:  # noqa: N802
+        return self.process
+
+    @processName.setter
+    def processName(self, value: str) -> None:  # noqa: N802
+        self.process = self._check((self.label, self.instance, value))[2]
+
+    def setModuleLabel(self, value: str) -> None:  # noqa: N802
+        self.moduleLabel = value
+
+    def setProductInstanceLabel(self, value: str) -> None:  # noqa: N802
+        self.productInstanceLabel = value
+
+    def setProcessName(self, value: str) -> None:  # noqa: N802
+        self.processName = value
+
+    @staticmethod
+    def skipCurrentProcess() -> str:  # noqa: N802
+        return "@skipCurrentProcess"
+
+    @staticmethod
+    def currentProcess() -> str:  # noqa: N802
+        return "@currentProcess"
+
+    def __lt__(self, other: InputTag) -> bool:
+        return (self.label, self.instance, self.process) < (other.label, other.instance, other.process)
 
     @classmethod
     def _convert(cls, value: Any) -> tuple[str, str, str]:
@@ -436,6 +487,53 @@ class InputTag(_ParameterTypeBase):
     def __hash__(self) -> int:
         # Equal to the hash of the encoded string, since the two compare equal.
         return hash(self.encode())
+
+
+class ESInputTag(_ParameterTypeBase):
+    """An EventSetup product reference ``module:data`` (CMSSW's ``ESInputTag``); configuration only here."""
+
+    _type_name, _family = "ESInputTag", "ESInputTag"
+
+    def __init__(self, module: Any = "", data: str = "") -> None:
+        super().__init__()
+        self._module, self._data = self._check((module, data))
+
+    @classmethod
+    def _convert(cls, value: Any) -> tuple[str, str]:
+        if isinstance(value, ESInputTag):
+            return value._module, value._data
+        if isinstance(value, str):
+            value = (value, "")
+        module, data = value
+        if not isinstance(module, str) or not isinstance(data, str):
+            raise _Invalid(f"expected a str, got {describe_value(module if not isinstance(module, str) else data)}")
+        if ":" in module and not data:
+            module, data = module.split(":", 1)
+        return module, data
+
+    def value(self) -> str:
+        return f"{self._module}:{self._data}"
+
+    def setValue(self, value: Any) -> None:  # noqa: N802
+        self._module, self._data = self._check(value)
+
+    def getModuleLabel(self) -> str:  # noqa: N802
+        return self._module
+
+    def getDataLabel(self) -> str:  # noqa: N802
+        return self._data
+
+    def _dump_args(self, indent: int) -> str:
+        return f'"{self._module}","{self._data}"'
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ESInputTag):
+            return (self._module, self._data) == (other._module, other._data)
+        if isinstance(other, str):
+            return self.value() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------- vectors
@@ -546,6 +644,10 @@ class vuint64(_Vector):
 
 class vdouble(_Vector):
     _type_name, _family, _item = "vdouble", "vfloat", double
+
+
+class vbool(_Vector):
+    _type_name, _family, _item = "vbool", "vbool", _bool
 
 
 class vstring(_Vector):
