@@ -62,9 +62,9 @@ def test_typed_scalars_behave_as_their_values():
         (lambda: cms.bool(1), ValueError),
         (lambda: cms.vint32(1, "blah"), TypeError),
         (lambda: cms.vint32().append("blah"), TypeError),
-        (lambda: cms.PSet("foo"), ValueError),
+        (lambda: cms.PSet("foo"), ValueError),  # type: ignore[arg-type]  # the wrong type is the test
         (lambda: cms.PSet(foo="bar"), TypeError),
-        (lambda: cms.untracked(1), TypeError),
+        (lambda: cms.untracked(1), TypeError),  # type: ignore[arg-type]  # the wrong type is the test
     ],
 )
 def test_bad_values_raise_the_python_errors_cmssw_raises(make, error):
@@ -243,7 +243,7 @@ def fragments(tmp_path, monkeypatch):
 
 
 def test_load_attaches_a_fragments_objects_and_applies_modifiers(fragments):
-    from frag.mods_cff import sonic
+    from frag.mods_cff import sonic  # type: ignore[import-not-found]  # written by the fixture
 
     process = cms.Process("T", sonic)
     module = process.load("frag.group_cff")

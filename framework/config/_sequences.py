@@ -113,7 +113,7 @@ class _Decorated(Sequenceable):
         return f"cms.{self._name}({_str_of(self.module)})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.module is self.module  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.module is self.module
 
     __hash__ = None  # type: ignore[assignment]
 

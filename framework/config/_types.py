@@ -496,6 +496,8 @@ class ESInputTag(_ParameterTypeBase):
 
     def __init__(self, module: Any = "", data: str = "") -> None:
         super().__init__()
+        self._module: str
+        self._data: str
         self._module, self._data = self._check((module, data))
 
     @classmethod

@@ -196,7 +196,8 @@ class VarParsing:
 
     def _var(self, name: str) -> _Var:
         try:
-            return self._vars[name]
+            var: _Var = self._vars[name]
+            return var
         except KeyError:
             raise ConfigurationError(f"VarParsing has no argument '{name}' ({closest(name, self._vars)})") from None
 
