@@ -160,8 +160,10 @@ def test_input_tag_errors(args, message):
 
 def test_vinputtag_parses_strings():
     v = cms.VInputTag("a", cms.InputTag("b", "i"))
-    assert all(isinstance(t, cms.InputTag) for t in v)
-    assert v.value() == ["a", "b:i"]
+    assert v[0] == "a" and isinstance(v[1], cms.InputTag)  # CMSSW keeps each item as given
+    assert v.value() == ["a", "b:i"] and repr(v) == 'cms.VInputTag("a", cms.InputTag("b","i"))'
+    with pytest.raises(ConfigurationError, match="more than 3"):
+        cms.VInputTag("a:b:c:d")
 
 
 def test_pset_attributes_clone_and_value():
@@ -370,8 +372,10 @@ def test_path_flattening_and_inversion():
 
 def test_inversion_only_for_filters_and_not_mixed():
     process = _process()
-    with pytest.raises(ConfigurationError, match="only to EDFilters; EDProducer 'prod' \\(type Prod\\)"):
-        ~process.prod
+    # CMSSW accepts '~' on any module in a config (building the job rejects it on a non-filter)
+    assert (~process.prod).module is process.prod
+    with pytest.raises(TypeError):
+        ~cms.Sequence()
     process.p = cms.Path(process.filt + ~process.filt)
     with pytest.raises(ConfigurationError, match="module 'filt' appears both plain and inverted"):
         process.p.moduleEntries_()

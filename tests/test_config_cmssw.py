@@ -374,7 +374,8 @@ def test_sequence_copies():
     copy += process.c
     assert str(process.p) == "a+b+~f, t" and not copy.hasLabel_()
     excluded = process.p.copyAndExclude([process.b, process.t])
-    assert excluded.dumpPython() == "cms.Path(cms.Sequence(process.a)+~process.f)\n"  # s copied without b
+    # s copied without b: an unlabelled Sequence, written as its items (CMSSW)
+    assert excluded.dumpPython() == "cms.Path(process.a+~process.f)\n"
     assert excluded.moduleNames() == {"a", "f"} and str(process.s) == "a+b"
     expanded = process.p.expandAndClone()
     assert str(expanded) == "a+b+~f, t"
@@ -694,3 +695,49 @@ def test_modifier_edits_vectors_by_index_and_reports_unknown_names():
         m.toModify(module, nested=dict(imnothere=dict(wilma=2)))
     chain = cms.ModifierChain(m, cms.ModifierChain(cms.Modifier()))
     assert chain._isOrContains(m) and m._isOrContains(m) and not m._isOrContains(chain)
+
+
+def test_path_dumps_vector_layout_schedule_checks_and_prune():
+    process = cms.Process("T")
+    for label in "abcd":
+        setattr(process, label, cms.EDAnalyzer(label.upper()))
+    process.prod = cms.EDProducer("P")
+    process.t1 = cms.Task(process.prod)
+    unlabelled = cms.Sequence(process.a + process.b, cms.Task(process.prod))
+    process.p = cms.Path(process.c + unlabelled + process.a)
+    # an unlabelled Sequence is written as its items, its Tasks join the Path's
+    assert process.p.dumpPython() == "cms.Path(process.c+process.a+process.b+process.a, cms.Task(process.prod))\n"
+    assert cms.Path(process.a, process.t1, cms.Task(), process.t1).dumpPython() == (
+        "cms.Path(process.a, cms.Task(), process.t1)\n"
+    )
+    with pytest.raises(TypeError):
+        cms.Path(cms.ESProducer("E"))
+    assert cms.vint32(*range(7)).dumpPython() == "cms.vint32(\n    0, 1, 2, 3, 4,\n    5, 6\n)"
+    assert cms.VPSet(cms.PSet(i=cms.int32(2))).dumpPython() == "cms.VPSet(cms.PSet(\n    i = cms.int32(2)\n))"
+    with pytest.raises(RuntimeError, match="not attached"):
+        process.schedule = cms.Schedule(cms.Path(process.a))
+    process.schedule = cms.Schedule(process.p, tasks=[process.t1])
+    assert process.schedule.contains(process.prod) and not process.schedule.contains(process.d)
+    process.unused = cms.Sequence(process.d)
+    process.tracked = cms.PSet(x=cms.int32(1))
+    process.kept = cms.untracked.PSet(x=cms.int32(1))
+    process.prune()
+    assert "d" not in process.analyzers and "unused" not in process.sequences and "tracked" not in process.psets
+    assert {"a", "b", "c"} <= set(process.analyzers) and "kept" in process.psets and "t1" in process.tasks
+    with pytest.raises(RuntimeError):
+        cms.Process("bad_name")
+
+
+def test_process_fragment_final_path_and_print_options():
+    from FWCore.ParameterSet.Mixins import PrintOptions
+
+    fragment = cms.ProcessFragment("FRAG")
+    fragment.a = cms.EDProducer("A")
+    fragment.out = cms.OutputModule("O")
+    fragment.fp = cms.FinalPath(fragment.out)
+    process = cms.Process("T")
+    process.extend(fragment)
+    assert list(process.producers) == ["a"] and list(process.finalpaths) == ["fp"]
+    assert process.fp.dumpPython(PrintOptions()) == "cms.FinalPath(process.out)\n"
+    assert process.a._inProcess and not cms.EDProducer("X")._inProcess
+    assert not cms.PSet(f=cms.required.vint32).f  # an unset placeholder is false

@@ -37,6 +37,7 @@ from ._modules import OutputModule as OutputModule
 from ._modules import Service as Service
 from ._modules import Source as Source
 from ._process import Process as Process
+from ._process import ProcessFragment as ProcessFragment
 from ._pset import PSet as PSet
 from ._pset import PSetTemplate as PSetTemplate
 from ._pset import VPSet as VPSet
@@ -45,6 +46,7 @@ from ._pset import optional as optional
 from ._pset import required as required
 from ._pset import untracked as untracked
 from ._sequences import EndPath as EndPath
+from ._sequences import FinalPath as FinalPath
 from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
@@ -75,6 +77,8 @@ from ._varparsing import VarParsing as VarParsing
 bool = _bool  # noqa: A001
 
 __all__ = [
+    "FinalPath",
+    "ProcessFragment",
     "vbool",
     "ESInputTag",
     "wait",

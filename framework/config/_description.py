@@ -34,6 +34,7 @@ from .._errors import ConfigurationError
 from ._pset import ParameterHolder, ProxyParameter, PSet, UntrackedType, VPSet
 from ._types import (
     InputTag,
+    VInputTag,
     _Invalid,
     _ParameterTypeBase,
     _Vector,
@@ -325,7 +326,10 @@ def _check_scalar(entry: _Entry, value: Any, context: str, where: str) -> Any:
     reason = ""
     if ok:
         try:
-            return _plain_result(cls._convert(raw))
+            result = _plain_result(cls._convert(raw))
+            if cls is VInputTag:  # a VInputTag keeps strings as given; modules get InputTags
+                result = [InputTag(v) if isinstance(v, str) else v for v in result]
+            return result
         except _Invalid as e:
             # Ranges and vector elements need the detail; a scalar of the wrong type does not.
             if e.out_of_range or issubclass(cls, _Vector):

@@ -45,8 +45,9 @@ from ._modules import (
     Source,
 )
 from ._pset import ProxyParameter, PSet, VPSet, optional, untracked
-from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task, _ModuleSequence
+from ._sequences import EndPath, FinalPath, Labelable, Path, Schedule, Sequence, Task, _ModuleSequence
 from ._types import (
+    ConfigRuntimeError,
     ConfigTypeError,
     ConfigValueError,
     _bool,
@@ -59,7 +60,7 @@ from ._types import (
     vstring,
 )
 
-__all__ = ["MAX_EVENTS", "OPTIONS", "Process"]
+__all__ = ["MAX_EVENTS", "OPTIONS", "Process", "ProcessFragment"]
 
 # name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults
 # (FWCore/Framework's EventProcessor options); those marked "accepted" have no effect here.
@@ -123,6 +124,7 @@ _DICTS = {
     "psets": "psets_",
     "vpsets": "vpsets_",
     "aliases": "aliases_",
+    "finalpaths": "finalpaths_",
 }
 
 
@@ -179,6 +181,17 @@ def _what(obj: Any) -> str:
     return obj._what_() if hasattr(obj, "_what_") else describe_value(obj)
 
 
+class ProcessFragment:
+    """A named bundle of configuration objects for ``process.extend(fragment)`` (CMSSW's
+    ``cms.ProcessFragment``): ``frag = cms.ProcessFragment("NAME"); frag.a = cms.EDProducer(...)``."""
+
+    def __init__(self, name: str) -> None:
+        self.__dict__["_name"] = name
+
+    def name_(self) -> str:
+        return str(self.__dict__["_name"])
+
+
 class Process:
     """A config: ``process = cms.Process("NAME", *modifiers)``, then ``process.<label> = ...``.
 
@@ -206,7 +219,7 @@ class Process:
 
     def __init__(self, name: str, *modifiers: Modifier | ModifierChain) -> None:
         if not isinstance(name, str) or not name.isascii() or not name.isalnum():
-            raise ConfigValueError(f"process name must be a non-empty alphanumeric string, got {name!r}")
+            raise ConfigRuntimeError(f"process name must be a non-empty alphanumeric string, got {name!r}")
         d = self.__dict__
         d["_name"] = name
         d["_objects"] = {}
@@ -258,6 +271,11 @@ class Process:
         elif name == "schedule":
             if value is not None and not isinstance(value, Schedule):
                 raise ConfigTypeError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
+            for item in (*value, *value._tasks) if value is not None else ():
+                if not item.hasLabel_() or d["_objects"].get(item.label_()) is not item:
+                    raise ConfigRuntimeError(
+                        f"process.schedule: {_what(item)} is not attached to the process (attach it first)"
+                    )
             d["_schedule"] = value
         elif name in _DICTS:
             raise ConfigValueError(f"process.{name} is read-only (the {name} of the process, by label)")
@@ -482,6 +500,37 @@ class Process:
 
     def aliases_(self) -> dict[str, EDAlias]:
         return self._by_type(EDAlias)
+
+    def finalpaths_(self) -> dict[str, FinalPath]:
+        return self._scheduled(FinalPath)
+
+    def prune(self, verbose: bool = False, keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Remove what no scheduled Path, EndPath or Schedule Task reaches (CMSSW's ``prune``):
+        ED modules, Sequences, Tasks, tracked top-level PSets and VPSets; without a schedule
+        every Path and EndPath counts, with one the unscheduled paths go too. Services, ES
+        modules, untracked PSets and the source stay."""
+        paths = [*self.paths_().values(), *self.endpaths_().values()]
+        keep: set[int] = {id(p) for p in paths}
+        roots: list[Any] = list(paths) + (list(self._schedule._tasks) if self._schedule is not None else [])
+
+        class _Collect:
+            def enter(self, item: Any) -> None:
+                keep.add(id(item))
+
+            def leave(self, item: Any) -> None:
+                pass
+
+        for root in roots:
+            keep.add(id(root))
+            root.visit(_Collect())
+        for label, obj in list(self._objects.items()):
+            prunable = isinstance(obj, (*_ED_KINDS, Sequence, Task, Path, EndPath)) or (
+                isinstance(obj, (PSet, VPSet)) and obj.isTracked()
+            )
+            if prunable and id(obj) not in keep:
+                if verbose:
+                    print(f"prune: removing {_what(obj)}")
+                delattr(self, label)
 
     def globalReplace(self, label: str, new: Any) -> None:  # noqa: N802 - CMSSW spelling
         """Replace the object labelled ``label`` by ``new`` in the process and in every

@@ -108,7 +108,8 @@ class ParameterHolder:
             object.__setattr__(self, "_any_label", value)
             return
         # CMSSW's names: identifiers, and ':' for MessageLogger categories ("Module:Category").
-        if not name.replace(":", "_").isidentifier() or name.startswith("_") or name.endswith("_"):
+        valid = name.replace(":", "_").isidentifier() and not name.startswith("_") and not name.endswith("_")
+        if not valid and name != "refToPSet_":  # CMSSW's reference to a top-level PSet
             raise ConfigValueError(
                 f"{self._what_()}: invalid parameter name '{name}' "
                 "(a Python identifier, ':' allowed, not starting or ending with '_')"
@@ -274,13 +275,7 @@ class VPSet(_Vector):
             raise _Invalid(f"expected a PSet, got {describe_value(value)}")
         return value
 
-    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        prefix = "cms." if self._tracked else "cms.untracked."
-        if not self._values:
-            return f"{prefix}VPSet()"
-        pad = " " * (indent + 4)
-        items = ",\n".join(pad + p.dumpPython_(indent + 4) for p in self._values)
-        return f"{prefix}VPSet(\n{items}\n{' ' * indent})"
+    _per_line = 1  # CMSSW: one PSet per line
 
 
 # ---------------------------------------------------------------- untracked
@@ -391,6 +386,9 @@ class ProxyParameter(_ParameterTypeBase):
 
     def isSet_(self) -> bool:  # noqa: N802
         return self._value is not None
+
+    def __bool__(self) -> bool:
+        return self._value is not None and bool(self._value)
 
     def value(self) -> Any:
         return None if self._value is None else self._value.value()

@@ -18,7 +18,18 @@ from typing import Any, ClassVar
 from .._errors import ConfigurationError
 from ._types import ConfigRuntimeError, ConfigTypeError, ConfigValueError, describe_value
 
-__all__ = ["EndPath", "Labelable", "Path", "Schedule", "Sequence", "Sequenceable", "Task", "ignore", "wait"]
+__all__ = [
+    "FinalPath",
+    "EndPath",
+    "Labelable",
+    "Path",
+    "Schedule",
+    "Sequence",
+    "Sequenceable",
+    "Task",
+    "ignore",
+    "wait",
+]
 
 # What a Task may hold (CMSSW): on-demand EDProducers/EDFilters; ES modules and Services too,
 # which are configuration only here.
@@ -47,6 +58,10 @@ class Labelable:
         return self._label
 
     def hasLabel_(self) -> bool:  # noqa: N802 - CMSSW spelling
+        return self._label is not None
+
+    @property
+    def _inProcess(self) -> bool:  # noqa: N802 - CMSSW's name
         return self._label is not None
 
     def _what_(self) -> str:
@@ -80,8 +95,9 @@ class Inverted(Sequenceable):
     """``~filter``: the filter's decision is inverted on this Path."""
 
     def __init__(self, module: Any) -> None:
-        if module.kind_() != "EDFilter":
-            raise ConfigurationError(f"'~' applies only to EDFilters; {module._what_()} is an {module.kind_()}")
+        # CMSSW accepts '~' on any module in a config; building the job checks it is a filter.
+        if getattr(module, "_kind", None) not in _SCHEDULED_KINDS:
+            raise ConfigTypeError(f"'~' applies to EDFilters, got {_what(module)}")
         self.module = module
 
     def _ref_(self, indent: int = 0) -> str:
@@ -203,7 +219,7 @@ class _ModuleSequence(_Closed, Labelable):
         elif isinstance(item, Sequenceable):
             self._items.append(item)
         else:
-            raise ConfigurationError(
+            raise ConfigTypeError(
                 f"cms.{self._kind} cannot hold {_what(item)}: expected ED modules, Sequences, '~filter' or Tasks"
             )
 
@@ -369,6 +385,9 @@ class _ModuleSequence(_Closed, Labelable):
             visitor.enter(item)
             if isinstance(item, _ModuleSequence):
                 item.visit(visitor)
+            elif isinstance(item, (Inverted, _Decorated)):
+                visitor.enter(item.module)
+                visitor.leave(item.module)
             visitor.leave(item)
         for task in self._tasks:
             visitor.enter(task)
@@ -380,10 +399,6 @@ class _ModuleSequence(_Closed, Labelable):
 
     def _replace_content_(self, other: _ModuleSequence) -> None:
         self._items, self._tasks = list(other._items), list(other._tasks)
-
-    def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
-        """The items as Python: ``process.a+process.b+~process.f``."""
-        return "+".join(item._ref_() for item in self._items)
 
     def __str__(self) -> str:
         """As CMSSW prints a Sequence: the module labels in order, nested Sequences expanded,
@@ -464,10 +479,31 @@ class _ModuleSequence(_Closed, Labelable):
         label: str = module.label_()
         return label
 
+    def _flat_refs(self, indent: int) -> tuple[list[str], list[Task]]:
+        """Item references and associated Tasks as CMSSW dumps them: an unlabelled nested
+        Sequence is written as its items, its Tasks joining this one's."""
+        refs: list[str] = []
+        tasks: list[Task] = list(self._tasks)
+        for item in self._items:
+            if isinstance(item, _ModuleSequence) and item._label is None:
+                inner, inner_tasks = item._flat_refs(indent)
+                refs += inner
+                tasks += inner_tasks
+            else:
+                refs.append(item._ref_(indent))
+        return refs, tasks
+
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        args = ["+".join(item._ref_(indent) for item in self._items)] if self._items else []
-        args += [task._ref_(indent) for task in self._tasks]
+        refs, tasks = self._flat_refs(indent)
+        args = ["+".join(refs)] if refs else []
+        # Associated Tasks once each, sorted as CMSSW writes them.
+        unique: dict[int, Task] = {id(t): t for t in tasks}
+        args += sorted(t._ref_(indent) for t in unique.values())
         return f"cms.{self._kind}({', '.join(args)})"
+
+    def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
+        """The items as Python: ``process.a+process.b+~process.f``."""
+        return "+".join(self._flat_refs(0)[0])
 
 
 class Sequence(_ModuleSequence, Sequenceable):
@@ -490,6 +526,12 @@ class EndPath(_ModuleSequence):
     """``cms.EndPath(process.out)``: runs after all Paths; for analyzers and output modules."""
 
     _kind = "EndPath"
+
+
+class FinalPath(EndPath):
+    """``cms.FinalPath(process.out)``: CMSSW's last path (output modules); runs as an EndPath here."""
+
+    _kind = "FinalPath"
 
 
 class Task(_Closed, Labelable):
@@ -663,6 +705,20 @@ class Schedule(Labelable):
 
     def __getitem__(self, index: int) -> Path | EndPath:
         return self._paths[index]
+
+    def contains(self, item: Any) -> bool:
+        """Whether ``item`` is one of the paths, in one of them, or in an associated Task."""
+        return any(p is item or p.contains(item) for p in self._paths) or any(
+            t is item or t.contains(item) for t in self._tasks
+        )
+
+    def moduleNames(self) -> set[str]:  # noqa: N802
+        names: set[str] = set()
+        for p in self._paths:
+            names |= p.moduleNames()
+        for t in self._tasks:
+            names |= t.moduleNames()
+        return names
 
     def __iter__(self) -> Iterator[Path | EndPath]:
         return iter(self._paths)

@@ -141,6 +141,9 @@ class _ParameterTypeBase:
         """As CMSSW's ``dumpPython()``: the Python source of this parameter."""
         return self.dumpPython_()
 
+    def isCompatibleCMSType(self, other: type) -> bool:  # noqa: N802 - CMSSW spelling
+        return type(self) is other
+
     def value(self) -> Any:
         """The plain Python value (each type says which)."""
         raise NotImplementedError
@@ -417,6 +420,9 @@ class InputTag(_ParameterTypeBase):
     def currentProcess() -> str:  # noqa: N802
         return "@currentProcess"
 
+    def setSkipCurrentProcess(self) -> None:  # noqa: N802
+        self.process = "@skipCurrentProcess"
+
     def __lt__(self, other: InputTag) -> bool:
         return (self.label, self.instance, self.process) < (other.label, other.instance, other.process)
 
@@ -579,8 +585,30 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
     def setValue(self, values: Iterable[Any]) -> None:  # noqa: N802 - CMSSW spelling
         self._values = self._check(values)
 
+    # CMSSW's layout of a vector: items per line (_per_line), a new line after every
+    # _per_line items when there are more than that, and a tuple for 256 items or more
+    # (a Python call takes at most 255 arguments).
+    _per_line: ClassVar[int] = 5
+
     def _dump_args(self, indent: int) -> str:
-        return ", ".join(_dump_any(v, indent) for v in self._values)
+        n, per_line = len(self._values), self._per_line
+        inner = indent + 4 if n > per_line else indent
+        out = " (" if n >= 256 else ""
+        for i, v in enumerate(self._values):
+            if i == 0:
+                out += "\n" + " " * inner if n > per_line else ""
+            else:
+                out += ",\n" + " " * inner if i % per_line == 0 else ", "
+            out += self._dump_item(v, inner)
+        if n > per_line:
+            out += "\n" + " " * indent
+        return out + (" ) " if n >= 256 else "")
+
+    def _dump_item(self, value: Any, indent: int) -> str:
+        return _dump_any(value, indent)
+
+    def _replace_content_(self, other: _Vector) -> None:
+        self._values = list(other._values)
 
     # MutableSequence protocol; the mixin adds append, extend, +=, pop, remove, ...
     def __len__(self) -> int:
@@ -662,14 +690,21 @@ class VInputTag(_Vector):
     _type_name, _family, _item = "VInputTag", "VInputTag", InputTag
 
     @classmethod
-    def _convert_item(cls, value: Any) -> InputTag:
+    def _convert_item(cls, value: Any) -> InputTag | str:
+        # CMSSW keeps each item as given: a str stays a str (checked), an InputTag a tag.
+        parts = InputTag._convert(value)
+        if isinstance(value, str):
+            return value
         tag = InputTag()
-        tag.label, tag.instance, tag.process = InputTag._convert(value)
+        tag.label, tag.instance, tag.process = parts
         return tag
+
+    def _dump_item(self, value: Any, indent: int) -> str:
+        return f'"{value}"' if isinstance(value, str) else _dump_any(value, indent)
 
     def value(self) -> list[str]:
         """The encoded strings of the tags."""
-        return [t.encode() for t in self._values]
+        return [t if isinstance(t, str) else t.encode() for t in self._values]
 
 
 def is_config_structure(value: Any) -> bool:
