@@ -741,3 +741,29 @@ def test_process_fragment_final_path_and_print_options():
     assert process.fp.dumpPython(PrintOptions()) == "cms.FinalPath(process.out)\n"
     assert process.a._inProcess and not cms.EDProducer("X")._inProcess
     assert not cms.PSet(f=cms.required.vint32).f  # an unset placeholder is false
+
+
+def test_event_and_luminosity_ranges_and_non_finite_doubles(tmp_path):
+    source = cms.Source(
+        "PoolSource",
+        lumisToProcess=cms.untracked.VLuminosityBlockRange("1:1-1:5", cms.LuminosityBlockRange(2, 1, 2, 3)),
+        firstEvent=cms.untracked.EventID(1, 2, 3),
+        cut=cms.double(float("inf")),
+        cuts=cms.vdouble(-float("inf"), 1.0),
+    )
+    assert source.lumisToProcess.value() == ["1:1-1:5", "2:1-2:3"] and source.firstEvent.event() == 3
+    assert cms.EventRange("1:1:1-1:1:10").end() == "1:1:10" and cms.LuminosityBlockID(4, 5).luminosityBlock() == 5
+    with pytest.raises(ValueError):
+        cms.LuminosityBlockRange("1-x")
+    with pytest.raises(TypeError):
+        cms.VEventRange("nonsense")
+    text = source.dumpPython()
+    assert "cut = cms.double(float('inf'))" in text and "cms.vdouble(-float('inf'), 1.0)" in text
+    namespace = {"cms": cms}
+    exec("again = " + text, namespace)  # the dump is valid Python that rebuilds the values
+    again = namespace["again"]
+    assert again.cut == float("inf") and again.lumisToProcess.value() == source.lumisToProcess.value()
+    process = cms.Process("T")
+    process.p = cms.Path()
+    process.setSchedule_(cms.Schedule(process.p))
+    assert list(process.schedule_()) == [process.p]

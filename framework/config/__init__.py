@@ -45,6 +45,14 @@ from ._pset import allowed as allowed
 from ._pset import optional as optional
 from ._pset import required as required
 from ._pset import untracked as untracked
+from ._ranges import EventID as EventID
+from ._ranges import EventRange as EventRange
+from ._ranges import LuminosityBlockID as LuminosityBlockID
+from ._ranges import LuminosityBlockRange as LuminosityBlockRange
+from ._ranges import VEventID as VEventID
+from ._ranges import VEventRange as VEventRange
+from ._ranges import VLuminosityBlockID as VLuminosityBlockID
+from ._ranges import VLuminosityBlockRange as VLuminosityBlockRange
 from ._sequences import EndPath as EndPath
 from ._sequences import FinalPath as FinalPath
 from ._sequences import Path as Path
@@ -77,6 +85,14 @@ from ._varparsing import VarParsing as VarParsing
 bool = _bool  # noqa: A001
 
 __all__ = [
+    "VLuminosityBlockRange",
+    "VLuminosityBlockID",
+    "VEventRange",
+    "VEventID",
+    "LuminosityBlockRange",
+    "LuminosityBlockID",
+    "EventRange",
+    "EventID",
     "FinalPath",
     "ProcessFragment",
     "vbool",

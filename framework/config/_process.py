@@ -454,6 +454,9 @@ class Process:
     def schedule_(self) -> Schedule | None:
         return self._schedule
 
+    def setSchedule_(self, schedule: Schedule | None) -> None:  # noqa: N802 - CMSSW spelling
+        self.__setattr__("schedule", schedule)
+
     def _by_type(self, cls: Any) -> dict[str, Any]:
         return {label: obj for label, obj in self._objects.items() if isinstance(obj, cls)}
 

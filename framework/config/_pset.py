@@ -11,6 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigurationError
+from ._ranges import (
+    EventID,
+    EventRange,
+    LuminosityBlockID,
+    LuminosityBlockRange,
+    VEventID,
+    VEventRange,
+    VLuminosityBlockID,
+    VLuminosityBlockRange,
+)
 from ._types import (
     ConfigTypeError,
     ConfigValueError,
@@ -316,6 +326,14 @@ class _Untracked:
     VInputTag = UntrackedType(VInputTag)
     vbool = UntrackedType(vbool)
     ESInputTag = UntrackedType(ESInputTag)
+    EventID = UntrackedType(EventID)
+    LuminosityBlockID = UntrackedType(LuminosityBlockID)
+    EventRange = UntrackedType(EventRange)
+    LuminosityBlockRange = UntrackedType(LuminosityBlockRange)
+    VEventID = UntrackedType(VEventID)
+    VLuminosityBlockID = UntrackedType(VLuminosityBlockID)
+    VEventRange = UntrackedType(VEventRange)
+    VLuminosityBlockRange = UntrackedType(VLuminosityBlockRange)
     PSet = UntrackedType(PSet)
     VPSet = UntrackedType(VPSet)
 
@@ -355,6 +373,14 @@ PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
         vbool,
         VInputTag,
         ESInputTag,
+        EventID,
+        LuminosityBlockID,
+        EventRange,
+        LuminosityBlockRange,
+        VEventID,
+        VLuminosityBlockID,
+        VEventRange,
+        VLuminosityBlockRange,
         PSet,
         VPSet,
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import numbers
 from collections.abc import Iterable, Mapping, MutableSequence
 from typing import Any, ClassVar
@@ -183,7 +184,7 @@ class _Scalar(_ParameterTypeBase):
         self._value = self._check(value)
 
     def _dump_args(self, indent: int) -> str:
-        return repr(self._value)
+        return _dump_any(self._value, indent)
 
     # A typed scalar behaves as the value it holds (CMSSW's _SimpleParameterTypeBase):
     # truthiness, comparisons, and Python's arithmetic, which gives plain values.
@@ -725,4 +726,7 @@ def plain_value(value: Any) -> Any:
 def _dump_any(value: Any, indent: int) -> str:
     if isinstance(value, _ParameterTypeBase):
         return value.dumpPython_(indent)
+    if isinstance(value, float) and not math.isfinite(value):
+        # CMSSW writes float('inf'), -float('inf'), float('nan'): valid Python, unlike repr.
+        return f"float('{value}')" if value > 0 or math.isnan(value) else "-float('inf')"
     return repr(value)
