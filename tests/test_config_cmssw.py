@@ -767,3 +767,16 @@ def test_event_and_luminosity_ranges_and_non_finite_doubles(tmp_path):
     process.p = cms.Path()
     process.setSchedule_(cms.Schedule(process.p))
     assert list(process.schedule_()) == [process.p]
+
+
+def test_reassigning_a_path_or_task_label_keeps_its_place():
+    process = _process()
+    new_path = cms.Path(process.a)
+    process.p = new_path
+    assert list(process.schedule) == [new_path, process.e]
+    new_task = cms.Task(process.a)
+    process.t = new_task
+    assert process.p.moduleNames() == {"a"} and process.e.moduleNames() == {"b"}
+    process.s2 = cms.Sequence(process.b, process.t)
+    process.t = cms.Task(process.c)
+    assert process.s2.moduleNames() == {"b", "c"}

@@ -107,6 +107,7 @@ _SPECIAL = {  # in CMSSW's dump order
 }
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
 _SEQUENCEABLE = (*_ED_KINDS, Sequence)
+_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath))
 # process.<name>: CMSSW's read-only dictionaries of the process's content, by label.
 _DICTS = {
     "producers": "producers_",
@@ -349,7 +350,10 @@ class Process:
                     f"Trying to override definition of process.{label} (used by {_what(user)}) "
                     f"while loading a fragment: already {_what(existing)}"
                 )
-            replacement = obj if isinstance(obj, _SEQUENCEABLE) and isinstance(existing, _SEQUENCEABLE) else None
+            # The new object takes the old one's place where it can stand there (a module or
+            # Sequence in sequences, a Task in Tasks, a Path in the Schedule); else it is removed.
+            same_role = any(isinstance(obj, r) and isinstance(existing, r) for r in _ROLES)
+            replacement = obj if same_role else None
             self._replace_everywhere(existing, replacement)
             if isinstance(existing, Labelable):
                 existing._label = None
