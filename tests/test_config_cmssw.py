@@ -780,3 +780,31 @@ def test_reassigning_a_path_or_task_label_keeps_its_place():
     process.s2 = cms.Sequence(process.b, process.t)
     process.t = cms.Task(process.c)
     assert process.s2.moduleNames() == {"b", "c"}
+
+
+def test_placeholders_are_resolved_when_the_config_is_loaded(tmp_path):
+    cfg = tmp_path / "placeholder_cfg.py"
+    cfg.write_text(
+        textwrap.dedent("""
+            import FWCore.ParameterSet.Config as cms
+            process = cms.Process("T")
+            process.a = cms.EDProducer("A")
+            process.b = cms.EDProducer("B")
+            process.p = cms.Path(process.a + cms.SequencePlaceholder("later"), cms.TaskPlaceholder("lateTask"))
+            process.later = cms.Sequence(process.b)
+            process.lateTask = cms.ConditionalTask(process.a)
+        """)
+    )
+    unresolved = cms.Path(cms.SequencePlaceholder("later"))
+    assert unresolved.dumpPython() == 'cms.Path(cms.SequencePlaceholder("later"))\n'
+    process = framework.config.load_config(cfg)
+    assert process.p.moduleEntries_() == [("a", False), ("b", False)]
+    assert process.p.dumpPython() == "cms.Path(process.a+process.later, process.lateTask)\n"
+    assert list(process.conditionaltasks) == ["lateTask"] and process.p.taskLabels_() == {"a"}
+    bad = tmp_path / "bad_placeholder_cfg.py"
+    bad.write_text(
+        'import FWCore.ParameterSet.Config as cms\nprocess = cms.Process("T")\n'
+        'process.p = cms.Path(cms.SequencePlaceholder("nothing"))\n'
+    )
+    with pytest.raises(ConfigurationError, match="bad_placeholder_cfg.py: SequencePlaceholder 'nothing'"):
+        framework.config.load_config(bad)

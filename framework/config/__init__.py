@@ -53,12 +53,15 @@ from ._ranges import VEventID as VEventID
 from ._ranges import VEventRange as VEventRange
 from ._ranges import VLuminosityBlockID as VLuminosityBlockID
 from ._ranges import VLuminosityBlockRange as VLuminosityBlockRange
+from ._sequences import ConditionalTask as ConditionalTask
 from ._sequences import EndPath as EndPath
 from ._sequences import FinalPath as FinalPath
 from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
+from ._sequences import SequencePlaceholder as SequencePlaceholder
 from ._sequences import Task as Task
+from ._sequences import TaskPlaceholder as TaskPlaceholder
 from ._sequences import ignore as ignore
 from ._sequences import wait as wait
 from ._types import ESInputTag as ESInputTag
@@ -85,6 +88,9 @@ from ._varparsing import VarParsing as VarParsing
 bool = _bool  # noqa: A001
 
 __all__ = [
+    "TaskPlaceholder",
+    "SequencePlaceholder",
+    "ConditionalTask",
     "VLuminosityBlockRange",
     "VLuminosityBlockID",
     "VEventRange",

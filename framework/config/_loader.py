@@ -94,6 +94,7 @@ def load_config(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Proce
             f"{' '.join(arguments.args)}"
         )
     try:
+        process.resolve()  # SequencePlaceholders, as cmsRun does before running
         process.validate_()
     except ConfigurationError as e:
         raise ConfigurationError(f"{filename}: {e.args[0]}") from None

@@ -45,7 +45,18 @@ from ._modules import (
     Source,
 )
 from ._pset import ProxyParameter, PSet, VPSet, optional, untracked
-from ._sequences import EndPath, FinalPath, Labelable, Path, Schedule, Sequence, Task, _ModuleSequence
+from ._sequences import (
+    ConditionalTask,
+    EndPath,
+    FinalPath,
+    Labelable,
+    Path,
+    Schedule,
+    Sequence,
+    Task,
+    TaskPlaceholder,
+    _ModuleSequence,
+)
 from ._types import (
     ConfigRuntimeError,
     ConfigTypeError,
@@ -126,6 +137,7 @@ _DICTS = {
     "vpsets": "vpsets_",
     "aliases": "aliases_",
     "finalpaths": "finalpaths_",
+    "conditionaltasks": "conditionaltasks_",
 }
 
 
@@ -458,6 +470,22 @@ class Process:
     def schedule_(self) -> Schedule | None:
         return self._schedule
 
+    def resolve(self, keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Replace every SequencePlaceholder and TaskPlaceholder by the process's object of
+        that name (CMSSW's ``resolve``; ``load_config`` runs it).
+
+        Raises:
+            ConfigRuntimeError: a placeholder names nothing the process holds.
+        """
+        for obj in list(self._objects.values()):
+            if isinstance(obj, (_ModuleSequence, Task)):
+                obj.resolve(self._objects, keepUnresolvedSequencePlaceholders)
+        if self._schedule is not None:
+            self._schedule._tasks = [
+                t.resolve_placeholder(self._objects) if isinstance(t, TaskPlaceholder) else t
+                for t in self._schedule._tasks
+            ]
+
     def setSchedule_(self, schedule: Schedule | None) -> None:  # noqa: N802 - CMSSW spelling
         self.__setattr__("schedule", schedule)
 
@@ -507,6 +535,9 @@ class Process:
 
     def aliases_(self) -> dict[str, EDAlias]:
         return self._by_type(EDAlias)
+
+    def conditionaltasks_(self) -> dict[str, ConditionalTask]:
+        return self._by_type(ConditionalTask)
 
     def finalpaths_(self) -> dict[str, FinalPath]:
         return self._scheduled(FinalPath)

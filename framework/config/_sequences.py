@@ -155,6 +155,29 @@ def _target(item: Any) -> Any:
     return item.module if isinstance(item, (Inverted, _Decorated)) else item
 
 
+class SequencePlaceholder(Sequenceable):
+    """``cms.SequencePlaceholder("name")``: stands for the Sequence (or module) the process
+    holds under ``name`` once the config is complete; ``process.resolve()`` (run by
+    ``load_config``) puts it in."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _ref_(self, indent: int = 0) -> str:
+        return f'cms.SequencePlaceholder("{self._name}")'
+
+    def _str_(self) -> str:
+        return self._name
+
+    def resolve(self, objects: dict[str, Any]) -> Any:
+        target = objects.get(self._name)
+        if target is None or not isinstance(target, Sequenceable):
+            raise ConfigRuntimeError(
+                f"SequencePlaceholder '{self._name}': the process has no Sequence or module of that name"
+            )
+        return target
+
+
 class SequenceExpr(Sequenceable):
     """The result of ``a + b`` before it is wrapped in a Sequence or Path; a flat list of items."""
 
@@ -437,8 +460,28 @@ class _ModuleSequence(_Closed, Labelable):
                 yield item.module, False
             elif isinstance(item, _ModuleSequence):
                 yield from item._entries_(stack)
+            elif isinstance(item, SequencePlaceholder):
+                raise ConfigRuntimeError(f"{self._what_()} holds an unresolved SequencePlaceholder '{item._name}'")
             else:
                 yield item, False
+
+    def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Put in the objects that SequencePlaceholders and TaskPlaceholders stand for
+        (``objects``: label -> object, e.g. the process's), nested ones too."""
+        items = []
+        for item in self._items:
+            if isinstance(item, SequencePlaceholder):
+                if keepUnresolvedSequencePlaceholders and item._name not in objects:
+                    items.append(item)
+                    continue
+                item = item.resolve(objects)
+            elif isinstance(item, _ModuleSequence):
+                item.resolve(objects, keepUnresolvedSequencePlaceholders)
+            items.append(item)
+        self._items = items
+        self._tasks = [t.resolve_placeholder(objects) if isinstance(t, TaskPlaceholder) else t for t in self._tasks]
+        for task in self._tasks:
+            task.resolve(objects)
 
     def _all_tasks_(self, stack: tuple[int, ...] = ()) -> Iterator[Task]:
         """Associated Tasks, including those of nested Sequences (not nested Tasks)."""
@@ -542,6 +585,13 @@ class Task(_Closed, Labelable):
     def __init__(self, *items: Any) -> None:
         self._items: list[Any] = []
         self.add(*items)
+
+    def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Put in the Tasks that TaskPlaceholders stand for, nested ones too."""
+        self._items = [i.resolve_placeholder(objects) if isinstance(i, TaskPlaceholder) else i for i in self._items]
+        for item in self._items:
+            if isinstance(item, Task) and item is not self:
+                item.resolve(objects)
 
     def add(self, *items: Any) -> None:
         """Add modules or Tasks (CMSSW's ``Task.add``)."""
@@ -650,6 +700,38 @@ class Task(_Closed, Labelable):
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         # CMSSW prints a Task's content sorted (a Task is a set).
         return f"cms.Task({', '.join(sorted(item._ref_(indent) for item in self._items))})"
+
+
+class ConditionalTask(Task):
+    """``cms.ConditionalTask(...)``: CMSSW runs its modules only when a module on the Path
+    consumes their products; that is how every Task's producers run here (on demand)."""
+
+    _kind = "ConditionalTask"
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        return "cms.ConditionalTask(" + ", ".join(sorted(item._ref_(indent) for item in self._items)) + ")"
+
+
+class TaskPlaceholder(Task):
+    """``cms.TaskPlaceholder("name")``: stands for the Task the process holds under ``name``."""
+
+    _kind = "TaskPlaceholder"
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def resolve_placeholder(self, objects: dict[str, Any]) -> Task:
+        target = objects.get(self._name)
+        if not isinstance(target, Task):
+            raise ConfigRuntimeError(f"TaskPlaceholder '{self._name}': the process has no Task of that name")
+        return target
+
+    def _modules_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
+        raise ConfigRuntimeError(f"unresolved TaskPlaceholder '{self._name}'")
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        return f'cms.TaskPlaceholder("{self._name}")'
 
 
 class Schedule(Labelable):
