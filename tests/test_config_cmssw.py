@@ -286,7 +286,10 @@ def test_load_config_starts_each_config_from_fresh_fragments(fragments, tmp_path
     plain.write_text(
         'import FWCore.ParameterSet.Config as cms\nprocess = cms.Process("T")\nprocess.load("frag.group_cff")\n'
     )
+    from frag.mods_cff import sonic as imported_before  # type: ignore[import-not-found]
+
     assert framework.config.load_config(cfg).other.a == 5
+    assert not imported_before.isChosen()  # chosen by that config, unchosen once it has run
     process = framework.config.load_config(plain)  # the Modifier chosen by the first config is not
     assert process.other.a == 2 and "added" not in process.producers
 
@@ -331,6 +334,8 @@ def test_process_dictionaries_and_names():
     assert list(process.es_producers) == ["es"] and list(process.es_sources) == ["EmptyESSource"]
     assert list(process.es_prefers) == ["es_prefer_es"]
     assert process.producerNames() == "a b c" and process.pathNames() == "p"
+    process.unscheduled = cms.Path(process.a)  # process.paths has every Path; paths_() the scheduled
+    assert list(process.paths) == ["p", "unscheduled"] and list(process.paths_()) == ["p"]
     with pytest.raises(TypeError):
         process.paths["x"] = cms.Path()  # read-only views
     with pytest.raises(ValueError, match="read-only"):

@@ -5,8 +5,9 @@ plain Python and returns its ``process``. While it runs, ``sys.argv`` is ``[path
 (CMSSW: everything after the config's name is the config's), so both
 ``VarParsing.parseArguments()`` and ``argparse`` read them; a config that reads neither
 while given arguments is an error. Fragments (``*_cff``, ``*_cfi``, ``*_cfg`` modules)
-imported while it runs are forgotten afterwards, so that the next config loaded in the
-same interpreter starts from fresh fragments and unchosen Modifiers, as a new cmsRun does.
+imported while it runs are forgotten afterwards, and the Modifiers it chose are unchosen, so
+that the next config loaded in the same interpreter starts from fresh fragments and unchosen
+Modifiers, as a new cmsRun does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
 from .._errors import ConfigurationError, FrameworkError
+from ._modifiers import CHOSEN
 from ._process import Process
 from ._varparsing import VarParsing, _Arguments, current_arguments
 
@@ -106,6 +108,7 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
     sys.path.insert(0, directory)
     saved_argv, sys.argv = sys.argv, argv
     modules_before = set(sys.modules)
+    chosen_before = len(CHOSEN)
     current_arguments.append(arguments)
     try:
         exec(code, namespace)
@@ -114,6 +117,9 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
     finally:
         current_arguments.pop()
         sys.argv = saved_argv
+        for modifier in CHOSEN[chosen_before:]:
+            modifier._chosen = False
+        del CHOSEN[chosen_before:]
         for name in set(sys.modules) - modules_before:
             if _FRAGMENT.search(name):
                 del sys.modules[name]

@@ -9,8 +9,9 @@ conditions. A ProcessModifier (``m.makeProcessModifier(func)``) calls ``func(pro
 fragment holding it is loaded into a process where ``m`` is chosen.
 
 As in CMSSW (one cmsRun = one Python process), being chosen is a property of the Modifier
-object; ``load_config`` re-imports the fragments of each config, so that one config's choice
-does not carry over to the next one run in the same interpreter.
+object. ``load_config`` runs a config as one cmsRun would: the fragments it imports are
+re-imported by the next config, and the Modifiers it chose are unchosen once it has run,
+so that one config's choice does not carry over to the next one run in the same interpreter.
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ class _NotModifier(_BoolModifierBase):
         return not self._modifier._isChosen()
 
 
+# Modifiers and chains in the order they were chosen: load_config un-chooses those its config
+# chose, once the config has run (see the module docstring).
+CHOSEN: list[Any] = []
+
+
 class Modifier(_BoolModifierBase):
     """A switch that configs test and act on (``cms.Modifier()``); chosen by ``cms.Process``."""
 
@@ -117,6 +123,8 @@ class Modifier(_BoolModifierBase):
         self._chosen = False
 
     def _setChosen(self) -> None:  # noqa: N802 - CMSSW spelling
+        if not self._chosen:
+            CHOSEN.append(self)
         self._chosen = True
 
     def _isChosen(self) -> bool:  # noqa: N802
@@ -140,6 +148,8 @@ class ModifierChain(_BoolModifierBase):
         self._chosen = False
 
     def _setChosen(self) -> None:  # noqa: N802
+        if not self._chosen:
+            CHOSEN.append(self)
         self._chosen = True
         for m in self._modifiers:
             m._setChosen()

@@ -131,12 +131,12 @@ _DICTS = {
     "es_prefers": "es_prefers_",
     "sequences": "sequences_",
     "tasks": "tasks_",
-    "paths": "paths_",
-    "endpaths": "endpaths_",
+    "paths": "_all_paths",  # CMSSW's process.paths: every Path, scheduled or not
+    "endpaths": "_all_endpaths",
     "psets": "psets_",
     "vpsets": "vpsets_",
     "aliases": "aliases_",
-    "finalpaths": "finalpaths_",
+    "finalpaths": "_all_finalpaths",
     "conditionaltasks": "conditionaltasks_",
 }
 
@@ -536,6 +536,9 @@ class Process:
     def aliases_(self) -> dict[str, EDAlias]:
         return self._by_type(EDAlias)
 
+    def _all_finalpaths(self) -> dict[str, FinalPath]:
+        return self._by_type(FinalPath)
+
     def conditionaltasks_(self) -> dict[str, ConditionalTask]:
         return self._by_type(ConditionalTask)
 
@@ -585,6 +588,12 @@ class Process:
         if self._schedule is None:
             return self._by_type(cls)
         return {p.label_(): p for p in self._schedule if isinstance(p, cls)}
+
+    def _all_paths(self) -> dict[str, Path]:
+        return self._by_type(Path)
+
+    def _all_endpaths(self) -> dict[str, EndPath]:
+        return {label: obj for label, obj in self._objects.items() if type(obj) is EndPath}
 
     def paths_(self) -> dict[str, Path]:
         return self._scheduled(Path)
