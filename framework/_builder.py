@@ -52,12 +52,13 @@ class ProductRegistry:
 class PathSpec:
     """A Path or EndPath with its TrigReport counters.
 
-    ``entries`` are (worker, inverted) in execution order. Counters per entry: visited,
+    ``entries`` are (worker, inverted) in execution order; inverted is None for a module
+    whose decision is ignored (``cms.ignore``). Counters per entry: visited,
     passed, failed (filter said no), errors.
     """
 
     name: str
-    entries: list[tuple[Worker, bool]]
+    entries: list[tuple[Worker, bool | None]]
     end: bool = False
     visited: int = 0
     passed: int = 0
@@ -224,8 +225,10 @@ def build_job(
         ConfigurationError: anything wrong with the configuration.
     """
     options = process.options_()
-    streams = streams if streams is not None else options["numberOfStreams"]
     threads = threads if threads is not None else options["numberOfThreads"]
+    streams = streams if streams is not None else options["numberOfStreams"]
+    if streams == 0:  # CMSSW's default: as many streams as threads
+        streams = threads
     if streams < 1:
         raise ConfigurationError(f"numberOfStreams must be >= 1, got {streams}")
     if threads < 1:

@@ -1,6 +1,6 @@
 """``cmsrun``: run a config file over its events (CMSSW's ``cmsRun``).
 
-    cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v]
+    cmsrun CONFIG [name=value ...] [-n MAX_EVENTS] [-j STREAMS] [-t THREADS] [-v] [--dump]
            [--dataset FILESET [--chunk-size N]
             [--executor dask [--scheduler ADDRESS] [--workers N] [--skip-bad-files] [--keep-parts]]]
 
@@ -9,7 +9,10 @@ in turn, with outputs and summaries per dataset (see ``framework/_datasets.py``)
 ``--executor dask`` the datasets' work units run on a Dask cluster instead, with one
 output per dataset and one summary of the run (``framework/executor``).
 
-``name=value`` arguments reach the config's ``cms.VarParsing``. Exit codes: 0 success,
+As with ``cmsRun``, the arguments after the config's name are the config's ``sys.argv[1:]``
+(``name=value`` for its ``VarParsing``, or ``--option value`` for its ``argparse``), except
+cmsrun's own options (``-n``, ``--dataset``, ...), which may follow the config too; after
+``--`` everything is the config's. Exit codes: 0 success,
 1 the job failed (the error names module, path, event, file or model), 2 usage errors,
 130 interrupted (Ctrl-C, SIGINT), 143 terminated (SIGTERM). Progress goes to stderr while
 the job runs; the summary (TrigReport, TimeReport, server statistics) follows when
@@ -106,10 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cmsrun",
         description="Run a pysonic (CMSSW-style) configuration file.",
-        epilog="Extra name=value arguments are passed to the config's cms.VarParsing.",
+        epilog="Arguments after CONFIG that are not cmsrun's options are the config's sys.argv[1:] (its VarParsing "
+        "or argparse); after '--' all are the config's.",
     )
     p.add_argument("config", nargs="?", help="configuration file (*_cfg.py) defining 'process'")
-    p.add_argument("args", nargs="*", metavar="name=value", help="arguments for the config")
+    p.add_argument("args", nargs="*", metavar="ARG", help="the config's arguments (name=value, --option ...)")
     p.add_argument("-n", "--max-events", type=int, help="override process.maxEvents.input (-1 = all)")
     p.add_argument("-j", "--streams", type=int, help="override options.numberOfStreams")
     p.add_argument("-t", "--threads", type=int, help="override options.numberOfThreads")
@@ -155,6 +159,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs",
     )
+    p.add_argument(
+        "--dump",
+        action="store_true",
+        help="print the loaded config as Python in CMSSW's layout (CMSSW's edmConfigDump) and exit",
+    )
     p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
@@ -179,6 +188,9 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     # As for a script: module types given as "file:Class" next to the config are importable.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.config)))
     process = cms.load_config(ns.config, ns.args)
+    if ns.dump:
+        print(process.dumpPython(), end="")
+        return 0
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
@@ -268,9 +280,43 @@ def _run_job(
     return report
 
 
+def _split_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """cmsrun's own arguments (with the config's name) and the config's arguments, in order.
+
+    Before the config's name every argument is cmsrun's; after it, cmsrun's options (and
+    their values) are picked out and everything else is the config's; after ``--`` all is.
+    """
+    actions = parser._option_string_actions  # option string -> argparse action
+    own: list[str] = []
+    config_args: list[str] = []
+    config_seen = False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        if config_seen and token == "--":
+            config_args += argv[i + 1 :]
+            break
+        if name in actions and token.startswith("-"):
+            own.append(token)
+            if actions[name].nargs != 0 and "=" not in token and i + 1 < len(argv):
+                own.append(argv[i + 1])
+                i += 1
+        elif config_seen:
+            config_args.append(token)
+        else:
+            own.append(token)
+            config_seen = not token.startswith("-")
+        i += 1
+    return own, config_args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cmsrun`` console script; returns the exit code."""
-    ns = _parser().parse_args(argv)
+    parser = _parser()
+    own, config_args = _split_arguments(parser, sys.argv[1:] if argv is None else list(argv))
+    ns = parser.parse_args(own)
+    ns.args = config_args
     console = Console(stderr=True)
     if not console.is_terminal:
         # Logs of batch jobs: wide enough that the summary tables do not wrap.

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._bridge import WaitingTaskHolder
+from ._errors import ConfigurationError
 from ._event import Event, product_key
 
 if TYPE_CHECKING:
@@ -98,6 +99,20 @@ class EDModule:
 
     def __init__(self, params: ParameterSet) -> None:  # noqa: D107 - documented on the class
         pass
+
+    def esConsumes(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - CMSSW spelling
+        """CMSSW's EventSetup access: there is no EventSetup here.
+
+        A config may define ``cms.ESSource``/``cms.ESProducer``/``cms.ESPrefer`` (they are
+        configuration objects only), but no module can read conditions.
+
+        Raises:
+            ConfigurationError: always, naming the module.
+        """
+        raise ConfigurationError(
+            f"module '{getattr(self, 'label', '?')}' asks for the EventSetup: pysonic has none "
+            "(ESSource/ESProducer are accepted in configs but never run)"
+        )
 
     def consumes(self, tag: Any, *, branches: Iterable[str] | None = None) -> Consumed:
         """Declare that this module reads ``tag``; returns the token to pass to ``event.get``.

@@ -5,7 +5,7 @@ looked up, in order:
 
 0. types registered at run time with :func:`register_type` (tests, notebooks);
 1. the types built into the framework (``PoolSource``, ``EmptySource``,
-   ``FastTimerService``, ``TritonService``);
+   ``FastTimerService``, ``MessageLogger``, ``TritonService``);
 2. the Python entry points of group ``pysonic.modules`` of every installed package, so a
    user's own package provides types by declaring, in its ``pyproject.toml``::
 
@@ -32,6 +32,7 @@ ENTRY_POINT_GROUP = "pysonic.modules"
 _BUILTIN = {
     "EmptySource": "framework._source_base:EmptySource",
     "FastTimerService": "framework._timing:FastTimerService",
+    "MessageLogger": "framework._messagelogger:MessageLogger",
     "PoolSource": "framework.io:PoolSource",
     "TritonService": "framework.service._service:TritonService",
 }

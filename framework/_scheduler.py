@@ -173,7 +173,7 @@ class _EventRun:
                 # TryToContinue: this Path is errored for this event, the others go on.
                 self.principal.path_results[spec.name] = False
                 return
-            if decision == inverted:  # a filter said no (or an inverted one said yes)
+            if inverted is not None and decision == inverted:  # a filter said no (or an inverted one yes)
                 passed = False
                 break
             spec.entry_passed[i] += 1

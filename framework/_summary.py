@@ -129,7 +129,8 @@ def _path_dict(spec: PathSpec) -> dict[str, Any]:
             {
                 "label": w.label,
                 "type": w.type_name,
-                "inverted": inverted,
+                "inverted": bool(inverted),
+                "ignored": inverted is None,
                 "visited": spec.entry_visited[i],
                 "passed": spec.entry_passed[i],
                 "failed": spec.entry_visited[i] - spec.entry_passed[i] - spec.entry_errors[i],

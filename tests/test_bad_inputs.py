@@ -278,7 +278,7 @@ def test_no_process(cmsrun, tmp_path, inputs):
             "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minNumber': expected uint32, got string 'two'",
         ),
         (
-            'process.jets.minPt = "30"\n',
+            'process.jets.minPt = cms.string("30")\n',
             "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': expected double, got string '30'",
         ),
         (
@@ -286,8 +286,9 @@ def test_no_process(cmsrun, tmp_path, inputs):
             "OutputModule 'out' (type NanoAODOutputModule): missing required parameter 'fileName'",
         ),
         (
-            'process.jets = cms.EDProducer("DeepMETInputProducer")\n',
-            "duplicate label 'jets': already used by EDFilter 'jets' (type JetMultiplicityFilter)",
+            "process.jets.minPt = 30.0\n",
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt' does not exist yet, so it can only "
+            "be set to a typed value",
         ),
         ("process.p3 = cms.Path(process.jets + process.nosuch)\n", "AttributeError: process 'BAD' has no 'nosuch'"),
         (
@@ -301,7 +302,7 @@ def test_no_process(cmsrun, tmp_path, inputs):
         "wrong type",
         "string for double",
         "missing required",
-        "duplicate label",
+        "untyped new parameter",
         "undefined module in Path",
         "unattached module in Path",
     ],

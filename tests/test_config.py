@@ -162,8 +162,10 @@ def test_input_tag_errors(args, message):
 
 def test_vinputtag_parses_strings():
     v = cms.VInputTag("a", cms.InputTag("b", "i"))
-    assert all(isinstance(t, cms.InputTag) for t in v)
-    assert v.value() == ["a", "b:i"]
+    assert v[0] == "a" and isinstance(v[1], cms.InputTag)  # CMSSW keeps each item as given
+    assert v.value() == ["a", "b:i"] and repr(v) == 'cms.VInputTag("a", cms.InputTag("b","i"))'
+    with pytest.raises(ConfigurationError, match="more than 3"):
+        cms.VInputTag("a:b:c:d")
 
 
 def test_pset_attributes_clone_and_value():
@@ -184,14 +186,20 @@ def test_pset_attributes_clone_and_value():
 
 
 def test_pset_assignment_rules():
-    p = cms.PSet(n=cms.untracked.uint32(1), free=3)
+    with pytest.raises(ConfigurationError, match="parameter 'free' does not exist yet.*got int 3") as info:
+        cms.PSet(n=cms.untracked.uint32(1), free=3)  # CMSSW: a new parameter must be typed
+    assert isinstance(info.value, TypeError)
+    p = cms.PSet(n=cms.untracked.uint32(1), free=cms.int32(3))
     p.n = 4
     assert isinstance(p.n, cms.uint32) and p.n.value() == 4 and not p.n.isTracked()
     with pytest.raises(ConfigurationError, match="parameter 'n': cms.uint32: -1 is out of range"):
         p.n = -1
     p.n = cms.string("now a string")  # a typed value replaces
     assert isinstance(p.n, cms.string)
-    assert p.free == 3  # plain values are kept as given
+    assert p.free == 3  # a typed value compares as its value
+    with pytest.raises(ConfigurationError, match="PSet: parameter 'free': cms.int32: expected an integer") as err:
+        p.free = "three"  # a plain value keeps the parameter's type
+    assert isinstance(err.value, ValueError)
     with pytest.raises(AttributeError, match="no parameter 'nn'.*did you mean 'n'"):
         p.nn
     with pytest.raises(ConfigurationError, match="'value' is reserved"):
@@ -240,15 +248,22 @@ def test_attach_sets_label_kind_and_type():
         clone.label_()
 
 
-def test_duplicate_label_and_relabel():
+def test_label_reassigned_replaces_everywhere_and_relabel():
     process = _process()
     process.prod = process.prod  # the same object again is fine
-    with pytest.raises(ConfigurationError, match="duplicate label 'prod'.*EDProducer 'prod' \\(type Prod\\)"):
-        process.prod = cms.EDProducer("Other")
-    with pytest.raises(ConfigurationError, match="duplicate label 'prod'"):
-        process.prod = cms.Path(process.filt)  # modules and paths share one namespace
-    with pytest.raises(ConfigurationError, match="already attached as 'prod'"):
+    process.seq = cms.Sequence(process.prod + process.filt)
+    process.path = cms.Path(process.seq + process.ana)
+    old = process.prod
+    process.prod = cms.EDProducer("Other")  # CMSSW: the new object takes the old one's place everywhere
+    assert process.prod.type_() == "Other" and not old.hasLabel_()
+    assert process.seq.contains(process.prod) and not process.seq.contains(old)
+    assert str(process.path) == "prod+filt+ana" and str(process.seq) == "prod+filt"  # nested Sequences expanded
+    with pytest.raises(ConfigurationError, match="already attached as 'prod'") as info:
         process.prod2 = process.prod
+    assert isinstance(info.value, ValueError)
+    other = cms.Process("OTHER")  # an object of another process is relabelled, as in CMSSW
+    other.renamed = process.ana
+    assert process.ana.label_() == "renamed"
 
 
 @pytest.mark.parametrize("label", ["bad_", "_bad", "1x", "a-b"])
@@ -288,14 +303,16 @@ def test_services():
 def test_options_and_max_events_defaults():
     process = cms.Process("P")
     assert process.maxEvents_() == -1
-    assert process.options_() == {
-        "numberOfStreams": 1,
+    options = process.options_()
+    # CMSSW's keys and defaults: numberOfStreams 0 = as many streams as threads.
+    assert {k: options[k] for k in ("numberOfStreams", "numberOfThreads", "wantSummary", "Rethrow")} == {
+        "numberOfStreams": 0,
         "numberOfThreads": 1,
         "wantSummary": False,
         "Rethrow": [],
-        "TryToContinue": [],
-        "IgnoreCompletely": [],
     }
+    assert options["numberOfConcurrentLuminosityBlocks"] == 0 and options["accelerators"] == ["*"]
+    assert options["fileMode"] == "FULLMERGE" and options["eventSetup"] == {}
     process.options.numberOfStreams = 4
     process.maxEvents.input = 10
     assert process.options_()["numberOfStreams"] == 4 and process.maxEvents_() == 10
@@ -304,14 +321,9 @@ def test_options_and_max_events_defaults():
 def test_options_replaced_keep_defaults_for_missing_keys():
     process = cms.Process("P")
     process.options = cms.untracked.PSet(wantSummary=cms.untracked.bool(True))
-    assert process.options_() == {
-        "numberOfStreams": 1,
-        "numberOfThreads": 1,
-        "wantSummary": True,
-        "Rethrow": [],
-        "TryToContinue": [],
-        "IgnoreCompletely": [],
-    }
+    options = process.options_()
+    assert options["wantSummary"] is True and options["numberOfStreams"] == 0 and options["numberOfThreads"] == 1
+    assert options == {**cms.Process("Q").options_(), "wantSummary": True}
     process.options = cms.PSet(numberOfThreads=cms.int32(2))  # tracked or other int type: by value
     assert process.options_()["numberOfThreads"] == 2
     process.options.numberOfStreams = 3  # the merged PSet is the live one
@@ -328,8 +340,8 @@ def test_options_errors():
         "'numberOfStreams'.*known: numberOfStreams, numberOfThreads, wantSummary",
     ):
         process.options = cms.untracked.PSet(numberOfStream=cms.untracked.uint32(2))
-    with pytest.raises(ConfigurationError, match="process.maxEvents: unknown parameter 'output'; known: input"):
-        process.maxEvents = cms.untracked.PSet(output=cms.untracked.int32(1))
+    with pytest.raises(ConfigurationError, match="process.maxEvents: unknown parameter 'inpt'.*known: input, output"):
+        process.maxEvents = cms.untracked.PSet(inpt=cms.untracked.int32(1))
     with pytest.raises(ConfigurationError, match="process.options.numberOfStreams: .*-1 is out of range"):
         process.options = cms.untracked.PSet(numberOfStreams=cms.untracked.int32(-1))
     with pytest.raises(ConfigurationError, match="parameter 'wantSummary'.*expected True or False"):
@@ -338,8 +350,8 @@ def test_options_errors():
     with pytest.raises(ConfigurationError, match="unknown parameter 'extra'"):
         process.validate_()
     del process.options
-    process.options.numberOfStreams = 0
-    with pytest.raises(ConfigurationError, match="numberOfStreams must be >= 1"):
+    process.options.numberOfThreads = 0
+    with pytest.raises(ConfigurationError, match="numberOfThreads must be >= 1"):
         process.options_()
     process.maxEvents.input = -2
     with pytest.raises(ConfigurationError, match="maxEvents.input must be >= -1"):
@@ -362,8 +374,10 @@ def test_path_flattening_and_inversion():
 
 def test_inversion_only_for_filters_and_not_mixed():
     process = _process()
-    with pytest.raises(ConfigurationError, match="only to EDFilters; EDProducer 'prod' \\(type Prod\\)"):
-        ~process.prod
+    # CMSSW accepts '~' on any module in a config (building the job rejects it on a non-filter)
+    assert (~process.prod).module is process.prod
+    with pytest.raises(TypeError):
+        ~cms.Sequence()
     process.p = cms.Path(process.filt + ~process.filt)
     with pytest.raises(ConfigurationError, match="module 'filt' appears both plain and inverted"):
         process.p.moduleEntries_()
@@ -390,7 +404,7 @@ def test_tasks_and_task_labels():
 
 def test_schedule_object_errors():
     process = _process()
-    with pytest.raises(ConfigurationError, match="a Task holds EDProducers, EDFilters and Tasks"):
+    with pytest.raises(ConfigurationError, match="a Task holds EDProducers, EDFilters, ES modules, Services and Tasks"):
         cms.Task(process.ana)
     with pytest.raises(ConfigurationError, match="pass a Task as an extra argument"):
         process.prod + cms.Task(process.prod)
@@ -631,7 +645,7 @@ def test_description_nested_errors_name_the_path():
     with pytest.raises(
         ConfigurationError, match="parameter 'Client.timeout': expected untracked uint32, got string 'x'"
     ):
-        _description().validate({"modelName": "m", "Client": cms.PSet(timeout="x")}, CTX)
+        _description().validate({"modelName": "m", "Client": {"timeout": "x"}}, CTX)
     with pytest.raises(ConfigurationError, match="unknown parameter 'Client.timeOut' \\(did you mean 'timeout'\\?\\)"):
         _description().validate({"modelName": "m", "Client": {"timeOut": 1}}, CTX)
     with pytest.raises(ConfigurationError, match="missing required parameter 'histograms\\[1\\].name'"):
@@ -664,7 +678,7 @@ def test_description_optional_free_form_and_allow_unknown():
     desc.add("extra", cms.PSet, "anything")
     assert "level" not in desc.validate({"extra": {}}, CTX)
     assert desc.validate({"extra": {}, "level": cms.untracked.uint32(3)}, CTX).level == 3
-    ps = desc.validate({"extra": cms.PSet(a=cms.vint32(1), b=cms.PSet(c=cms.InputTag("x:y")), d=[1, 2])}, CTX)
+    ps = desc.validate({"extra": cms.PSet(a=cms.vint32(1), b=cms.PSet(c=cms.InputTag("x:y")), d=cms.vint32(1, 2))}, CTX)
     assert ps.extra.a == [1] and ps.extra.b.c == cms.InputTag("x", "y") and ps.extra.d == [1, 2]
     with pytest.raises(ConfigurationError, match="missing required parameter 'extra'"):
         desc.validate({}, CTX)
@@ -749,11 +763,11 @@ def test_load_config_configuration_error_inside_names_line(tmp_path):
         """\
         import framework.config as cms
         process = cms.Process("A")
-        process.a = cms.EDProducer("X")
-        process.a = cms.EDProducer("Y")
+        process.a = cms.EDProducer("X",
+                                   n=3)
     """,
     )
-    with pytest.raises(ConfigurationError, match=rf"{path}:4: ConfigurationError: duplicate label 'a'"):
+    with pytest.raises(ConfigurationError, match=rf"{path}:3: ConfigurationError: .*parameter 'n' does not exist"):
         cms.load_config(path, [])
 
 

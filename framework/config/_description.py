@@ -31,10 +31,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .._errors import ConfigurationError
-from ._pset import ParameterHolder, PSet, UntrackedType, VPSet
+from ._pset import ParameterHolder, ProxyParameter, PSet, UntrackedType, VPSet
 from ._types import (
     FileInPath,
     InputTag,
+    VInputTag,
     _Invalid,
     _ParameterTypeBase,
     _Vector,
@@ -253,7 +254,13 @@ def _items_of(pset: Any, context: str, path: str) -> dict[str, Any]:
     if pset is None:
         return {}
     if isinstance(pset, ParameterHolder):
-        return pset.parameters_()
+        # cms.required.X / cms.optional.X never given a value: absent (the description decides).
+        items = pset.parameters_()
+        return {
+            n: (v._value if isinstance(v, ProxyParameter) else v)
+            for n, v in items.items()
+            if not isinstance(v, ProxyParameter) or v._value is not None
+        }
     if isinstance(pset, (Mapping, ParameterSet)):
         return dict(pset.items())
     where = f"parameter '{path}': " if path else ""
@@ -336,7 +343,10 @@ def _check_scalar(entry: _Entry, value: Any, context: str, where: str) -> Any:
             return found
     if ok:
         try:
-            return _plain_result(cls._convert(raw))
+            result = _plain_result(cls._convert(raw))
+            if cls is VInputTag:  # a VInputTag keeps strings as given; modules get InputTags
+                result = [InputTag(v) if isinstance(v, str) else v for v in result]
+            return result
         except _Invalid as e:
             # Ranges and vector elements need the detail; a scalar of the wrong type does not.
             if e.out_of_range or issubclass(cls, _Vector):

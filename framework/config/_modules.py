@@ -15,7 +15,18 @@ from .._errors import ConfigurationError
 from ._pset import ParameterHolder, PSet
 from ._sequences import Inverted, Labelable, Sequenceable
 
-__all__ = ["EDAnalyzer", "EDFilter", "EDProducer", "OutputModule", "Service", "Source"]
+__all__ = [
+    "EDAlias",
+    "EDAnalyzer",
+    "EDFilter",
+    "EDProducer",
+    "ESPrefer",
+    "ESProducer",
+    "ESSource",
+    "OutputModule",
+    "Service",
+    "Source",
+]
 
 
 class _Module(Labelable, ParameterHolder):
@@ -38,17 +49,31 @@ class _Module(Labelable, ParameterHolder):
             return f"{self._kind} of type '{self._type}'"
         return f"{self._kind} '{self._label}' (type {self._type})"
 
-    def clone(self, **overrides: Any) -> Any:
+    def _replace_content_(self, other: ParameterHolder) -> None:
+        super()._replace_content_(other)
+        object.__setattr__(self, "_type", other._type)
+
+    def copy(self) -> Any:
+        """A deep copy without label (CMSSW's ``copy()``; ``clone()`` takes changes too)."""
+        return self.clone()
+
+    def clone(self, *psets: PSet, **overrides: Any) -> Any:
         """A deep copy, without label, with ``overrides`` applied (as :meth:`PSet.clone`)."""
         new = copy.deepcopy(self)
         object.__setattr__(new, "_label", None)
+        for pset in psets:  # CMSSW: positional PSets add their parameters
+            new.update_(copy.deepcopy(pset))
         new._apply_overrides(overrides)
         return new
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         if not self._parameters:
-            return f"cms.{self._kind}({self._type!r})"
-        return f"cms.{self._kind}({self._type!r},\n{self._dump_parameters(indent)}\n{' ' * indent})"
+            return f'cms.{self._kind}("{self._type}")'
+        return f'cms.{self._kind}("{self._type}",\n{self._dump_parameters(indent)}\n{" " * indent})'
+
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this declaration, with a final newline."""
+        return self.dumpPython_() + "\n"
 
     def __repr__(self) -> str:
         return self.dumpPython_()
@@ -93,3 +118,57 @@ class Service(_Module):
     """Declares a service; its label is its type name (``process.add_(cms.Service("X"))``)."""
 
     _kind = "Service"
+
+
+class _ESModule(_Module):
+    """EventSetup modules: configuration objects only (nothing here has an EventSetup).
+
+    A config that defines them loads, dumps and runs; the framework never constructs them.
+    """
+
+
+class ESSource(_ESModule):
+    """Declares an EventSetup source (CMSSW's ``cms.ESSource``); configuration only here."""
+
+    _kind = "ESSource"
+
+
+class ESProducer(_ESModule):
+    """Declares an EventSetup producer (CMSSW's ``cms.ESProducer``); configuration only here."""
+
+    _kind = "ESProducer"
+
+
+class ESPrefer(_ESModule):
+    """``cms.ESPrefer("Type", "label", record=cms.vstring(...))``: which ES module wins; configuration only."""
+
+    _kind = "ESPrefer"
+
+    def __init__(self, type_name: str, target_label: str = "", *psets: PSet, **params: Any) -> None:
+        super().__init__(type_name, *psets, **params)
+        object.__setattr__(self, "_target", target_label)
+
+    def targetLabel_(self) -> str:  # noqa: N802
+        return self._target  # type: ignore[no-any-return]
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        head = f'cms.ESPrefer("{self._type}","{self._target}"' if self._target else f'cms.ESPrefer("{self._type}"'
+        if not self._parameters:
+            return head + ")"
+        return f"{head},\n{self._dump_parameters(indent)}\n{' ' * indent})"
+
+
+class EDAlias(_Module):
+    """``cms.EDAlias(label = cms.VPSet(cms.PSet(type = cms.string("Foo"))))``: CMSSW's product
+    aliases; a configuration object only here (it loads and dumps, and aliases nothing)."""
+
+    _kind = "EDAlias"
+
+    def __init__(self, *psets: PSet, **params: Any) -> None:
+        object.__setattr__(self, "_type", "")
+        ParameterHolder.__init__(self, *psets, **params)
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        if not self._parameters:
+            return "cms.EDAlias()"
+        return f"cms.EDAlias(\n{self._dump_parameters(indent)}\n{' ' * indent})"

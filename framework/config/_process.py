@@ -24,23 +24,75 @@ Labels share one namespace: a module label can never also be a Path or Task name
 
 from __future__ import annotations
 
+import copy
+import importlib
+import types
 from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigurationError
-from ._modules import EDAnalyzer, EDFilter, EDProducer, OutputModule, Service, Source
-from ._pset import PSet, untracked
-from ._sequences import EndPath, Labelable, Path, Schedule, Sequence, Task
-from ._types import _bool, closest, describe_value, int32, plain_value, uint32, vstring
+from ._modifiers import Modifier, ModifierChain, ProcessModifier
+from ._modules import (
+    EDAlias,
+    EDAnalyzer,
+    EDFilter,
+    EDProducer,
+    ESPrefer,
+    ESProducer,
+    ESSource,
+    OutputModule,
+    Service,
+    Source,
+)
+from ._pset import ProxyParameter, PSet, VPSet, optional, untracked
+from ._sequences import (
+    ConditionalTask,
+    EndPath,
+    FinalPath,
+    Labelable,
+    Path,
+    Schedule,
+    Sequence,
+    Task,
+    TaskPlaceholder,
+    _ModuleSequence,
+)
+from ._types import (
+    ConfigRuntimeError,
+    ConfigTypeError,
+    ConfigValueError,
+    _bool,
+    closest,
+    describe_value,
+    int32,
+    plain_value,
+    string,
+    uint32,
+    vstring,
+)
 
-__all__ = ["MAX_EVENTS", "OPTIONS", "Process"]
+__all__ = ["MAX_EVENTS", "OPTIONS", "Process", "ProcessFragment"]
 
-# name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults,
-# except numberOfStreams, whose CMSSW default 0 means "as many as threads"; here 1.
+# name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults
+# (FWCore/Framework's EventProcessor options); those marked "accepted" have no effect here.
 OPTIONS: dict[str, tuple[Any, Any, str]] = {
-    "numberOfStreams": (uint32, 1, "events processed concurrently (>= 1)"),
+    "numberOfStreams": (uint32, 0, "events processed concurrently; 0 = as many as threads"),
     "numberOfThreads": (uint32, 1, "threads for thread-safe module calls (>= 1)"),
     "wantSummary": (_bool, False, "print the per-module time and event summary at the end"),
+    "numberOfConcurrentRuns": (uint32, 1, "accepted (one run at a time here)"),
+    "numberOfConcurrentLuminosityBlocks": (uint32, 0, "accepted (no luminosity-block transitions here)"),
+    "fileMode": (string, "FULLMERGE", "accepted"),
+    "forceEventSetupCacheClearOnNewRun": (_bool, False, "accepted (no EventSetup here)"),
+    "throwIfIllegalParameter": (_bool, True, "accepted (unknown parameters are always errors here)"),
+    "printDependencies": (_bool, False, "accepted"),
+    "deleteNonConsumedUnscheduledModules": (_bool, True, "accepted"),
+    "dumpOptions": (_bool, False, "accepted"),
+    "accelerators": (vstring, ["*"], "accepted (Triton servers pick their own devices)"),
+    "modulesToIgnoreForDeleteEarly": (vstring, [], "accepted"),
+    "canDeleteEarly": (vstring, [], "accepted"),
+    "holdsReferencesToDeleteEarly": (VPSet, [], "accepted"),
+    "eventSetup": (PSet, {}, "accepted (no EventSetup here)"),
+    "sizeOfStackForThreadsInKB": (uint32, 0, "accepted (0: the system's default)"),
     # Exception policy: exception categories (e.g. "ExternalFailure", "ProductNotFound",
     # "ValueError"; "*" = all) mapped to actions, as CMSSW's options of the same names.
     "Rethrow": (vstring, [], "categories that end the job (the default for every category)"),
@@ -54,13 +106,50 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
 }
 MAX_EVENTS: dict[str, tuple[Any, Any, str]] = {
     "input": (int32, -1, "number of events to read; -1 = all"),
+    "output": (None, None, "accepted (events written per output module: not supported here)"),
 }
-_SPECIAL = {"options": OPTIONS, "maxEvents": MAX_EVENTS}
+MAX_LUMIS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted (no luminosity blocks here)")}
+MAX_SECONDS: dict[str, tuple[Any, Any, str]] = {"input": (int32, -1, "accepted")}
+_SPECIAL = {  # in CMSSW's dump order
+    "maxEvents": MAX_EVENTS,
+    "maxLuminosityBlocks": MAX_LUMIS,
+    "maxSecondsUntilRampdown": MAX_SECONDS,
+    "options": OPTIONS,
+}
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
+_SEQUENCEABLE = (*_ED_KINDS, Sequence)
+_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath))
+# process.<name>: CMSSW's read-only dictionaries of the process's content, by label.
+_DICTS = {
+    "producers": "producers_",
+    "filters": "filters_",
+    "analyzers": "analyzers_",
+    "outputModules": "outputModules_",
+    "services": "services_",
+    "es_sources": "es_sources_",
+    "es_producers": "es_producers_",
+    "es_prefers": "es_prefers_",
+    "sequences": "sequences_",
+    "tasks": "tasks_",
+    "paths": "_all_paths",  # CMSSW's process.paths: every Path, scheduled or not
+    "endpaths": "_all_endpaths",
+    "psets": "psets_",
+    "vpsets": "vpsets_",
+    "aliases": "aliases_",
+    "finalpaths": "_all_finalpaths",
+    "conditionaltasks": "conditionaltasks_",
+}
 
 
 def _default_pset(spec: Mapping[str, tuple[Any, Any, str]]) -> PSet:
-    pset: PSet = untracked.PSet(**{name: untracked(cls(default)) for name, (cls, default, _) in spec.items()})
+    def make(cls: Any, default: Any) -> Any:
+        if cls is None:  # CMSSW's maxEvents.output: an int32, or a PSet by output module
+            return optional.untracked.allowed(int32, PSet)
+        if cls is PSet:
+            return untracked.PSet()
+        return untracked(cls(*default) if cls is VPSet else cls(default))
+
+    pset: PSet = untracked.PSet(**{name: make(cls, default) for name, (cls, default, _) in spec.items()})
     return pset
 
 
@@ -84,7 +173,18 @@ def _merge_special(which: str, value: Any) -> PSet:
             hint = f" ({near})" if near.startswith("did") else ""
             raise ConfigurationError(f"process.{which}: unknown parameter '{name}'{hint}; known: {', '.join(spec)}")
         try:
-            getattr(merged, name).setValue(plain_value(v))
+            if isinstance(v, ProxyParameter) and not v.isSet_():
+                continue  # still the default placeholder
+            if isinstance(v, ProxyParameter):
+                v = v._value
+            if spec[name][0] is None:
+                setattr(merged, name, v)
+            elif isinstance(v, (PSet, VPSet)):
+                v = copy.deepcopy(v)
+                v.setIsTracked(False)
+                setattr(merged, name, v)
+            else:
+                getattr(merged, name).setValue(plain_value(v))
         except ConfigurationError as e:
             raise ConfigurationError(f"process.{which}.{name}: {e.args[0]}") from None
     return merged
@@ -94,18 +194,34 @@ def _what(obj: Any) -> str:
     return obj._what_() if hasattr(obj, "_what_") else describe_value(obj)
 
 
-class Process:
-    """A config: ``process = cms.Process("NAME")``, then ``process.<label> = ...``.
+class ProcessFragment:
+    """A named bundle of configuration objects for ``process.extend(fragment)`` (CMSSW's
+    ``cms.ProcessFragment``): ``frag = cms.ProcessFragment("NAME"); frag.a = cms.EDProducer(...)``."""
 
-    Plain attributes are the config's content (modules, Services, Sequences, Paths,
-    EndPaths, Tasks, PSets); methods end in ``_``. Special attributes: ``source``,
-    ``maxEvents``, ``options`` (both with defaults; assigning a PSet overrides only the keys
-    it has) and ``schedule``.
+    def __init__(self, name: str) -> None:
+        self.__dict__["_name"] = name
+
+    def name_(self) -> str:
+        return str(self.__dict__["_name"])
+
+
+class Process:
+    """A config: ``process = cms.Process("NAME", *modifiers)``, then ``process.<label> = ...``.
+
+    Plain attributes are the config's content (modules, Services, ES modules, Sequences,
+    Paths, EndPaths, Tasks, PSets); methods end in ``_``, except CMSSW's own (``load``,
+    ``extend``, ``add_``, ``prefer``, ``dumpPython``). Special attributes: ``source``,
+    ``maxEvents``, ``options`` (with CMSSW's defaults; assigning a PSet overrides only the
+    keys it has) and ``schedule``. ``modifiers`` (Modifiers, ModifierChains, eras) are
+    chosen: their ``toModify``/``toReplaceWith`` calls take effect from then on.
+
+    As in CMSSW: assigning a new object to an existing label replaces the old one in every
+    Sequence, Path, Task and the Schedule (but a fragment loaded with ``load`` may not
+    override a label in use: ValueError); ``del process.x`` removes ``x`` from all of them.
 
     Raises:
-        ConfigurationError: invalid process name or label, a label already used by
-            another object, an object already attached under another label, a value
-            that cannot be attached, unknown keys in ``options``/``maxEvents``.
+        ConfigurationError: invalid process name or label, a value that cannot be attached,
+            unknown keys in ``options``/``maxEvents``.
     """
 
     _is_config_structure = True
@@ -114,16 +230,25 @@ class Process:
     _source: Source | None
     _schedule: Schedule | None
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *modifiers: Modifier | ModifierChain) -> None:
         if not isinstance(name, str) or not name.isascii() or not name.isalnum():
-            raise ConfigurationError(f"process name must be a non-empty alphanumeric string, got {name!r}")
+            raise ConfigRuntimeError(f"process name must be a non-empty alphanumeric string, got {name!r}")
         d = self.__dict__
         d["_name"] = name
         d["_objects"] = {}
         d["_source"] = None
         d["_schedule"] = None
-        d["_options"] = _default_pset(OPTIONS)
-        d["_maxEvents"] = _default_pset(MAX_EVENTS)
+        d["_in_extend"] = False
+        d["_applied_process_modifiers"] = set()
+        for special, spec in _SPECIAL.items():
+            d["_" + special] = _default_pset(spec)
+        for modifier in modifiers:
+            if not isinstance(modifier, (Modifier, ModifierChain)):
+                raise ConfigTypeError(
+                    f"cms.Process({name!r}, ...): modifiers must be cms.Modifier, got {_what(modifier)}"
+                )
+            modifier._setChosen()
+        d["_modifiers"] = modifiers
 
     # ------------------------------------------------------------ attributes
 
@@ -139,6 +264,8 @@ class Process:
             return d["_schedule"]
         if name in _SPECIAL:
             return d["_" + name]
+        if name in _DICTS:
+            return types.MappingProxyType(getattr(self, _DICTS[name])())
         try:
             return d["_objects"][name]
         except KeyError:
@@ -149,15 +276,22 @@ class Process:
         d = self.__dict__
         if name == "source":
             if not isinstance(value, Source):
-                raise ConfigurationError(f"process.source must be a cms.Source, got {_what(value)}")
+                raise ConfigTypeError(f"process.source must be a cms.Source, got {_what(value)}")
             value._label = "source"
             d["_source"] = value
         elif name in _SPECIAL:
             d["_" + name] = _merge_special(name, value)
         elif name == "schedule":
             if value is not None and not isinstance(value, Schedule):
-                raise ConfigurationError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
+                raise ConfigTypeError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
+            for item in (*value, *value._tasks) if value is not None else ():
+                if not item.hasLabel_() or d["_objects"].get(item.label_()) is not item:
+                    raise ConfigRuntimeError(
+                        f"process.schedule: {_what(item)} is not attached to the process (attach it first)"
+                    )
             d["_schedule"] = value
+        elif name in _DICTS:
+            raise ConfigValueError(f"process.{name} is read-only (the {name} of the process, by label)")
         else:
             self._attach(name, value)
 
@@ -169,50 +303,161 @@ class Process:
             d["_" + name] = _default_pset(_SPECIAL[name])
         elif name in d["_objects"]:
             obj = d["_objects"].pop(name)
+            self._replace_everywhere(obj, None)
             if isinstance(obj, Labelable):
                 obj._label = None
         else:
             raise AttributeError(f"process '{d['_name']}' has no '{name}'")
 
+    def _containers(self) -> list[Any]:
+        out: list[Any] = [o for o in self._objects.values() if isinstance(o, (_ModuleSequence, Task))]
+        return out
+
+    def _replace_everywhere(self, old: Any, new: Any) -> None:
+        """``old`` replaced by ``new`` (or removed: None) in every Sequence, Path, Task and the Schedule."""
+        for container in self._containers():
+            container._replace_object(old, new)
+        if self._schedule is not None:
+            self._schedule._replace_object(old, new)
+
+    def _used_by(self, obj: Any) -> Any:
+        for container in self._containers():
+            if container is not obj and container.contains(obj):
+                return container
+        return None
+
     def _attach(self, label: str, obj: Any) -> None:
         if not label.isidentifier() or label.startswith("_") or label.endswith("_"):
-            raise ConfigurationError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
+            raise ConfigValueError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
         if isinstance(obj, Source):
-            raise ConfigurationError(f"process.{label}: a Source must be assigned to process.source")
-        if not isinstance(obj, (Labelable, PSet)) or isinstance(obj, Schedule):
-            raise ConfigurationError(
-                f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, "
-                "Sequence, Path, EndPath, Task or PSet"
+            raise ConfigValueError(f"process.{label}: a Source must be assigned to process.source")
+        if not isinstance(obj, (Labelable, PSet, VPSet)) or isinstance(obj, Schedule):
+            raise ConfigTypeError(
+                f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, ES module, "
+                "Sequence, Path, EndPath, Task, PSet or VPSet"
             )
         objects = self.__dict__["_objects"]
         existing = objects.get(label)
         if existing is obj:
             return
-        if existing is not None:
-            raise ConfigurationError(
-                f"duplicate label '{label}': already used by {_what(existing)}, cannot attach {_what(obj)}"
-            )
         if isinstance(obj, Service) and label != obj.type_():
-            raise ConfigurationError(
+            raise ConfigTypeError(
                 f"a Service is attached under its type name: process.{obj.type_()} = ..., not process.{label}"
             )
-        if isinstance(obj, Labelable):
-            if obj.hasLabel_() and obj.label_() != label:
-                raise ConfigurationError(
-                    f"cannot attach {_what(obj)} as '{label}': it is already attached as "
-                    f"'{obj.label_()}' (use .clone() for a copy)"
+        # CMSSW relabels an object unless this process holds it under its old label.
+        if (
+            isinstance(obj, Labelable)
+            and obj.hasLabel_()
+            and obj.label_() != label
+            and objects.get(obj.label_()) is obj
+        ):
+            raise ConfigValueError(
+                f"cannot attach {_what(obj)} as '{label}': it is already attached as "
+                f"'{obj.label_()}' (use .clone() for a copy)"
+            )
+        if existing is not None:
+            user = self._used_by(existing)
+            if self._in_extend and user is not None:
+                raise ConfigValueError(
+                    f"Trying to override definition of process.{label} (used by {_what(user)}) "
+                    f"while loading a fragment: already {_what(existing)}"
                 )
+            # The new object takes the old one's place where it can stand there (a module or
+            # Sequence in sequences, a Task in Tasks, a Path in the Schedule); else it is removed.
+            same_role = any(isinstance(obj, r) and isinstance(existing, r) for r in _ROLES)
+            replacement = obj if same_role else None
+            self._replace_everywhere(existing, replacement)
+            if isinstance(existing, Labelable):
+                existing._label = None
+            del objects[label]
+        if isinstance(obj, Labelable):
             obj._label = label
         objects[label] = obj
 
-    def add_(self, *services: Service) -> None:
-        """Attach Services under their type names (CMSSW's ``process.add_``)."""
-        for service in services:
-            if not isinstance(service, Service):
-                raise ConfigurationError(
-                    f"process.add_() takes Services, got {_what(service)}; attach others as process.<label> = ..."
+    def add_(self, *items: Service | ESSource | ESProducer | ESPrefer) -> None:
+        """Attach Services under their type names and unlabelled ES modules (CMSSW's ``process.add_``)."""
+        for item in items:
+            if isinstance(item, Service):
+                self._attach(item.type_(), item)
+            elif isinstance(item, (ESSource, ESProducer, ESPrefer)):
+                label = item._label or item.type_()
+                if isinstance(item, ESPrefer):
+                    label = "es_prefer_" + label
+                self._attach(label, item)
+            else:
+                raise ConfigTypeError(
+                    f"process.add_() takes Services and ES modules, got {_what(item)}; "
+                    "attach others as process.<label> = ..."
                 )
-            self._attach(service.type_(), service)
+
+    def prefer(self, label: str, *args: Any, **kwargs: Any) -> None:
+        """``process.prefer("esLabel")``: an ESPrefer for that ES source or producer (CMSSW)."""
+        target = self._objects.get(label)
+        if not isinstance(target, (ESSource, ESProducer)):
+            raise ConfigValueError(f"process.prefer('{label}'): no ESSource or ESProducer labelled '{label}'")
+        self._attach("es_prefer_" + label, ESPrefer(target.type_(), label, *args, **kwargs))
+
+    # ------------------------------------------------------------ load / extend / modifiers
+
+    def load(self, module_name: str) -> types.ModuleType:
+        """Import a fragment (``_cff``/``_cfi``) by dotted name and :meth:`extend` the process with it.
+
+        Slashes are accepted as dots (``"FWCore/MessageService/MessageLogger_cfi"``), as in CMSSW.
+
+        Raises:
+            ModuleNotFoundError: no such module on ``sys.path``.
+        """
+        module = importlib.import_module(module_name.replace("/", "."))
+        self.extend(module)
+        return module
+
+    def extend(self, other: Any, items: tuple[Any, ...] = ()) -> None:
+        """Attach every configuration object of ``other`` (a module or a namespace) under its name.
+
+        Modules, ES modules, PSets and VPSets are attached first, then Tasks, Sequences,
+        Paths and EndPaths; Services by type; a ``ProcessModifier`` found there is applied
+        if its Modifier is chosen. Names starting with ``_`` are skipped.
+        """
+        d = self.__dict__
+        names = [n for n in dir(other) if not n.startswith("_")]
+        late: list[tuple[str, Any]] = []
+        process_modifiers: list[ProcessModifier] = []
+        d["_in_extend"] = True
+        try:
+            for name in names:
+                item = getattr(other, name)
+                if name == "source" and isinstance(item, Source):
+                    self.source = item
+                elif name in _SPECIAL and isinstance(item, PSet):
+                    setattr(self, name, item)
+                elif name == "schedule" and isinstance(item, Schedule):
+                    self.schedule = item
+                elif isinstance(item, Service):
+                    self.add_(item)
+                elif isinstance(item, (_ModuleSequence, Task)):
+                    late.append((name, item))
+                elif isinstance(item, ProcessModifier):
+                    process_modifiers.append(item)
+                elif isinstance(item, (Labelable, PSet, VPSet)) and not isinstance(item, (Schedule, Process)):
+                    if isinstance(item, Labelable) and item.hasLabel_() and item.label_() != name:
+                        continue  # an alias of an object attached under its own name
+                    self._attach(name, item)
+            for name, item in sorted(late, key=lambda x: isinstance(x[1], (Path, EndPath))):
+                self._attach(name, item)
+        finally:
+            d["_in_extend"] = False
+        for modifier in process_modifiers:
+            self._apply_process_modifier(modifier)
+
+    def _apply_process_modifier(self, modifier: ProcessModifier) -> None:
+        applied = self.__dict__["_applied_process_modifiers"]
+        if id(modifier) not in applied:
+            applied.add(id(modifier))
+            modifier.apply(self)
+
+    def isUsingModifier(self, modifier: Modifier) -> bool:  # noqa: N802 - CMSSW spelling
+        """Whether ``modifier`` (or a chain holding it) was given to ``cms.Process``."""
+        return any(m is modifier or (isinstance(m, ModifierChain) and m._holds(modifier)) for m in self._modifiers)
 
     # ------------------------------------------------------------ introspection
 
@@ -224,6 +469,25 @@ class Process:
 
     def schedule_(self) -> Schedule | None:
         return self._schedule
+
+    def resolve(self, keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Replace every SequencePlaceholder and TaskPlaceholder by the process's object of
+        that name (CMSSW's ``resolve``; ``load_config`` runs it).
+
+        Raises:
+            ConfigRuntimeError: a placeholder names nothing the process holds.
+        """
+        for obj in list(self._objects.values()):
+            if isinstance(obj, (_ModuleSequence, Task)):
+                obj.resolve(self._objects, keepUnresolvedSequencePlaceholders)
+        if self._schedule is not None:
+            self._schedule._tasks = [
+                t.resolve_placeholder(self._objects) if isinstance(t, TaskPlaceholder) else t
+                for t in self._schedule._tasks
+            ]
+
+    def setSchedule_(self, schedule: Schedule | None) -> None:  # noqa: N802 - CMSSW spelling
+        self.__setattr__("schedule", schedule)
 
     def _by_type(self, cls: Any) -> dict[str, Any]:
         return {label: obj for label, obj in self._objects.items() if isinstance(obj, cls)}
@@ -247,6 +511,15 @@ class Process:
     def services_(self) -> dict[str, Service]:
         return self._by_type(Service)
 
+    def es_sources_(self) -> dict[str, ESSource]:
+        return self._by_type(ESSource)
+
+    def es_producers_(self) -> dict[str, ESProducer]:
+        return self._by_type(ESProducer)
+
+    def es_prefers_(self) -> dict[str, ESPrefer]:
+        return self._by_type(ESPrefer)
+
     def sequences_(self) -> dict[str, Sequence]:
         return self._by_type(Sequence)
 
@@ -257,16 +530,97 @@ class Process:
         """Top-level PSets (``process.common = cms.PSet(...)``)."""
         return self._by_type(PSet)
 
+    def vpsets_(self) -> dict[str, VPSet]:
+        return self._by_type(VPSet)
+
+    def aliases_(self) -> dict[str, EDAlias]:
+        return self._by_type(EDAlias)
+
+    def _all_finalpaths(self) -> dict[str, FinalPath]:
+        return self._by_type(FinalPath)
+
+    def conditionaltasks_(self) -> dict[str, ConditionalTask]:
+        return self._by_type(ConditionalTask)
+
+    def finalpaths_(self) -> dict[str, FinalPath]:
+        return self._scheduled(FinalPath)
+
+    def prune(self, verbose: bool = False, keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Remove what no scheduled Path, EndPath or Schedule Task reaches (CMSSW's ``prune``):
+        ED modules, Sequences, Tasks, tracked top-level PSets and VPSets; without a schedule
+        every Path and EndPath counts, with one the unscheduled paths go too. Services, ES
+        modules, untracked PSets and the source stay."""
+        paths = [*self.paths_().values(), *self.endpaths_().values()]
+        keep: set[int] = {id(p) for p in paths}
+        roots: list[Any] = list(paths) + (list(self._schedule._tasks) if self._schedule is not None else [])
+
+        class _Collect:
+            def enter(self, item: Any) -> None:
+                keep.add(id(item))
+
+            def leave(self, item: Any) -> None:
+                pass
+
+        for root in roots:
+            keep.add(id(root))
+            root.visit(_Collect())
+        for label, obj in list(self._objects.items()):
+            prunable = isinstance(obj, (*_ED_KINDS, Sequence, Task, Path, EndPath)) or (
+                isinstance(obj, (PSet, VPSet)) and obj.isTracked()
+            )
+            if prunable and id(obj) not in keep:
+                if verbose:
+                    print(f"prune: removing {_what(obj)}")
+                delattr(self, label)
+
+    def globalReplace(self, label: str, new: Any) -> None:  # noqa: N802 - CMSSW spelling
+        """Replace the object labelled ``label`` by ``new`` in the process and in every
+        Sequence, Path, Task and the Schedule (CMSSW's ``globalReplace``).
+
+        Raises:
+            ConfigValueError: no object has that label.
+        """
+        if label not in self._objects:
+            raise ConfigValueError(f"globalReplace: process '{self._name}' has no '{label}'")
+        self._attach(label, new)
+
     def _scheduled(self, cls: type[Path] | type[EndPath]) -> dict[str, Any]:
         if self._schedule is None:
             return self._by_type(cls)
         return {p.label_(): p for p in self._schedule if isinstance(p, cls)}
+
+    def _all_paths(self) -> dict[str, Path]:
+        return self._by_type(Path)
+
+    def _all_endpaths(self) -> dict[str, EndPath]:
+        return {label: obj for label, obj in self._objects.items() if type(obj) is EndPath}
 
     def paths_(self) -> dict[str, Path]:
         return self._scheduled(Path)
 
     def endpaths_(self) -> dict[str, EndPath]:
         return self._scheduled(EndPath)
+
+    def _names(self, getter: str) -> str:
+        return " ".join(getattr(self, getter)())
+
+    def producerNames(self) -> str:  # noqa: N802 - CMSSW spelling
+        return self._names("producers_")
+
+    def filterNames(self) -> str:  # noqa: N802
+        return self._names("filters_")
+
+    def analyzerNames(self) -> str:  # noqa: N802
+        return self._names("analyzers_")
+
+    def outputModuleNames(self) -> str:  # noqa: N802
+        return self._names("outputModules_")
+
+    def pathNames(self) -> str:  # noqa: N802
+        return " ".join(self._by_type(Path))
+
+    def endpathNames(self) -> str:  # noqa: N802
+        return " ".join(self._by_type(EndPath))
 
     def unscheduledLabels_(self) -> set[str]:  # noqa: N802
         """Labels of modules in any Task: attached, or associated with a path or the schedule.
@@ -293,9 +647,8 @@ class Process:
     def options_(self) -> dict[str, Any]:
         """``process.options`` as a plain dict, defaults filled (keys: see ``OPTIONS``)."""
         options = _merge_special("options", self._options).value()
-        for key in ("numberOfStreams", "numberOfThreads"):
-            if options[key] < 1:
-                raise ConfigurationError(f"process.options.{key} must be >= 1, got {options[key]}")
+        if options["numberOfThreads"] < 1:
+            raise ConfigurationError(f"process.options.numberOfThreads must be >= 1, got {options['numberOfThreads']}")
         return options
 
     # ------------------------------------------------------------ validation
@@ -342,13 +695,17 @@ class Process:
 
     # ------------------------------------------------------------ dump
 
-    def dumpPython_(self) -> str:  # noqa: N802
-        """Python source that rebuilds this config (for ``cmsrun --dump``)."""
-        lines = ["import framework.config as cms", "", f"process = cms.Process({self._name!r})", ""]
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """Python source that rebuilds this config, in CMSSW's layout (``edmConfigDump``,
+        ``cmsrun --dump``): the header, ``process = cms.Process("NAME")``, then one statement
+        per object, separated by blank lines, in CMSSW's order: source, PSets (maxEvents,
+        options, ... first), VPSets, modules by kind, Services, ES modules, Tasks and
+        Sequences (each after those it holds), Paths, EndPaths, the schedule."""
+        out = [f'process = cms.Process("{self._name}")']
         if self._source is not None:
-            lines.append(f"process.source = {self._source.dumpPython_()}")
-        lines.append(f"process.maxEvents = {self._maxEvents.dumpPython_()}")
-        lines.append(f"process.options = {self._options.dumpPython_()}")
+            out.append(f"process.source = {self._source.dumpPython_()}")
+        for special in _SPECIAL:
+            out.append(f"process.{special} = {self.__dict__['_' + special].dumpPython_()}")
         emitted: set[int] = set()
 
         def emit(label: str, obj: Any) -> None:
@@ -358,14 +715,31 @@ class Process:
             for dep in _dependencies(obj):  # a Sequence or Task must be defined before use
                 if dep.hasLabel_() and self._objects.get(dep.label_()) is dep:
                     emit(dep.label_(), dep)
-            lines.append(f"process.{label} = {obj.dumpPython_()}")
+            out.append(f"process.{label} = {obj.dumpPython_()}")
 
-        for kinds in ((PSet, Service, *_ED_KINDS), Task, Sequence, Path, EndPath):
-            for label, obj in self._by_type(kinds).items():
-                emit(label, obj)
+        kinds = (
+            PSet,
+            VPSet,
+            *_ED_KINDS,
+            Service,
+            ESProducer,
+            ESSource,
+            ESPrefer,
+            Task,
+            Sequence,
+            Path,
+            EndPath,
+            EDAlias,
+        )
+        for kind in kinds:
+            for label, obj in self._objects.items():
+                if type(obj) is kind or (kind is PSet and isinstance(obj, PSet)):
+                    emit(label, obj)
         if self._schedule is not None:
-            lines.append(f"process.schedule = {self._schedule.dumpPython_()}")
-        return "\n".join(lines) + "\n"
+            out.append(f"process.schedule = {self._schedule.dumpPython_()}")
+        return "import FWCore.ParameterSet.Config as cms\n\n" + "\n\n".join(out) + "\n"
+
+    dumpPython_ = dumpPython  # pysonic's spelling (methods end in "_")
 
     def __repr__(self) -> str:
         return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self._by_type(Path))} paths>"

@@ -16,11 +16,25 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
-from ._types import describe_value
+from ._types import ConfigRuntimeError, ConfigTypeError, ConfigValueError, describe_value
 
-__all__ = ["EndPath", "Labelable", "Path", "Schedule", "Sequence", "Sequenceable", "Task"]
+__all__ = [
+    "FinalPath",
+    "EndPath",
+    "Labelable",
+    "Path",
+    "Schedule",
+    "Sequence",
+    "Sequenceable",
+    "Task",
+    "ignore",
+    "wait",
+]
 
-_TASK_KINDS = ("EDProducer", "EDFilter")
+# What a Task may hold (CMSSW): on-demand EDProducers/EDFilters; ES modules and Services too,
+# which are configuration only here.
+_TASK_KINDS = ("EDProducer", "EDFilter", "ESProducer", "ESSource", "Service")
+_RUN_KINDS = ("EDProducer", "EDFilter")
 
 
 class Labelable:
@@ -46,6 +60,10 @@ class Labelable:
     def hasLabel_(self) -> bool:  # noqa: N802 - CMSSW spelling
         return self._label is not None
 
+    @property
+    def _inProcess(self) -> bool:  # noqa: N802 - CMSSW's name
+        return self._label is not None
+
     def _what_(self) -> str:
         return f"{self._kind} '{self._label}'" if self._label is not None else f"unlabelled {self._kind}"
 
@@ -55,6 +73,10 @@ class Labelable:
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         raise NotImplementedError
+
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this object, with a final newline."""
+        return self.dumpPython_() + "\n"
 
     def __repr__(self) -> str:
         return self.dumpPython_()
@@ -73,12 +95,87 @@ class Inverted(Sequenceable):
     """``~filter``: the filter's decision is inverted on this Path."""
 
     def __init__(self, module: Any) -> None:
-        if module.kind_() != "EDFilter":
-            raise ConfigurationError(f"'~' applies only to EDFilters; {module._what_()} is an {module.kind_()}")
+        # CMSSW accepts '~' on any module in a config; building the job checks it is a filter.
+        if getattr(module, "_kind", None) not in _SCHEDULED_KINDS:
+            raise ConfigTypeError(f"'~' applies to EDFilters, got {_what(module)}")
         self.module = module
 
     def _ref_(self, indent: int = 0) -> str:
         return f"~{self.module._ref_(indent)}"
+
+    def _str_(self) -> str:
+        return f"~{_str_of(self.module)}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Inverted) and other.module is self.module
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _Decorated(Sequenceable):
+    """``cms.ignore(m)`` / ``cms.wait(m)``: a module whose place on a Path is qualified."""
+
+    _name = "?"
+
+    def __init__(self, module: Any) -> None:
+        if isinstance(module, (_Decorated, Inverted)) or getattr(module, "_kind", None) not in _SCHEDULED_KINDS:
+            raise ConfigTypeError(f"cms.{self._name}() takes an ED module, got {_what(module)}")
+        self.module = module
+
+    def _ref_(self, indent: int = 0) -> str:
+        return f"cms.{self._name}({self.module._ref_(indent)})"
+
+    def _str_(self) -> str:
+        return f"cms.{self._name}({_str_of(self.module)})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.module is self.module
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ignore(_Decorated):  # noqa: N801 - CMSSW spelling
+    """``cms.ignore(filter)``: the filter runs, and its decision never stops the Path."""
+
+    _name = "ignore"
+
+
+class wait(_Decorated):  # noqa: N801 - CMSSW spelling
+    """``cms.wait(module)``: CMSSW's hint that later modules wait for it; here every module of a
+    Path already runs after the ones before it, so it is the module itself."""
+
+    _name = "wait"
+
+
+_SCHEDULED_KINDS = ("EDProducer", "EDFilter", "EDAnalyzer", "OutputModule")
+
+
+def _target(item: Any) -> Any:
+    """The module behind ``~m``, ``cms.ignore(m)``, ``cms.wait(m)``; the item itself otherwise."""
+    return item.module if isinstance(item, (Inverted, _Decorated)) else item
+
+
+class SequencePlaceholder(Sequenceable):
+    """``cms.SequencePlaceholder("name")``: stands for the Sequence (or module) the process
+    holds under ``name`` once the config is complete; ``process.resolve()`` (run by
+    ``load_config``) puts it in."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _ref_(self, indent: int = 0) -> str:
+        return f'cms.SequencePlaceholder("{self._name}")'
+
+    def _str_(self) -> str:
+        return self._name
+
+    def resolve(self, objects: dict[str, Any]) -> Any:
+        target = objects.get(self._name)
+        if target is None or not isinstance(target, Sequenceable):
+            raise ConfigRuntimeError(
+                f"SequencePlaceholder '{self._name}': the process has no Sequence or module of that name"
+            )
+        return target
 
 
 class SequenceExpr(Sequenceable):
@@ -106,7 +203,29 @@ def _what(x: Any) -> str:
     return x._what_() if hasattr(x, "_what_") else describe_value(x)
 
 
-class _ModuleSequence(Labelable):
+def _str_of(item: Any) -> str:
+    """How ``str()`` of a Sequence names an item: its label, or an unlabelled one's content."""
+    if hasattr(item, "_str_"):
+        return str(item._str_())
+    if getattr(item, "_label", None) is not None:
+        return str(item._label)
+    return str(item._ref_())
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and isinstance(a, (Inverted, _Decorated)) and a.module is b.module)
+
+
+class _Closed:
+    """Sequences, Paths and Tasks have no parameters: setting an attribute is an error (CMSSW)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__} has no attribute '{name}' to set (it holds no parameters)")
+        object.__setattr__(self, name, value)
+
+
+class _ModuleSequence(_Closed, Labelable):
     """Common part of Sequence, Path and EndPath: ordered items plus associated Tasks."""
 
     def __init__(self, *items: Any) -> None:
@@ -123,7 +242,7 @@ class _ModuleSequence(Labelable):
         elif isinstance(item, Sequenceable):
             self._items.append(item)
         else:
-            raise ConfigurationError(
+            raise ConfigTypeError(
                 f"cms.{self._kind} cannot hold {_what(item)}: expected ED modules, Sequences, '~filter' or Tasks"
             )
 
@@ -133,6 +252,192 @@ class _ModuleSequence(Labelable):
 
     __imul__ = __iadd__
 
+    # ------------------------------------------------------------ editing (CMSSW's API)
+
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        """Every ``old`` (module, Sequence or Task) replaced by ``new`` (None: removed), nested
+        Sequences and Tasks included; True if anything changed."""
+        changed = False
+        items: list[Any] = []
+        for item in self._items:
+            if item is old:
+                changed = True
+                if new is not None:
+                    items.append(new)
+            elif isinstance(item, (Inverted, _Decorated)) and item.module is old:
+                changed = True
+                if new is not None:
+                    keep = getattr(new, "_kind", None) == "EDFilter" or isinstance(item, _Decorated)
+                    items.append(type(item)(new) if keep and not isinstance(new, _ModuleSequence) else new)
+            else:
+                if isinstance(item, _ModuleSequence) and item is not self:
+                    changed |= item._replace_object(old, new)
+                items.append(item)
+        self._items = items
+        tasks: list[Task] = []
+        for task in self._tasks:
+            if task is old:
+                changed = True
+                if new is not None:
+                    tasks.append(new)
+            else:
+                changed |= task._replace_object(old, new)
+                tasks.append(task)
+        self._tasks = tasks
+        return changed
+
+    def replace(self, original: Any, replacement: Any) -> bool:
+        """Replace every ``original`` (module, ``~filter``, Sequence or Task) by ``replacement``,
+        in nested Sequences and Tasks too. Returns whether anything was replaced.
+
+        Raises:
+            ConfigTypeError: a Task replaced by a non-Task or the reverse.
+        """
+        if isinstance(original, Task) != isinstance(replacement, Task):
+            raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")
+        if isinstance(original, (Inverted, _Decorated)):
+            return self._replace_object(original.module, replacement)
+        return self._replace_object(original, replacement)
+
+    def remove(self, something: Any) -> bool:
+        """Remove the first occurrence of ``something`` (module, ``~filter``, Sequence, Task),
+        searched depth-first; a nested Sequence that holds it is replaced here by an unlabelled
+        copy without it (the nested Sequence itself is not changed). Returns whether found."""
+        for i, item in enumerate(self._items):
+            if _same(item, something) or (
+                not isinstance(something, (Inverted, _Decorated)) and _target(item) is something
+            ):
+                del self._items[i]
+                return True
+            if isinstance(item, _ModuleSequence):
+                copied = item.copy()
+                if copied.remove(something):
+                    self._items[i] = copied
+                    return True
+        for i, task in enumerate(self._tasks):
+            if task is something:
+                del self._tasks[i]
+                return True
+        for i, task in enumerate(self._tasks):
+            copied_task = task.copy()
+            if copied_task.remove(something):
+                self._tasks[i] = copied_task
+                return True
+        return False
+
+    def insert(self, index: int, item: Any) -> None:
+        """Insert a module, ``~filter`` or Sequence at ``index`` of the top level."""
+        if not isinstance(item, Sequenceable) or isinstance(item, SequenceExpr):
+            raise ConfigTypeError(
+                f"{self._what_()}.insert(): expected a module, '~filter' or Sequence, got {_what(item)}"
+            )
+        self._items.insert(index, item)
+
+    def index(self, item: Any) -> int:
+        """Position of ``item`` in the top level.
+
+        Raises:
+            ConfigValueError: not there.
+        """
+        for i, x in enumerate(self._items):
+            if _same(x, item):
+                return i
+        raise ConfigValueError(f"{_what(item)} is not in {self._what_()}")
+
+    def copy(self) -> Any:
+        """A new unlabelled object of the same kind holding the same items (not copies of them)."""
+        new = type(self).__new__(type(self))
+        new._items, new._tasks = list(self._items), list(self._tasks)
+        return new
+
+    def copyAndExclude(self, exclude: Iterable[Any]) -> Any:  # noqa: N802 - CMSSW spelling
+        """A copy without the modules, Sequences or Tasks in ``exclude`` (searched in nested
+        Sequences and Tasks, which are copied where they change)."""
+        excluded = list(exclude)
+        new = self.copy()
+        new._items = []
+        for item in self._items:
+            target = _target(item)
+            if any(target is e or item is e for e in excluded):
+                continue
+            if isinstance(item, _ModuleSequence):
+                inner = item.copyAndExclude(excluded)
+                item = inner if inner._items != item._items or inner._tasks != item._tasks else item
+            new._items.append(item)
+        new._tasks = []
+        for task in self._tasks:
+            if any(task is e for e in excluded):
+                continue
+            inner_task = task.copyAndExclude(excluded)
+            new._tasks.append(inner_task if inner_task._items != task._items else task)
+        return new
+
+    def expandAndClone(self) -> Any:  # noqa: N802 - CMSSW spelling
+        """A copy whose nested Sequences are replaced by the modules they hold (Tasks kept)."""
+        new = self.copy()
+        new._items, new._tasks = [], list(self._tasks)
+        for item in self._items:
+            if isinstance(item, _ModuleSequence):
+                expanded = item.expandAndClone()
+                new._items.extend(expanded._items)
+                new._tasks.extend(t for t in expanded._tasks if all(t is not x for x in new._tasks))
+            else:
+                new._items.append(item)
+        return new
+
+    def moduleNames(self) -> set[str]:  # noqa: N802 - CMSSW spelling
+        """Labels of every module reached: in order, in nested Sequences, and in associated Tasks."""
+        names = {m.label_() for m, _ in self._entries_() if m.hasLabel_()}
+        for task in self._all_tasks_():
+            names |= task.moduleNames()
+        return names
+
+    def contains(self, item: Any) -> bool:
+        """Whether ``item`` (module, Sequence or Task) is reached from here, Tasks included."""
+        target = _target(item)
+        for x in self._items:
+            x_target = _target(x)
+            if x_target is target or (isinstance(x, _ModuleSequence) and x.contains(target)):
+                return True
+        return any(t is target or t.contains(target) for t in self._tasks)
+
+    def visit(self, visitor: Any) -> None:
+        """CMSSW's visitor: ``visitor.enter(item)`` and ``visitor.leave(item)`` for each item,
+        depth first (nested Sequences entered), then for each associated Task."""
+        for item in self._items:
+            visitor.enter(item)
+            if isinstance(item, _ModuleSequence):
+                item.visit(visitor)
+            elif isinstance(item, (Inverted, _Decorated)):
+                visitor.enter(item.module)
+                visitor.leave(item.module)
+            visitor.leave(item)
+        for task in self._tasks:
+            visitor.enter(task)
+            task.visit(visitor)
+            visitor.leave(task)
+
+    def isEmpty(self) -> bool:  # noqa: N802
+        return not self._items and not self._tasks
+
+    def _replace_content_(self, other: _ModuleSequence) -> None:
+        self._items, self._tasks = list(other._items), list(other._tasks)
+
+    def __str__(self) -> str:
+        """As CMSSW prints a Sequence: the module labels in order, nested Sequences expanded,
+        joined by ``+`` (``~f``, ``cms.ignore(f)``), then the associated Tasks."""
+        parts = [self._expanded()] if self._items else []
+        parts += [_str_of(task) for task in self._tasks]
+        return ", ".join(p for p in parts if p)
+
+    def _expanded(self) -> str:
+        return "+".join(
+            item._expanded() if isinstance(item, _ModuleSequence) else _str_of(item) for item in self._items
+        )
+
+    def _str_(self) -> str:
+        return self._expanded()
+
     def associate(self, *tasks: Task) -> None:
         """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor."""
         for task in tasks:
@@ -140,18 +445,43 @@ class _ModuleSequence(Labelable):
                 raise ConfigurationError(f"{self._what_()}.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
 
-    def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool]]:
-        """(module object, inverted) in execution order, Sequences flattened."""
+    def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool | None]]:
+        """(module object, inverted) in execution order, Sequences flattened; inverted is
+        None for ``cms.ignore(m)`` (the decision does not count)."""
         if id(self) in stack:
             raise ConfigurationError(f"{self._what_()} contains itself")
         stack = stack + (id(self),)
         for item in self._items:
             if isinstance(item, Inverted):
                 yield item.module, True
+            elif isinstance(item, ignore):
+                yield item.module, None
+            elif isinstance(item, wait):
+                yield item.module, False
             elif isinstance(item, _ModuleSequence):
                 yield from item._entries_(stack)
+            elif isinstance(item, SequencePlaceholder):
+                raise ConfigRuntimeError(f"{self._what_()} holds an unresolved SequencePlaceholder '{item._name}'")
             else:
                 yield item, False
+
+    def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Put in the objects that SequencePlaceholders and TaskPlaceholders stand for
+        (``objects``: label -> object, e.g. the process's), nested ones too."""
+        items = []
+        for item in self._items:
+            if isinstance(item, SequencePlaceholder):
+                if keepUnresolvedSequencePlaceholders and item._name not in objects:
+                    items.append(item)
+                    continue
+                item = item.resolve(objects)
+            elif isinstance(item, _ModuleSequence):
+                item.resolve(objects, keepUnresolvedSequencePlaceholders)
+            items.append(item)
+        self._items = items
+        self._tasks = [t.resolve_placeholder(objects) if isinstance(t, TaskPlaceholder) else t for t in self._tasks]
+        for task in self._tasks:
+            task.resolve(objects)
 
     def _all_tasks_(self, stack: tuple[int, ...] = ()) -> Iterator[Task]:
         """Associated Tasks, including those of nested Sequences (not nested Tasks)."""
@@ -162,16 +492,17 @@ class _ModuleSequence(Labelable):
             if isinstance(item, _ModuleSequence):
                 yield from item._all_tasks_(stack + (id(self),))
 
-    def moduleEntries_(self) -> list[tuple[str, bool]]:  # noqa: N802
+    def moduleEntries_(self) -> list[tuple[str, bool | None]]:  # noqa: N802
         """``(label, inverted)`` for each module in execution order, Sequences flattened.
 
         A module reached twice (through two Sequences) is kept at its first place.
+        ``inverted`` is None for ``cms.ignore(m)``: its decision never stops the path.
 
         Raises:
             ConfigurationError: a module has no label (not attached to the process), or
                 one module appears both plain and inverted.
         """
-        seen: dict[str, bool] = {}
+        seen: dict[str, bool | None] = {}
         for module, inverted in self._entries_():
             label = self._label_of(module)
             if seen.setdefault(label, inverted) != inverted:
@@ -191,10 +522,31 @@ class _ModuleSequence(Labelable):
         label: str = module.label_()
         return label
 
+    def _flat_refs(self, indent: int) -> tuple[list[str], list[Task]]:
+        """Item references and associated Tasks as CMSSW dumps them: an unlabelled nested
+        Sequence is written as its items, its Tasks joining this one's."""
+        refs: list[str] = []
+        tasks: list[Task] = list(self._tasks)
+        for item in self._items:
+            if isinstance(item, _ModuleSequence) and item._label is None:
+                inner, inner_tasks = item._flat_refs(indent)
+                refs += inner
+                tasks += inner_tasks
+            else:
+                refs.append(item._ref_(indent))
+        return refs, tasks
+
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        args = ["+".join(item._ref_(indent) for item in self._items)] if self._items else []
-        args += [task._ref_(indent) for task in self._tasks]
+        refs, tasks = self._flat_refs(indent)
+        args = ["+".join(refs)] if refs else []
+        # Associated Tasks once each, sorted as CMSSW writes them.
+        unique: dict[int, Task] = {id(t): t for t in tasks}
+        args += sorted(t._ref_(indent) for t in unique.values())
         return f"cms.{self._kind}({', '.join(args)})"
+
+    def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
+        """The items as Python: ``process.a+process.b+~process.f``."""
+        return "+".join(self._flat_refs(0)[0])
 
 
 class Sequence(_ModuleSequence, Sequenceable):
@@ -219,7 +571,13 @@ class EndPath(_ModuleSequence):
     _kind = "EndPath"
 
 
-class Task(Labelable):
+class FinalPath(EndPath):
+    """``cms.FinalPath(process.out)``: CMSSW's last path (output modules); runs as an EndPath here."""
+
+    _kind = "FinalPath"
+
+
+class Task(_Closed, Labelable):
     """An unordered set of EDProducers/EDFilters run on demand: ``cms.Task(process.a, other_task)``."""
 
     _kind = "Task"
@@ -228,14 +586,96 @@ class Task(Labelable):
         self._items: list[Any] = []
         self.add(*items)
 
+    def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Put in the Tasks that TaskPlaceholders stand for, nested ones too."""
+        self._items = [i.resolve_placeholder(objects) if isinstance(i, TaskPlaceholder) else i for i in self._items]
+        for item in self._items:
+            if isinstance(item, Task) and item is not self:
+                item.resolve(objects)
+
     def add(self, *items: Any) -> None:
         """Add modules or Tasks (CMSSW's ``Task.add``)."""
         for item in items:
             if not isinstance(item, Task) and getattr(item, "_kind", None) not in _TASK_KINDS:
-                raise ConfigurationError(
-                    f"cms.Task cannot hold {_what(item)}: a Task holds EDProducers, EDFilters and Tasks"
+                raise ConfigRuntimeError(
+                    f"cms.Task cannot hold {_what(item)}: a Task holds EDProducers, EDFilters, ES modules, "
+                    "Services and Tasks"
                 )
             self._items.append(item)
+
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        changed = False
+        items: list[Any] = []
+        for item in self._items:
+            if item is old:
+                changed = True
+                if new is not None and (isinstance(new, Task) or getattr(new, "_kind", None) in _TASK_KINDS):
+                    items.append(new)
+            else:
+                if isinstance(item, Task) and item is not self:
+                    changed |= item._replace_object(old, new)
+                items.append(item)
+        self._items = items
+        return changed
+
+    def replace(self, original: Any, replacement: Any) -> bool:
+        """Replace ``original`` (a module or Task) by ``replacement``, nested Tasks included."""
+        return self._replace_object(original, replacement)
+
+    def remove(self, something: Any) -> bool:
+        """Remove the first ``something``; a nested Task holding it is replaced by a copy without it."""
+        for i, item in enumerate(self._items):
+            if item is something:
+                del self._items[i]
+                return True
+            if isinstance(item, Task):
+                copied = item.copy()
+                if copied.remove(something):
+                    self._items[i] = copied
+                    return True
+        return False
+
+    def copy(self) -> Task:
+        new = Task()
+        new._items = list(self._items)
+        return new
+
+    def copyAndExclude(self, exclude: Iterable[Any]) -> Task:  # noqa: N802 - CMSSW spelling
+        excluded = list(exclude)
+        new = Task()
+        for item in self._items:
+            if any(item is e for e in excluded):
+                continue
+            if isinstance(item, Task):
+                inner = item.copyAndExclude(excluded)
+                item = inner if inner._items != item._items else item
+            new._items.append(item)
+        return new
+
+    def moduleNames(self) -> set[str]:  # noqa: N802 - CMSSW spelling
+        return {m.label_() for m in self._modules_() if m.hasLabel_()}
+
+    def contains(self, item: Any) -> bool:
+        return any(x is item or (isinstance(x, Task) and x.contains(item)) for x in self._items)
+
+    def visit(self, visitor: Any) -> None:
+        for item in self._items:
+            visitor.enter(item)
+            if isinstance(item, Task):
+                item.visit(visitor)
+            visitor.leave(item)
+
+    def isEmpty(self) -> bool:  # noqa: N802
+        return not self._items
+
+    def _replace_content_(self, other: Task) -> None:
+        self._items = list(other._items)
+
+    def __str__(self) -> str:
+        return "cms.Task(" + ", ".join(_str_of(i) for i in self._items) + ")"
+
+    def _str_(self) -> str:
+        return self._label if self._label is not None else str(self)
 
     def _modules_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
         if id(self) in stack:
@@ -243,7 +683,7 @@ class Task(Labelable):
         for item in self._items:
             if isinstance(item, Task):
                 yield from item._modules_(stack + (id(self),))
-            else:
+            elif item._kind in _RUN_KINDS:  # ES modules and Services are configuration only
                 yield item
 
     def moduleLabels_(self) -> set[str]:  # noqa: N802
@@ -258,7 +698,40 @@ class Task(Labelable):
         return out
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        return f"cms.Task({', '.join(item._ref_(indent) for item in self._items)})"
+        # CMSSW prints a Task's content sorted (a Task is a set).
+        return f"cms.Task({', '.join(sorted(item._ref_(indent) for item in self._items))})"
+
+
+class ConditionalTask(Task):
+    """``cms.ConditionalTask(...)``: CMSSW runs its modules only when a module on the Path
+    consumes their products; that is how every Task's producers run here (on demand)."""
+
+    _kind = "ConditionalTask"
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        return "cms.ConditionalTask(" + ", ".join(sorted(item._ref_(indent) for item in self._items)) + ")"
+
+
+class TaskPlaceholder(Task):
+    """``cms.TaskPlaceholder("name")``: stands for the Task the process holds under ``name``."""
+
+    _kind = "TaskPlaceholder"
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def resolve_placeholder(self, objects: dict[str, Any]) -> Task:
+        target = objects.get(self._name)
+        if not isinstance(target, Task):
+            raise ConfigRuntimeError(f"TaskPlaceholder '{self._name}': the process has no Task of that name")
+        return target
+
+    def _modules_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
+        raise ConfigRuntimeError(f"unresolved TaskPlaceholder '{self._name}'")
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        return f'cms.TaskPlaceholder("{self._name}")'
 
 
 class Schedule(Labelable):
@@ -292,6 +765,43 @@ class Schedule(Labelable):
                 raise ConfigurationError(f"Schedule.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
 
+    def _replace_object(self, old: Any, new: Any) -> bool:
+        changed = any(p is old for p in self._paths) or any(t is old for t in self._tasks)
+        self._paths = [new if p is old else p for p in self._paths if p is not old or isinstance(new, (Path, EndPath))]
+        self._tasks = [new if t is old else t for t in self._tasks if t is not old or isinstance(new, Task)]
+        return changed
+
+    def insert(self, index: int, path: Path | EndPath) -> None:
+        if not isinstance(path, (Path, EndPath)):
+            raise ConfigurationError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
+        self._paths.insert(index, path)
+
+    def remove(self, path: Path | EndPath) -> None:
+        self._paths = [p for p in self._paths if p is not path]
+
+    def index(self, path: Path | EndPath) -> int:
+        for i, p in enumerate(self._paths):
+            if p is path:
+                return i
+        raise ConfigValueError(f"{_what(path)} is not in the Schedule")
+
+    def __getitem__(self, index: int) -> Path | EndPath:
+        return self._paths[index]
+
+    def contains(self, item: Any) -> bool:
+        """Whether ``item`` is one of the paths, in one of them, or in an associated Task."""
+        return any(p is item or p.contains(item) for p in self._paths) or any(
+            t is item or t.contains(item) for t in self._tasks
+        )
+
+    def moduleNames(self) -> set[str]:  # noqa: N802
+        names: set[str] = set()
+        for p in self._paths:
+            names |= p.moduleNames()
+        for t in self._tasks:
+            names |= t.moduleNames()
+        return names
+
     def __iter__(self) -> Iterator[Path | EndPath]:
         return iter(self._paths)
 
@@ -299,7 +809,7 @@ class Schedule(Labelable):
         return len(self._paths)
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        args = ", ".join(p._ref_(indent) for p in self._paths)
+        args = "*[ " + ", ".join(p._ref_(indent) for p in self._paths) + " ]" if self._paths else ""
         if self._tasks:
             args += ", tasks=[" + ", ".join(t._ref_(indent) for t in self._tasks) + "]"
         return f"cms.Schedule({args})"

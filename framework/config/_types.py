@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import numbers
 import os
 import pathlib
@@ -33,6 +34,7 @@ from .._errors import ConfigurationError
 __all__ = [
     "SEARCH_PATH_VARIABLE",
     "FileInPath",
+    "ESInputTag",
     "InputTag",
     "VInputTag",
     "double",
@@ -44,6 +46,7 @@ __all__ = [
     "string",
     "uint32",
     "uint64",
+    "vbool",
     "vdouble",
     "vint32",
     "vint64",
@@ -51,6 +54,18 @@ __all__ = [
     "vuint32",
     "vuint64",
 ]
+
+
+class ConfigTypeError(ConfigurationError, TypeError):
+    """A value of the wrong kind (an untyped value, a bad vector element): CMSSW raises TypeError here."""
+
+
+class ConfigRuntimeError(ConfigurationError, RuntimeError):
+    """Something CMSSW refuses with RuntimeError (an EDAnalyzer added to a Task)."""
+
+
+class ConfigValueError(ConfigurationError, ValueError):
+    """A value that does not fit its type (``cms.int32("i")``): CMSSW raises ValueError here."""
 
 
 class _Invalid(ValueError):
@@ -128,6 +143,13 @@ class _ParameterTypeBase:
     def _dump_args(self, indent: int) -> str:
         raise NotImplementedError
 
+    def dumpPython(self, options: Any = None) -> str:  # noqa: N802 - CMSSW spelling
+        """As CMSSW's ``dumpPython()``: the Python source of this parameter."""
+        return self.dumpPython_()
+
+    def isCompatibleCMSType(self, other: type) -> bool:  # noqa: N802 - CMSSW spelling
+        return type(self) is other
+
     def value(self) -> Any:
         """The plain Python value (each type says which)."""
         raise NotImplementedError
@@ -141,7 +163,10 @@ class _ParameterTypeBase:
         try:
             return cls._convert(value)
         except _Invalid as e:
-            raise ConfigurationError(f"cms.{cls._type_name}: {e}") from None
+            raise cls._error(f"cms.{cls._type_name}: {e}") from None
+
+    # Scalars raise ValueError for a bad value, vectors TypeError for a bad element (as CMSSW).
+    _error: ClassVar[type[ConfigurationError]] = ConfigValueError
 
     @classmethod
     def _convert(cls, value: Any) -> Any:
@@ -164,12 +189,36 @@ class _Scalar(_ParameterTypeBase):
         self._value = self._check(value)
 
     def _dump_args(self, indent: int) -> str:
-        return repr(self._value)
+        return _dump_any(self._value, indent)
 
+    # A typed scalar behaves as the value it holds (CMSSW's _SimpleParameterTypeBase):
+    # truthiness, comparisons, and Python's arithmetic, which gives plain values.
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, _Scalar):
-            return bool(self._value == other._value)
-        return bool(self._value == other)
+        return bool(self._value == _unwrap(other))
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __lt__(self, other: Any) -> Any:
+        return self._value < _unwrap(other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._value <= _unwrap(other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._value > _unwrap(other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._value >= _unwrap(other)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __str__(self) -> str:
+        return str(self._value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self._value, spec)
 
     __hash__ = None  # type: ignore[assignment]  # mutable through setValue
 
@@ -179,10 +228,52 @@ def _unwrap(value: Any) -> Any:
     return value.value() if isinstance(value, _Scalar) else value
 
 
-class _Integer(_Scalar):
+def _arithmetic(name: str) -> Any:
+    def op(self: _Scalar, other: Any) -> Any:
+        return getattr(self._value, name)(_unwrap(other))
+
+    op.__name__ = name
+    return op
+
+
+class _Number(_Scalar):
+    """int32, ..., double: arithmetic on the value gives a plain Python number."""
+
+    __add__ = _arithmetic("__add__")
+    __radd__ = _arithmetic("__radd__")
+    __sub__ = _arithmetic("__sub__")
+    __rsub__ = _arithmetic("__rsub__")
+    __mul__ = _arithmetic("__mul__")
+    __rmul__ = _arithmetic("__rmul__")
+    __truediv__ = _arithmetic("__truediv__")
+    __rtruediv__ = _arithmetic("__rtruediv__")
+    __floordiv__ = _arithmetic("__floordiv__")
+    __rfloordiv__ = _arithmetic("__rfloordiv__")
+    __mod__ = _arithmetic("__mod__")
+    __rmod__ = _arithmetic("__rmod__")
+    __pow__ = _arithmetic("__pow__")
+    __rpow__ = _arithmetic("__rpow__")
+
+    def __neg__(self) -> Any:
+        return -self._value
+
+    def __abs__(self) -> Any:
+        return abs(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+
+class _Integer(_Number):
     _family = "int"
     _min: ClassVar[int]
     _max: ClassVar[int]
+
+    def __index__(self) -> int:
+        return int(self._value)
 
     @classmethod
     def _convert(cls, value: Any) -> int:
@@ -219,7 +310,7 @@ class uint64(_Integer):
     _type_name, _min, _max = "uint64", 0, 2**64 - 1
 
 
-class double(_Scalar):
+class double(_Number):
     """Double-precision float; an integer is accepted and stored as float."""
 
     _type_name, _family = "double", "float"
@@ -246,9 +337,18 @@ class _bool(_Scalar):  # noqa: N801 - exported as cms.bool
 
 
 class string(_Scalar):
-    """Character string."""
+    """Character string; ``+`` and ``len`` work on the value, as on a str."""
 
     _type_name, _family = "string", "string"
+
+    def __add__(self, other: Any) -> Any:
+        return self._value + _unwrap(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _unwrap(other) + self._value
+
+    def __len__(self) -> int:
+        return len(self._value)
 
     @classmethod
     def _convert(cls, value: Any) -> str:
@@ -384,9 +484,57 @@ class InputTag(_ParameterTypeBase):
     instance: str
     process: str
 
-    def __init__(self, label: Any = "", instance: str = "", process: str = "") -> None:
+    def __init__(self, moduleLabel: Any = "", productInstanceLabel: str = "", processName: str = "") -> None:  # noqa: N803
         super().__init__()
-        self.label, self.instance, self.process = self._check((label, instance, process))
+        self.label, self.instance, self.process = self._check((moduleLabel, productInstanceLabel, processName))
+
+    # CMSSW's read-write properties.
+    @property
+    def moduleLabel(self) -> str:  # noqa: N802
+        return self.label
+
+    @moduleLabel.setter
+    def moduleLabel(self, value: str) -> None:  # noqa: N802
+        self.label = self._check((value, self.instance, self.process))[0]
+
+    @property
+    def productInstanceLabel(self) -> str:  # noqa: N802
+        return self.instance
+
+    @productInstanceLabel.setter
+    def productInstanceLabel(self, value: str) -> None:  # noqa: N802
+        self.instance = self._check((self.label, value, self.process))[1]
+
+    @property
+    def processName(self) -> str:  # noqa: N802
+        return self.process
+
+    @processName.setter
+    def processName(self, value: str) -> None:  # noqa: N802
+        self.process = self._check((self.label, self.instance, value))[2]
+
+    def setModuleLabel(self, value: str) -> None:  # noqa: N802
+        self.moduleLabel = value
+
+    def setProductInstanceLabel(self, value: str) -> None:  # noqa: N802
+        self.productInstanceLabel = value
+
+    def setProcessName(self, value: str) -> None:  # noqa: N802
+        self.processName = value
+
+    @staticmethod
+    def skipCurrentProcess() -> str:  # noqa: N802
+        return "@skipCurrentProcess"
+
+    @staticmethod
+    def currentProcess() -> str:  # noqa: N802
+        return "@currentProcess"
+
+    def setSkipCurrentProcess(self) -> None:  # noqa: N802
+        self.process = "@skipCurrentProcess"
+
+    def __lt__(self, other: InputTag) -> bool:
+        return (self.label, self.instance, self.process) < (other.label, other.instance, other.process)
 
     @classmethod
     def _convert(cls, value: Any) -> tuple[str, str, str]:
@@ -439,10 +587,11 @@ class InputTag(_ParameterTypeBase):
         return self.encode()
 
     def _dump_args(self, indent: int) -> str:
+        # CMSSW's form: cms.InputTag("label","instance","process"), trailing empty parts dropped.
         parts = [self.label, self.instance, self.process]
         while len(parts) > 1 and not parts[-1]:
             parts.pop()
-        return ", ".join(repr(p) for p in parts)
+        return ",".join(f'"{p}"' for p in parts)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, InputTag):
@@ -456,6 +605,55 @@ class InputTag(_ParameterTypeBase):
         return hash(self.encode())
 
 
+class ESInputTag(_ParameterTypeBase):
+    """An EventSetup product reference ``module:data`` (CMSSW's ``ESInputTag``); configuration only here."""
+
+    _type_name, _family = "ESInputTag", "ESInputTag"
+
+    def __init__(self, module: Any = "", data: str = "") -> None:
+        super().__init__()
+        self._module: str
+        self._data: str
+        self._module, self._data = self._check((module, data))
+
+    @classmethod
+    def _convert(cls, value: Any) -> tuple[str, str]:
+        if isinstance(value, ESInputTag):
+            return value._module, value._data
+        if isinstance(value, str):
+            value = (value, "")
+        module, data = value
+        if not isinstance(module, str) or not isinstance(data, str):
+            raise _Invalid(f"expected a str, got {describe_value(module if not isinstance(module, str) else data)}")
+        if ":" in module and not data:
+            module, data = module.split(":", 1)
+        return module, data
+
+    def value(self) -> str:
+        return f"{self._module}:{self._data}"
+
+    def setValue(self, value: Any) -> None:  # noqa: N802
+        self._module, self._data = self._check(value)
+
+    def getModuleLabel(self) -> str:  # noqa: N802
+        return self._module
+
+    def getDataLabel(self) -> str:  # noqa: N802
+        return self._data
+
+    def _dump_args(self, indent: int) -> str:
+        return f'"{self._module}","{self._data}"'
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ESInputTag):
+            return (self._module, self._data) == (other._module, other._data)
+        if isinstance(other, str):
+            return self.value() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 # ---------------------------------------------------------------- vectors
 
 
@@ -466,6 +664,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
     """
 
     _item: ClassVar[type[_ParameterTypeBase]]
+    _error = ConfigTypeError
 
     def __init__(self, *values: Any) -> None:
         super().__init__()
@@ -496,8 +695,30 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
     def setValue(self, values: Iterable[Any]) -> None:  # noqa: N802 - CMSSW spelling
         self._values = self._check(values)
 
+    # CMSSW's layout of a vector: items per line (_per_line), a new line after every
+    # _per_line items when there are more than that, and a tuple for 256 items or more
+    # (a Python call takes at most 255 arguments).
+    _per_line: ClassVar[int] = 5
+
     def _dump_args(self, indent: int) -> str:
-        return ", ".join(_dump_any(v, indent) for v in self._values)
+        n, per_line = len(self._values), self._per_line
+        inner = indent + 4 if n > per_line else indent
+        out = " (" if n >= 256 else ""
+        for i, v in enumerate(self._values):
+            if i == 0:
+                out += "\n" + " " * inner if n > per_line else ""
+            else:
+                out += ",\n" + " " * inner if i % per_line == 0 else ", "
+            out += self._dump_item(v, inner)
+        if n > per_line:
+            out += "\n" + " " * indent
+        return out + (" ) " if n >= 256 else "")
+
+    def _dump_item(self, value: Any, indent: int) -> str:
+        return _dump_any(value, indent)
+
+    def _replace_content_(self, other: _Vector) -> None:
+        self._values = list(other._values)
 
     # MutableSequence protocol; the mixin adds append, extend, +=, pop, remove, ...
     def __len__(self) -> int:
@@ -523,7 +744,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
         try:
             return cls._convert_item(value)
         except _Invalid as e:
-            raise ConfigurationError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
+            raise ConfigTypeError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
 
     def __add__(self, other: Iterable[Any]) -> _Vector:
         new = copy.deepcopy(self)
@@ -565,6 +786,10 @@ class vdouble(_Vector):
     _type_name, _family, _item = "vdouble", "vfloat", double
 
 
+class vbool(_Vector):
+    _type_name, _family, _item = "vbool", "vbool", _bool
+
+
 class vstring(_Vector):
     _type_name, _family, _item = "vstring", "vstring", string
 
@@ -575,14 +800,21 @@ class VInputTag(_Vector):
     _type_name, _family, _item = "VInputTag", "VInputTag", InputTag
 
     @classmethod
-    def _convert_item(cls, value: Any) -> InputTag:
+    def _convert_item(cls, value: Any) -> InputTag | str:
+        # CMSSW keeps each item as given: a str stays a str (checked), an InputTag a tag.
+        parts = InputTag._convert(value)
+        if isinstance(value, str):
+            return value
         tag = InputTag()
-        tag.label, tag.instance, tag.process = InputTag._convert(value)
+        tag.label, tag.instance, tag.process = parts
         return tag
+
+    def _dump_item(self, value: Any, indent: int) -> str:
+        return f'"{value}"' if isinstance(value, str) else _dump_any(value, indent)
 
     def value(self) -> list[str]:
         """The encoded strings of the tags."""
-        return [t.encode() for t in self._values]
+        return [t if isinstance(t, str) else t.encode() for t in self._values]
 
 
 def is_config_structure(value: Any) -> bool:
@@ -603,4 +835,7 @@ def plain_value(value: Any) -> Any:
 def _dump_any(value: Any, indent: int) -> str:
     if isinstance(value, _ParameterTypeBase):
         return value.dumpPython_(indent)
+    if isinstance(value, float) and not math.isfinite(value):
+        # CMSSW writes float('inf'), -float('inf'), float('nan'): valid Python, unlike repr.
+        return f"float('{value}')" if value > 0 or math.isnan(value) else "-float('inf')"
     return repr(value)

@@ -1,0 +1,1 @@
+"""CMSSW's ``FWCore.MessageService`` (the MessageLogger's fragments)."""

@@ -1,0 +1,13 @@
+"""CMSSW's ``FWCore.ParameterSet.Modules``: module declarations, from ``framework.config``."""
+
+from framework.config import (  # noqa: F401 - re-exported names
+    EDAnalyzer,
+    EDFilter,
+    EDProducer,
+    ESPrefer,
+    ESProducer,
+    ESSource,
+    OutputModule,
+    Service,
+    Source,
+)

@@ -1,0 +1,25 @@
+"""CMSSW's ``FWCore.ParameterSet.Types``: the typed parameters, from ``framework.config``."""
+
+from framework.config import (  # noqa: F401 - re-exported names
+    InputTag,
+    PSet,
+    VInputTag,
+    VPSet,
+    allowed,
+    bool,
+    double,
+    int32,
+    int64,
+    optional,
+    required,
+    string,
+    uint32,
+    uint64,
+    untracked,
+    vdouble,
+    vint32,
+    vint64,
+    vstring,
+    vuint32,
+    vuint64,
+)

@@ -1,0 +1,3 @@
+"""CMSSW's ``FWCore.ParameterSet.VarParsing``: ``from FWCore.ParameterSet.VarParsing import VarParsing``."""
+
+from framework.config import VarParsing as VarParsing

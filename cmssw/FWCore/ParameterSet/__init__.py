@@ -1,0 +1,1 @@
+"""CMSSW's ``FWCore.ParameterSet``: the configuration language, from ``framework.config``."""
