@@ -7,7 +7,10 @@ CMSSW selection: ``outputCommands`` are keep/drop statements applied in order, w
 ``fnmatch`` globs, to those branch names; the last matching statement decides, and a
 branch no statement matches is dropped. ``run``, ``luminosityBlock`` and ``event`` are
 always written. A product's fields are only known at the first written event: it is
-consumed if a pattern may keep one of its branches, and its fields are chosen then.
+consumed if a pattern may keep one of its branches, and its fields are chosen then. A
+kept product named ``<name>`` replaces the input's branches ``<name>`` and ``<name>_*``
+(a tagger rerun as ``FatJet_particleNet`` writes its ``FatJet_particleNet_*``, not the
+input's).
 """
 
 from __future__ import annotations

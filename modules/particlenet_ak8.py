@@ -17,10 +17,9 @@ The chain CMSSW runs (RecoBTag/ONNXRuntime/python/pfParticleNet_cff.py), one mod
 * :class:`JetTagAgreementAnalyzer`: compares produced scores with those stored in the
   input (``FatJet_particleNet*``) and prints a table at the end of the job.
 
-Difference from CMSSW: the direct producer fills its inputs as the SONIC one does (all
-jets of the event in one call, padded to the event's longest jet) where CMSSW's
-BoostedJetONNXJetTagsProducer runs one jet at a time at its own length; ParticleNet
-masks the padding, so scores agree within float rounding (see the tests).
+As in CMSSW, the direct producer runs one jet at a time at its own length, the SONIC one
+all jets of the event in one request padded to the longest; ParticleNet masks the
+padding, so the two agree within float rounding (the tests check 1e-5).
 """
 
 from __future__ import annotations
@@ -204,7 +203,11 @@ class _ParticleNetJetTagsConversion(ModelConversion):
         scores = output[name].from_server()  # float32 (n_jets, n_classes), or (0, n) when skipped
         if len(scores) != len(tag_infos):
             scores = np.zeros((len(tag_infos), len(self.flav_names)), np.float32)
-        elif scores.shape[1] != len(self.flav_names):
+        self.put_scores(event, tag_infos, scores)
+
+    def put_scores(self, event: Any, tag_infos: list[dict[str, np.ndarray]], scores: np.ndarray) -> None:
+        """One product per class: ``scores[:, i]`` (float32, n_jets), 0 for a jet without features."""
+        if scores.shape[1] != len(self.flav_names):
             raise ConfigurationError(
                 f"module '{self.label}': the model gives {scores.shape[1]} classes, "
                 f"flav_names has {len(self.flav_names)}"
@@ -212,7 +215,7 @@ class _ParticleNetJetTagsConversion(ModelConversion):
         empty = np.array([not t for t in tag_infos], bool)
         scores = np.where(empty[:, None], np.float32(0), scores)
         for i, flav in enumerate(self.flav_names):
-            event.put(np.ascontiguousarray(scores[:, i]), flav)
+            event.put(np.ascontiguousarray(scores[:, i], dtype=np.float32), flav)
 
 
 class ParticleNetSonicJetTagsProducer(_ParticleNetJetTagsConversion, SonicConversionProducer):
@@ -227,10 +230,25 @@ class ParticleNetSonicJetTagsProducer(_ParticleNetJetTagsConversion, SonicConver
 class BoostedJetONNXJetTagsProducer(_ParticleNetJetTagsConversion, OnnxDirectProducer):
     """Direct twin of :class:`ParticleNetSonicJetTagsProducer`: the model's ONNX file in the job.
 
-    CMSSW's module takes ``model_path`` (the ONNX file); here the file is found as the
-    SONIC twin finds its model (``Client.modelConfigPath``), so that one config switches
-    between the two by type name.
+    As CMSSW's module, one onnxruntime call per jet with features, each input at that
+    jet's own length (its number of entries clamped to [min_length, max_length]); jets
+    without features get 0 and no call. CMSSW's module takes ``model_path`` (the ONNX
+    file); here the file is found as the SONIC twin finds its model
+    (``Client.modelConfigPath``), so that one config switches between the two by type name.
     """
+
+    def produce(self, event: Any) -> None:
+        tag_infos = event.get(self.src)
+        output = self.spec.outputs[0].name
+        what = f"module '{self.label}'"
+        scores = np.zeros((len(tag_infos), len(self.flav_names)), np.float32)
+        for j, features in enumerate(tag_infos):
+            if features:
+                result = self.runner(self.preprocess.make_inputs([features], what))[output]
+                if result.shape[-1] != scores.shape[1]:
+                    scores = np.zeros((len(tag_infos), result.shape[-1]), np.float32)  # put_scores reports it
+                scores[j] = result[0]
+        self.put_scores(event, tag_infos, scores)
 
 
 class BTagProbabilityToDiscriminator(EDProducer):

@@ -274,6 +274,14 @@ def test_product_named_like_a_source_collection():
         out.select(ProductRegistry({"MET": ("pt",)}, [ProductDescription("MET", "", "P")]))
 
 
+def test_product_replaces_the_inputs_branches_of_its_names():
+    """A rerun tagger's table ``Jet_tag`` replaces the input's ``Jet_tag_*`` (not ``Jet_tagger``)."""
+    out = build(NanoAODOutputModule, "out", fileName="o.root")
+    out.select(ProductRegistry({"Jet": ("pt", "tag_a", "tag_b", "tagger")}, [ProductDescription("Jet_tag", "", "P")]))
+    items = {item.name: item.fields for item in out.items}
+    assert items == {"Jet": ("pt", "tagger"), "Jet_tag": None}
+
+
 def test_bad_output_command():
     with pytest.raises(ConfigurationError, match=r"'out'.*'keepall \*'"):
         build(NanoAODOutputModule, "out", fileName="o.root", outputCommands=["keepall *"])
