@@ -29,7 +29,7 @@ import pytest
 import uproot
 
 from framework.samples import locate_sample
-from framework.sonic.testing import TensorConfig, python_model_config
+from framework.serving.testing import TensorConfig, python_model_config
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,7 +229,9 @@ def python_backend_area(area: Path) -> None:
         folder = area / COMBINED / "models" / name
         (folder / "1").mkdir(parents=True)
         (folder / "1" / "model.onnx").symlink_to(source / "1" / "model.onnx")
-        (folder / "1" / "model.py").write_text("from framework.sonic.python_backend import TritonPythonModel  # noqa\n")
+        (folder / "1" / "model.py").write_text(
+            "from framework.serving.python_backend import TritonPythonModel  # noqa\n"
+        )
         inputs = [
             TensorConfig(n, "TYPE_FP32", dims)
             for n, dims in (

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, MutableSequence
 from typing import Any, ClassVar
 
 from .._errors import ConfigurationError
+from .._paths import project_data_directory
 
 __all__ = [
     "SEARCH_PATH_VARIABLE",
@@ -363,8 +364,6 @@ class string(_Scalar):
 SEARCH_PATH_VARIABLE = "CMSSW_SEARCH_PATH"
 """The environment variable CMSSW's ``edm::FileInPath`` searches: folders separated by ``:``."""
 
-_PROJECT_DATA = pathlib.Path(__file__).resolve().parents[2] / "data"
-
 
 def search_path() -> list[pathlib.Path]:
     """The folders a :class:`FileInPath` is looked for in, in order.
@@ -374,7 +373,7 @@ def search_path() -> list[pathlib.Path]:
     names ``data/models/deepmet/config.pbtxt`` unless a search-path folder has one).
     """
     folders = [pathlib.Path(p) for p in os.environ.get(SEARCH_PATH_VARIABLE, "").split(":") if p]
-    return [*folders, _PROJECT_DATA]
+    return [*folders, project_data_directory()]
 
 
 class FileInPath(_Scalar):
