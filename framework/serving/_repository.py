@@ -52,7 +52,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from framework._errors import ExternalFailure
+from ._installation import TritonServerError
 
 logger = logging.getLogger("pysonic.serving")
 
@@ -92,7 +92,7 @@ _DEFAULT_FILES = {"onnx": "model.onnx", "torch": "model.pt"}
 _AUTO_MAX_BATCH_SIZE = 4  # Triton's --backend-config=default-max-batch-size (its default)
 
 
-class ModelRepositoryError(ExternalFailure):
+class ModelRepositoryError(TritonServerError):
     """A model of a repository cannot be served here (unreadable config, unsupported platform)."""
 
 
