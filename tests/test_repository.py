@@ -65,7 +65,7 @@ def write_onnx_model(path: pathlib.Path, batch: bool) -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    shape = ["batch", 3] if batch else [3]
+    shape: list[str | int] = ["batch", 3] if batch else [3]
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "two"], ["y"])],
         "double",
