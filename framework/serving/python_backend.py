@@ -1,11 +1,15 @@
 """The framework's Triton Python-backend model: one entry point, an ONNX or a torch runner.
 
-The server bundled with nvidia-pytriton has no ONNX Runtime or PyTorch backend, so each
-model of ``data/models`` is a Python-backend model whose ``1/model.py`` re-exports
-:class:`TritonPythonModel` from here. Its ``config.pbtxt`` names the inputs and outputs
-(the same names as the ONNX graph) and may set these ``parameters``:
+The server bundled with nvidia-pytriton has no ONNX Runtime or PyTorch backend, so every
+ONNX (``onnxruntime_onnx``) or TorchScript (``pytorch_libtorch``) model a server of the
+project serves becomes a Python-backend model whose generated ``<version>/model.py``
+re-exports :class:`TritonPythonModel` from here (:mod:`framework.serving._repository`
+writes it, with these parameters set). Its ``config.pbtxt`` names the inputs and outputs
+(the same names as the ONNX graph; ``NAME__i`` positions for TorchScript) and may set
+these ``parameters``:
 
-* ``runner``: ``onnx`` (onnxruntime on the CPU, :mod:`framework.serving.onnx_backend`),
+* ``runner``: ``onnx`` (onnxruntime, :mod:`framework.serving.onnx_backend`; its CUDA
+  provider on a ``KIND_GPU`` instance),
   ``torch`` (a TorchScript file run by torch, :mod:`framework.serving.torch_backend`) or
   ``auto`` (the default: ``torch`` on a ``KIND_GPU`` instance, ``onnx`` otherwise);
 * ``onnx_file``: the ONNX file inside the version folder (default ``model.onnx``);
@@ -15,7 +19,10 @@ model of ``data/models`` is a Python-backend model whose ``1/model.py`` re-expor
 
 Triton's dynamic batcher hands ``execute`` several requests at once. They are
 concatenated along the batch axis (axis 0), run in ONE runner call, and the outputs are
-split back per request. A request whose inputs are missing or malformed gets its own
+split back per request; inputs with ``allow_ragged_batch`` are flattened and joined into
+one 1-D array instead, and ``batch_output`` (``BATCH_SCATTER_WITH_INPUT_SHAPE``) gives
+each request its part of the output in the shape of its input (``run_ragged``). A
+request whose inputs are missing or malformed gets its own
 error response; the others still run. That logic lives in the functions
 ``parse_model_config``, ``check_inputs``, ``concatenate_requests``, ``split_outputs`` and
 ``run_batched``, which tests call without a server; they work on numpy arrays or, given

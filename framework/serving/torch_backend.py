@@ -2,9 +2,10 @@
 
 Used by :class:`framework.serving.python_backend.TritonPythonModel` when ``runner`` is
 ``torch``, or ``auto`` on a ``KIND_GPU`` instance (the fallback server's and
-``cmstriton``'s ``device = gpu``). The model file is the TorchScript artifact that
-``scripts/build_models.py`` writes beside each ``model.onnx`` (``model.pt``, the same
-weights, traced with a dynamic batch axis).
+``cmstriton``'s ``device = gpu``), and for every ``pytorch_libtorch`` model (CMS's
+``particlenet_PT``, say). The model file is a TorchScript file: CMS's, or the one that
+``scripts/build_models.py`` writes beside each stand-in's ``model.onnx`` (``model.pt``, the
+same weights, traced with a dynamic batch axis).
 
 Tensors cross the stub boundary through DLPack, never numpy (the recipe verified on the
 GPU machine, ``shared/gpu/README.md``): a request's input arrives in CPU memory
