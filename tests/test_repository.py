@@ -60,8 +60,8 @@ def client_params(model: str, **params):
     return client_description().validate({"modelName": model, **params}, f"test client of '{model}'")
 
 
-def write_onnx_model(path: pathlib.Path, batch: bool) -> None:
-    """A tiny ONNX model: y = 2 x, x float32 of shape (batch, 3) or (3,)."""
+def write_onnx_model(path: pathlib.Path, batch: bool, factor: float = 2.0) -> None:
+    """A tiny ONNX model: y = factor x, x float32 of shape (batch, 3) or (3,)."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
@@ -71,7 +71,7 @@ def write_onnx_model(path: pathlib.Path, batch: bool) -> None:
         "double",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [factor])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
@@ -219,7 +219,7 @@ def particlenet_inputs(rng, jets=3, particles=40, svs=4):
     }
 
 
-def infer(server, model, inputs, outputs):
+def infer(server, model, inputs, outputs, version=""):
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(server.grpc_address)
@@ -229,7 +229,8 @@ def infer(server, model, inputs, outputs):
             tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
-        result = client.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs])
+        requested = [grpcclient.InferRequestedOutput(n) for n in outputs]
+        result = client.infer(model, tensors, model_version=version, outputs=requested)
         return {n: result.as_numpy(n) for n in outputs}
     finally:
         client.close()
@@ -348,6 +349,20 @@ def own_repository(tmp_path_factory):
         'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n'
     )
     write_onnx_model(root / "autocompleted" / "1" / "model.onnx", batch=True)
+    # two versions, both served (version_policy all), each with its checksum
+    sums = []
+    for version, factor in ((1, 2.0), (2, 3.0)):
+        path = root / "versioned" / str(version) / "model.onnx"
+        write_onnx_model(path, batch=True, factor=factor)
+        sums.append(
+            f'parameters {{ key: "MD5:{version}/model.onnx" value: "{hashlib.md5(path.read_bytes()).hexdigest()}" }}'
+        )
+    (root / "versioned" / "config.pbtxt").write_text(
+        'name: "versioned"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\nversion_policy { all {} }\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [3] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n'
+        f'model_repository_agents {{ agents [{{ name: "checksum" {" ".join(sums)} }}] }}\n'
+    )
     return root
 
 
@@ -375,6 +390,33 @@ def test_config_completed_from_the_onnx_file(own_server):
     assert [(t["name"], [int(d) for d in t["dims"]]) for t in config["input"]] == [("x", [3])]
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(infer(own_server, "autocompleted", {"x": x}, ["y"])["y"], 2 * x)
+
+
+def test_version_folders_and_policy(own_server):
+    x = np.ones((1, 3), np.float32)
+    np.testing.assert_array_equal(infer(own_server, "versioned", {"x": x}, ["y"], version="1")["y"], 2 * x)
+    np.testing.assert_array_equal(infer(own_server, "versioned", {"x": x}, ["y"], version="2")["y"], 3 * x)
+    np.testing.assert_array_equal(infer(own_server, "versioned", {"x": x}, ["y"])["y"], 3 * x)  # latest
+
+
+def test_model_versioning_checks_the_pinned_version_only(own_server, own_repository, tmp_path):
+    local = tmp_path / "versioned" / "config.pbtxt"
+    local.parent.mkdir()
+    config = read_model_config(own_repository / "versioned")
+    config.model_repository_agents.agents[0].parameters["MD5:2/model.onnx"] = "f" * 32  # version 2 differs
+    local.write_text(text_format.MessageToString(config))
+    pinned = TritonClient(client_params("versioned", modelVersion="1", modelConfigPath=str(local)))
+    try:
+        pinned.connect(own_server.grpc_address)  # version 1's sums agree
+    finally:
+        pinned.close()
+    latest = TritonClient(client_params("versioned", modelConfigPath=str(local)))
+    try:
+        with pytest.raises(ExternalFailure, match="2/model.onnx") as info:
+            latest.connect(own_server.grpc_address)  # the server's latest: version 2
+    finally:
+        latest.close()
+    assert info.value.category == "ModelVersioning" and "1/model.onnx" not in str(info.value)
 
 
 def test_one_fallback_serves_models_of_two_repositories(tmp_path):
