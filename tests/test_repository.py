@@ -166,6 +166,22 @@ def test_gpu_instances_choose_the_cuda_provider():
         session_providers(["CPUExecutionProvider"], 0, "m")
 
 
+def test_runner_choice_on_gpu_instances():
+    from framework._paths import default_model_repository
+    from framework.serving.python_backend import choose_runner
+
+    def spec(folder):
+        config, _ = translate_config(folder.name, read_model_config(folder), kind="KIND_GPU")
+        return parse_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+    # CMS's ONNX model: onnxruntime (its CUDA provider); its TorchScript twin: torch
+    assert choose_runner(spec(btag_repository() / "particlenet"), "GPU") == "onnx"
+    assert choose_runner(spec(btag_repository() / "particlenet_PT"), "GPU") == "torch"
+    # the stand-ins ask for runner auto: their TorchScript file on a GPU, the ONNX file on a CPU
+    standin = spec(default_model_repository() / "particlenet_ak4")
+    assert choose_runner(standin, "GPU") == "torch" and choose_runner(standin, "CPU") == "onnx"
+
+
 def test_ragged_inputs_concatenated_and_outputs_scattered():
     config = read_model_config(sonic_repository() / "ragged_io")
     spec = parse_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
