@@ -6,6 +6,7 @@ here (the backend's ``execute`` runs against a stand-in for ``triton_python_back
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -256,7 +257,7 @@ def load_config(name: str) -> model_config_pb2.ModelConfig:
 def test_config_matches_onnx(name, sessions):
     config = load_config(name)
     session = sessions[name]
-    assert config.name == name and config.backend == "python" and config.max_batch_size > 0
+    assert config.name == name and config.platform == "onnxruntime_onnx" and config.max_batch_size > 0
     assert (
         config.HasField("dynamic_batching")
         and config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
@@ -266,9 +267,13 @@ def test_config_matches_onnx(name, sessions):
         assert all(v.shape[0] == "batch" for v in values)  # dynamic batch axis
         graph_tensors = {v.name: (onnx_types[v.type], v.shape[1:]) for v in values}
         assert {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in tensors} == graph_tensors
-    assert (MODELS / name / "1" / "model.onnx").stat().st_size < 2 * 1024 * 1024
-    stub = (MODELS / name / "1" / "model.py").read_text()
-    assert "from framework.serving.python_backend import TritonPythonModel" in stub
+    onnx_file = MODELS / name / "1" / "model.onnx"
+    assert onnx_file.stat().st_size < 2 * 1024 * 1024
+    # an ordinary Triton model: no per-model Python code; the checksum agent names the ONNX file's MD5
+    assert not (MODELS / name / "1" / "model.py").exists()
+    (agent,) = config.model_repository_agents.agents
+    assert agent.name == "checksum"
+    assert dict(agent.parameters) == {"MD5:1/model.onnx": hashlib.md5(onnx_file.read_bytes()).hexdigest()}
 
 
 def config_json(name: str) -> str:

@@ -220,20 +220,17 @@ def test_stop_leaves_nothing_behind(doubler_repository):
     server.stop()  # idempotent
 
 
-def test_broken_repository_error_has_log_tail(tmp_path):
+def test_broken_config_is_refused_before_launch(tmp_path):
     _write_doubler(tmp_path)
     (tmp_path / "doubler" / "config.pbtxt").write_text('name: "doubler" backend: "python" input [ {')
-    server = LocalTritonServer(tmp_path)
-    with pytest.raises(TritonServerError, match="exited with code") as info:
+    server = LocalTritonServer(tmp_path, work_dir=tmp_path / "work")
+    with pytest.raises(TritonServerError, match="invalid model configuration") as info:
         server.start(timeout=30)
     assert isinstance(info.value, ExternalFailure)
     message = str(info.value)
-    # the server's own error line, naming the broken file, is in the quoted log tail
-    assert f"failed to read text proto from {tmp_path / 'doubler' / 'config.pbtxt'}" in message
-    assert not server.is_running()
-    # the temporary log is kept after a failed start, and named in the message
-    assert str(server.log_path) in message and server.log_path.is_file()
-    server.log_path.unlink()
+    # one line naming the broken file (read by the repository translation, before any process)
+    assert "\n" not in message and str(tmp_path / "doubler" / "config.pbtxt") in message
+    assert server.pid is None and not server.is_running()
 
 
 def test_explicit_busy_port_is_an_error_naming_it(empty_repository):
@@ -486,13 +483,28 @@ def test_region_prefix_carries_the_tag(empty_repository, monkeypatch):
 
 
 def test_cmstriton_start_failure_prints_log_tail(tmp_path, capsys):
+    (tmp_path / "repo" / "bad" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "bad" / "config.pbtxt").write_text(
+        'name: "bad"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [1] }]\noutput [{ name: "y" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    (tmp_path / "repo" / "bad" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('boom in initialize')\n"
+    )
+    args = ["--repository", str(tmp_path / "repo"), "--dir", str(tmp_path / "state"), "--wait", "30"]
+    assert cmstriton(["start", *args]) == 1
+    err = capsys.readouterr().err
+    assert "exited with code" in err and "boom in initialize" in err
+    assert not (tmp_path / "state" / "tritonserver.pid").exists()
+
+
+def test_cmstriton_bad_config_is_one_line(tmp_path, capsys):
     (tmp_path / "repo" / "bad").mkdir(parents=True)
     (tmp_path / "repo" / "bad" / "config.pbtxt").write_text("this is not a model config")
     args = ["--repository", str(tmp_path / "repo"), "--dir", str(tmp_path / "state"), "--wait", "30"]
     assert cmstriton(["start", *args]) == 1
     err = capsys.readouterr().err
-    assert "exited with code" in err and "failed to read text proto" in err
-    assert not (tmp_path / "state" / "tritonserver.pid").exists()
+    assert err.count("\n") == 1 and "invalid model configuration" in err and "bad/config.pbtxt" in err
 
 
 # ---------------------------------------------------------------------------- installation

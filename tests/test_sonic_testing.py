@@ -124,8 +124,9 @@ def test_serving_a_server_that_cannot_start_leaves_nothing(tmp_path, left_behind
             made.append(self)
 
     monkeypatch.setattr(testing, "LocalTritonServer", Recorded)
-    folder = write_python_model(tmp_path, "double", DOUBLE_PY)
-    (folder / "config.pbtxt").write_text('name: "double" backend: "python" input [ {')
+    # the server starts, then exits: its model fails to load
+    failing = "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('boom')\n"
+    write_python_model(tmp_path, "double", failing)
     with pytest.raises(TritonServerError, match="exited with code"), serving(tmp_path, timeout=30.0):
         pytest.fail("the block must not run")
     assert len(made) == 1 and not made[0].is_running()

@@ -326,7 +326,22 @@ def _shm(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+def _wrapper(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"{r['model']}\nN = {r['in_flight']}" for r in rows]
+    x = list(range(len(rows)))
+    ax.bar([i - 0.2 for i in x], [r["generated_per_s"] for r in rows], 0.4, label="generated wrapper")
+    ax.bar([i + 0.2 for i in x], [r["model_py_per_s"] for r in rows], 0.4, label="former model.py")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("served requests/s")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return fig
+
+
 PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
+    "wrapper": _wrapper,
     "latency": _latency,
     "client-overhead": _client_overhead,
     "dynamic-batching": _batching,

@@ -45,7 +45,9 @@ class FallbackServer:
         params: TritonService's validated ``fallback`` PSet (``enable``, ``verbose``,
             ``device``, ``instances``, ``wait`` in seconds, ``modelRepository``).
         config_paths: model name -> its ``config.pbtxt`` (the modules' ``Client.modelConfigPath``),
-            read when the server starts: the repository is the folder two levels up.
+            read when the server starts: each model is served from the folder holding its
+            config (as CMSSW's TritonService does), so models of several repositories are
+            served together by one server.
         on_start: called (under the lock, on the starting thread) once a new process serves,
             before its models are published.
 
@@ -90,7 +92,6 @@ class FallbackServer:
         Raises:
             ExternalFailure: it cannot start or load a model (with the end of its log);
                 remembered, so later calls fail at once.
-            ConfigurationError: the models' config paths point to several repositories.
         """
         models = list(models)
         with self._lock:
@@ -99,6 +100,7 @@ class FallbackServer:
             try:
                 self._ensure_locked(models)
             except (TritonServerError, ExternalFailure) as err:  # ConfigurationError passes as it is
+                # (ModelRepositoryError, a checksum mismatch or an unsupported platform, is an ExternalFailure)
                 message = err.args[0]
                 if not message.startswith("TritonService"):
                     message = f"TritonService: fallback server for {', '.join(models)} did not start: {message}"
@@ -136,14 +138,13 @@ class FallbackServer:
             )
             server.stop(STOP_TIMEOUT)
         params = self.params
-        repository = self._repository(wanted)
+        folders = self.model_folders(wanted)
         server = LocalTritonServer(
-            repository, instances=params.instances, device=params.device, verbose=params.verbose, models=wanted
+            folders, instances=params.instances, device=params.device, verbose=params.verbose, models=wanted
         )
         logger.info(
-            "TritonService: starting the fallback server for %s (repository %s, models on %s)",
-            ", ".join(wanted),
-            repository,
+            "TritonService: starting the fallback server for %s (models on %s)",
+            ", ".join(f"{m} from {f}" for m, f in folders.items()),
             server.device,
         )
         server.start(float(params.wait))
@@ -153,27 +154,28 @@ class FallbackServer:
         self._on_start()
         self.models = frozenset(wanted)
 
+    def model_folders(self, models: Iterable[str]) -> dict[str, pathlib.Path]:
+        """Where the fallback server takes each model from: ``<fallback.modelRepository>/<model>``
+        if set, else the folder holding the model's ``Client.modelConfigPath`` (CMSSW's
+        TritonService), else ``<default repository>/<model>``."""
+        if self.params.modelRepository:
+            return {m: pathlib.Path(self.params.modelRepository) / m for m in models}
+        default = default_model_repository()
+        return {m: self._config_paths[m].parent if m in self._config_paths else default / m for m in models}
+
     def repository(self, models: Iterable[str]) -> pathlib.Path:
-        """The repository a fallback server for ``models`` serves (``fallback.modelRepository``,
-        else the one holding their ``config.pbtxt``); also used by ``cmsrun --executor dask``
-        to start one server per host for them.
+        """The one repository holding ``models`` (see :meth:`model_folders`), for
+        ``cmsrun --executor dask``, which starts one server per host from a repository folder.
 
         Raises:
-            ConfigurationError: the models' config paths point to several repositories.
+            ConfigurationError: the models come from several repositories.
         """
-        return self._repository(models)
-
-    def _repository(self, models: Iterable[str]) -> pathlib.Path:
-        if self.params.modelRepository:
-            return pathlib.Path(self.params.modelRepository)
-        default = default_model_repository()
-        repositories = {m: self._config_paths[m].parent.parent if m in self._config_paths else default for m in models}
+        repositories = {m: folder.parent for m, folder in self.model_folders(models).items()}
         if len(set(repositories.values())) > 1:
             found = ", ".join(f"{m}: {r}" for m, r in repositories.items())
             raise ConfigurationError(
-                "TritonService: the fallback server serves one repository, but the "
-                f"models' Client.modelConfigPath point to several ({found}); "
-                "set fallback.modelRepository"
+                "TritonService: cmsrun --executor dask serves one repository per host, but the "
+                f"models' Client.modelConfigPath point to several ({found}); set fallback.modelRepository"
             )
         return next(iter(repositories.values()))
 
@@ -181,6 +183,7 @@ class FallbackServer:
         from tritonclient.utils import InferenceServerException
 
         logger.info("TritonService: loading model '%s' into the fallback server", model)
+        server.add_model(model, self.model_folders([model])[model])
         client = ServerInfo(FALLBACK_SERVER, server.grpc_address).open_client()
         try:
             client.load_model(model, client_timeout=float(self.params.wait))

@@ -12,7 +12,10 @@ Files, in the direction of their imports:
   they run inside the server's Python and import nothing else of the framework (the
   direct twins in ``framework.service`` use the ONNX runner in-process);
 * ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
-  Python-backend folder, the server's environment, copies of model repositories;
+  Python-backend folder, the server's environment;
+* ``_repository``: model-repository translation: any standard Triton model repository
+  (ONNX, TorchScript, Python-backend models; ``checksum`` agents checked) turned into
+  what this Python-backend-only server loads, generated beside its state, cached by content;
 * ``_processes``: the server's process: spawning, its remains (``/dev/shm``, files),
   termination;
 * ``_server``: :class:`LocalTritonServer`, a server on this host (ports, readiness, model
@@ -22,6 +25,8 @@ Files, in the direction of their imports:
   repository and a server that is checked to leave nothing behind, for tests and benchmarks.
 """
 
+from ._repository import ModelChecksumError as ModelChecksumError
+from ._repository import ModelRepositoryError as ModelRepositoryError
 from ._server import DEVICES as DEVICES
 from ._server import LocalTritonServer as LocalTritonServer
 from ._server import TritonServerError as TritonServerError

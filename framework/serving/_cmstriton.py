@@ -12,7 +12,9 @@ server running; its process id and addresses are kept in a state folder::
 State folder (``--dir``, default ``$PYSONIC_CMSTRITON_DIR`` or ``~/.cache/pysonic/cmstriton``):
 ``tritonserver.pid``, ``state.json`` (pid, its start time, ports, addresses, repository,
 log path, models, the server's /dev/shm region prefix), ``tritonserver.log`` and ``work/``
-(the repository copy for ``--instances``).
+(the served repository and the generated models: ``--repository`` is any standard Triton
+model repository, ONNX, TorchScript or Python-backend models, served unchanged and never
+written to; see ``_repository``).
 Exit status: 0 on success, 1 on failure (the reason is printed on stderr).
 
 A server that died (killed by the out-of-memory killer, say) leaves its Python-backend
@@ -216,14 +218,15 @@ def _parser() -> argparse.ArgumentParser:
         "--repository",
         type=pathlib.Path,
         default=default_model_repository(),
-        help="model repository (default: %(default)s)",
+        help="a standard Triton model repository, only read (ONNX, TorchScript, Python models; "
+        "checksum agents checked) (default: %(default)s)",
     )
     start.add_argument("--instances", type=int, default=0, help="instances per model (0: as configured)")
     start.add_argument(
         "--device",
         choices=("cpu", "gpu", "auto"),
         default="auto",
-        help="where the models run: gpu = instances KIND_GPU (torch on CUDA); "
+        help="where the models run: gpu = instances KIND_GPU (onnxruntime's CUDA provider, torch on CUDA); "
         "auto = gpu when one is visible (default: %(default)s)",
     )
     start.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")

@@ -3,8 +3,8 @@
 The recipe (verified on CPU-only Linux; see ``_server``): a backend directory of symlinks
 to the Python backend and the stub built for this Python version, ``PATH`` starting with
 this environment's ``bin/``, ``LD_LIBRARY_PATH`` holding Python's ``LIBDIR`` and
-``nvidia_pytriton.libs``. Also: the default model repository, and model-repository
-helpers (listing models, overriding instance counts as ``cmsTriton -i`` does).
+``nvidia_pytriton.libs``. Also: listing the models of a repository (their translation for
+this server is ``_repository``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterable
 from importlib.util import find_spec
 
 from framework._errors import ExternalFailure
@@ -210,42 +209,3 @@ def model_repository_models(repository: str | os.PathLike[str]) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "config.pbtxt").is_file())
-
-
-def write_repository_copy(
-    source: pathlib.Path, target: pathlib.Path, models: Iterable[str], *, instances: int = 0, kind: str | None = None
-) -> None:
-    """Write in ``target`` a copy of ``source`` whose models run as asked, as cmsTriton does.
-
-    Version folders and other files are symlinks, only ``config.pbtxt`` is rewritten: with
-    ``instances`` > 0 every ``instance_group`` gets that count (a model without one gets a
-    group); with ``kind`` (``"KIND_CPU"`` or ``"KIND_GPU"``) every group runs on that kind
-    of device (cmsTriton's ``-d``).
-
-    Raises:
-        TritonServerError: a ``config.pbtxt`` is not a valid model configuration.
-    """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    group_kind = model_config_pb2.ModelInstanceGroup.Kind.Value(kind) if kind else None
-    for name in models:
-        source_model, target_model = source / name, target / name
-        target_model.mkdir(parents=True)
-        for entry in source_model.iterdir():
-            if entry.name != "config.pbtxt":
-                (target_model / entry.name).symlink_to(entry.absolute())
-        config_path = source_model / "config.pbtxt"
-        config = model_config_pb2.ModelConfig()
-        try:
-            text_format.Parse(config_path.read_text(), config)
-        except text_format.ParseError as err:
-            raise TritonServerError(f"{config_path}: invalid model configuration: {err}") from None
-        if not config.instance_group:
-            config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
-        for group in config.instance_group:
-            if instances > 0:
-                group.count = instances
-            if group_kind is not None:
-                group.kind = group_kind
-        (target_model / "config.pbtxt").write_text(text_format.MessageToString(config))

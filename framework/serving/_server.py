@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from framework._errors import ConfigurationError
@@ -50,7 +50,6 @@ from ._installation import (
     prepare_backend_directory,
     server_environment,
     visible_gpus,
-    write_repository_copy,
 )
 from ._processes import (
     ServerRemains,
@@ -62,6 +61,7 @@ from ._processes import (
     server_remains,
     terminate_server,
 )
+from ._repository import generate_model, link_model, model_folders
 
 __all__ = [
     "GrpcSsl",
@@ -248,13 +248,18 @@ class LocalTritonServer:
             client = tritonclient.grpc.InferenceServerClient(server.grpc_address)
 
     Args:
-        model_repository: folder of models (``<name>/config.pbtxt``, ``<name>/<version>/``).
+        model_repository: a standard Triton model repository (``<name>/config.pbtxt``,
+            ``<name>/<version>/``), or a mapping model name -> model folder (models of
+            several repositories served together). It is only read: what tritonserver
+            loads is generated from it (:mod:`framework.serving._repository`: ONNX and
+            TorchScript models run in the Python backend, checksums checked) under
+            ``<work_dir or ~/.cache/pysonic>/generated-models``, cached by content, and
+            served through a folder of symlinks in the work folder.
         instances: if > 0, every model runs this many instances (overrides the
-            ``instance_group`` counts in a temporary copy of the repository, as cmsTriton).
+            ``instance_group`` counts in the generated config, as cmsTriton).
         device: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPU when one is visible). On ``gpu``
-            every model instance is ``KIND_GPU`` (a temporary copy of the repository, as
-            cmsTriton's ``-d gpu``), so the framework's Python-backend models run their
-            TorchScript file with torch on CUDA (``framework/serving/python_backend.py``).
+            every model instance is ``KIND_GPU`` (as cmsTriton's ``-d gpu``): ONNX models
+            run with onnxruntime's CUDA provider, TorchScript models with torch on CUDA.
         grpc_port, http_port, metrics_port: TCP ports; 0 picks free ones. An explicit
             port that is busy is an error naming it; automatic ports taken by someone else
             between choice and bind are re-chosen (up to ``PORT_ATTEMPTS`` launches).
@@ -262,8 +267,9 @@ class LocalTritonServer:
             successful ``stop()`` and kept (and named) when ``start()`` fails.
         verbose: pass ``--log-verbose=1``.
         models: load only these models (``--model-control-mode=explicit``); None: all.
-        work_dir: where the repository copy for ``instances`` goes (default: a temporary
-            folder). ``stop()`` removes what it created there.
+        work_dir: where the served repository (symlinks) and the cache of generated
+            models go (default: a temporary folder, and the cache in ``~/.cache/pysonic``).
+            ``stop()`` removes the served repository, never the cache.
         die_with_parent: SIGTERM the server when this Python process is gone, however it
             ended and whichever thread started the server (a watchdog on a pipe,
             ``_processes._spawn``). False for a server meant to outlive it (``detach()``).
@@ -282,11 +288,14 @@ class LocalTritonServer:
         ConfigurationError: unknown ``device``, ``device="gpu"`` without a visible GPU,
             negative ``instances``, missing repository folder, a model of ``models``
             absent from it, or a bad ``$PYSONIC_SHM_TAG``.
+
+    ``start()`` (and :meth:`add_model`) raise :class:`~framework.serving._repository.ModelRepositoryError`
+    for a model that cannot be served here (unsupported platform, a checksum mismatch).
     """
 
     def __init__(
         self,
-        model_repository: str | os.PathLike[str],
+        model_repository: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]],
         *,
         instances: int = 0,
         device: str = "cpu",
@@ -300,13 +309,22 @@ class LocalTritonServer:
         die_with_parent: bool = True,
         grpc_ssl: GrpcSsl | None = None,
     ) -> None:
-        self.repository = pathlib.Path(model_repository).absolute()
         self.device = resolve_device(device)
         if instances < 0:
             raise ConfigurationError(f"LocalTritonServer: instances={instances} must be >= 0")
-        if not self.repository.is_dir():
-            raise ConfigurationError(f"LocalTritonServer: model repository {self.repository} is not a folder")
-        available = model_repository_models(self.repository)
+        if isinstance(model_repository, Mapping):
+            self.model_sources = {name: pathlib.Path(f).absolute() for name, f in model_repository.items()}
+            parents = sorted({folder.parent for folder in self.model_sources.values()})
+            self.repository = parents[0] if len(parents) == 1 else pathlib.Path(os.path.commonpath(parents))
+            for name, folder in self.model_sources.items():
+                if not folder.is_dir():
+                    raise ConfigurationError(f"LocalTritonServer: model {name!r}: folder {folder} does not exist")
+        else:
+            self.repository = pathlib.Path(model_repository).absolute()
+            if not self.repository.is_dir():
+                raise ConfigurationError(f"LocalTritonServer: model repository {self.repository} is not a folder")
+            self.model_sources = model_folders(self.repository)
+        available = list(self.model_sources)
         for name in models or ():
             if name not in available:
                 raise ConfigurationError(
@@ -372,13 +390,27 @@ class LocalTritonServer:
 
     @property
     def served_repository(self) -> pathlib.Path:
-        """The folder given to ``--model-repository`` (a copy when ``instances`` > 0 or on a GPU)."""
-        if self._edits_repository():
-            return self._work_dir() / "repository"
-        return self.repository
+        """The folder given to ``--model-repository``: symlinks to the generated models."""
+        return self._work_dir() / "repository"
 
-    def _edits_repository(self) -> bool:
-        return self.instances > 0 or self.device == "gpu"
+    def _cache_dir(self) -> pathlib.Path:
+        return (self._user_work_dir or default_cache_dir()) / "generated-models"
+
+    def add_model(self, name: str, folder: str | os.PathLike[str]) -> None:
+        """Generate ``name`` from the user's model ``folder`` and add it to the served repository
+        (a started server in explicit mode loads it with ``load_model``).
+
+        Raises:
+            ModelRepositoryError: the model cannot be served here (one line).
+        """
+        with self._lock:
+            folder = pathlib.Path(folder).absolute()
+            kind = "KIND_GPU" if self.device == "gpu" else None
+            generated = generate_model(name, folder, self._cache_dir(), instances=self.instances, kind=kind)
+            link_model(self.served_repository, name, generated)
+            self.model_sources[name] = folder
+            if self.models is not None and name not in self.models:
+                self.models.append(name)
 
     def is_running(self) -> bool:
         """True if the server process exists and has not exited."""
@@ -426,13 +458,17 @@ class LocalTritonServer:
     def _start(self, deadline: float, timeout: float) -> None:
         installation = find_tritonserver()
         backend_dir = prepare_backend_directory(installation=installation)
-        expected = self.models if self.models is not None else model_repository_models(self.repository)
-        if self._edits_repository():
-            repository = self.served_repository
-            shutil.rmtree(repository, ignore_errors=True)
-            self._created.append(repository)
-            kind = "KIND_GPU" if self.device == "gpu" else None
-            write_repository_copy(self.repository, repository, expected, instances=self.instances, kind=kind)
+        expected = list(self.models) if self.models is not None else list(self.model_sources)
+        repository = self.served_repository
+        shutil.rmtree(repository, ignore_errors=True)
+        self._created.append(repository)
+        repository.mkdir(parents=True)
+        kind = "KIND_GPU" if self.device == "gpu" else None
+        for name in expected:
+            generated = generate_model(
+                name, self.model_sources[name], self._cache_dir(), instances=self.instances, kind=kind
+            )
+            link_model(repository, name, generated)
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self._choose_ports()
             self._launch(installation, backend_dir)

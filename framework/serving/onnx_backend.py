@@ -1,4 +1,4 @@
-"""The ONNX runner of the framework's Python-backend model: onnxruntime on the CPU.
+"""The ONNX runner of the framework's Python-backend model: onnxruntime on the CPU or a GPU.
 
 Used by :class:`framework.serving.python_backend.TritonPythonModel` (``runner`` = ``onnx``,
 or ``auto`` on a CPU instance) and by the direct (in-process) producers, which run the
@@ -26,17 +26,46 @@ import numpy as np
 
 from .python_backend import NUMPY_OPS, Arrays, ModelSpec
 
+CUDA_PROVIDER = "CUDAExecutionProvider"
 
-def open_session(path: str, intra_op_threads: int = 1) -> Any:
-    """An onnxruntime CPU InferenceSession; no spinning threads (the machine has few cores)."""
+
+def session_providers(available: list[str], gpu: int | None, model: str = "?") -> list[Any]:
+    """onnxruntime execution providers: the CPU, or CUDA device ``gpu`` (then the CPU for
+    the operators CUDA lacks).
+
+    Args:
+        available: ``onnxruntime.get_available_providers()``.
+        gpu: CUDA device index of a ``KIND_GPU`` instance; None for a CPU instance.
+
+    Raises:
+        RuntimeError: a GPU instance but no CUDA provider (one line: install onnxruntime-gpu).
+    """
+    if gpu is None:
+        return ["CPUExecutionProvider"]
+    if CUDA_PROVIDER not in available:
+        raise RuntimeError(
+            f"model {model!r}: a KIND_GPU instance needs onnxruntime's CUDA provider, which the server's "
+            f"Python lacks (it has {', '.join(available)}): pip install onnxruntime-gpu"
+        )
+    return [(CUDA_PROVIDER, {"device_id": gpu}), "CPUExecutionProvider"]
+
+
+def open_session(path: str, intra_op_threads: int = 1, gpu: int | None = None, model: str = "?") -> Any:
+    """An onnxruntime InferenceSession (CPU, or CUDA device ``gpu``); no spinning threads
+    (the machine has few cores).
+
+    Raises:
+        RuntimeError: ``gpu`` given but onnxruntime has no CUDA provider (see :func:`session_providers`).
+    """
     import onnxruntime as ort
 
+    providers = session_providers(ort.get_available_providers(), gpu, model)
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, options, providers=providers)
 
 
 def check_session(spec: ModelSpec, session: Any, path: str) -> None:
@@ -62,17 +91,19 @@ class OnnxRunner:
         spec: the model's config.
         path: the ONNX file.
         intra_op_threads: onnxruntime intra-op threads.
+        gpu: CUDA device of a ``KIND_GPU`` instance (onnxruntime's CUDA provider); None: the CPU.
 
     Raises:
         ValueError: config and ONNX graph disagree on tensor names.
+        RuntimeError: ``gpu`` given but onnxruntime has no CUDA provider.
         onnxruntime errors: the file is missing or invalid.
     """
 
     ops = NUMPY_OPS
 
-    def __init__(self, spec: ModelSpec, path: str, intra_op_threads: int = 1) -> None:
+    def __init__(self, spec: ModelSpec, path: str, intra_op_threads: int = 1, gpu: int | None = None) -> None:
         self.path = path
-        self.session = open_session(path, intra_op_threads)
+        self.session = open_session(path, intra_op_threads, gpu, spec.name)
         check_session(spec, self.session, path)
         self._output_names = [t.name for t in spec.outputs]
 

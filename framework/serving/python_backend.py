@@ -1,11 +1,15 @@
 """The framework's Triton Python-backend model: one entry point, an ONNX or a torch runner.
 
-The server bundled with nvidia-pytriton has no ONNX Runtime or PyTorch backend, so each
-model of ``data/models`` is a Python-backend model whose ``1/model.py`` re-exports
-:class:`TritonPythonModel` from here. Its ``config.pbtxt`` names the inputs and outputs
-(the same names as the ONNX graph) and may set these ``parameters``:
+The server bundled with nvidia-pytriton has no ONNX Runtime or PyTorch backend, so every
+ONNX (``onnxruntime_onnx``) or TorchScript (``pytorch_libtorch``) model a server of the
+project serves becomes a Python-backend model whose generated ``<version>/model.py``
+re-exports :class:`TritonPythonModel` from here (:mod:`framework.serving._repository`
+writes it, with these parameters set). Its ``config.pbtxt`` names the inputs and outputs
+(the same names as the ONNX graph; ``NAME__i`` positions for TorchScript) and may set
+these ``parameters``:
 
-* ``runner``: ``onnx`` (onnxruntime on the CPU, :mod:`framework.serving.onnx_backend`),
+* ``runner``: ``onnx`` (onnxruntime, :mod:`framework.serving.onnx_backend`; its CUDA
+  provider on a ``KIND_GPU`` instance),
   ``torch`` (a TorchScript file run by torch, :mod:`framework.serving.torch_backend`) or
   ``auto`` (the default: ``torch`` on a ``KIND_GPU`` instance, ``onnx`` otherwise);
 * ``onnx_file``: the ONNX file inside the version folder (default ``model.onnx``);
@@ -15,7 +19,10 @@ model of ``data/models`` is a Python-backend model whose ``1/model.py`` re-expor
 
 Triton's dynamic batcher hands ``execute`` several requests at once. They are
 concatenated along the batch axis (axis 0), run in ONE runner call, and the outputs are
-split back per request. A request whose inputs are missing or malformed gets its own
+split back per request; inputs with ``allow_ragged_batch`` are flattened and joined into
+one 1-D array instead, and ``batch_output`` (``BATCH_SCATTER_WITH_INPUT_SHAPE``) gives
+each request its part of the output in the shape of its input (``run_ragged``). A
+request whose inputs are missing or malformed gets its own
 error response; the others still run. That logic lives in the functions
 ``parse_model_config``, ``check_inputs``, ``concatenate_requests``, ``split_outputs`` and
 ``run_batched``, which tests call without a server; they work on numpy arrays or, given
@@ -96,6 +103,12 @@ class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     parameters: dict[str, str] = field(default_factory=dict)
+    ragged: frozenset[str] = frozenset()
+    """Inputs with ``allow_ragged_batch``: each request's array is flattened and the
+    requests' arrays are concatenated into one 1-D array (Triton's ragged batching)."""
+    scatter: dict[str, str] = field(default_factory=dict)
+    """``batch_output`` of kind ``BATCH_SCATTER_WITH_INPUT_SHAPE``: output -> source input; the
+    output's elements are given back to each request in the shape of its source input."""
 
     @property
     def batched(self) -> bool:
@@ -118,12 +131,26 @@ def parse_model_config(config: str | Mapping[str, Any]) -> ModelSpec:
     cfg = json.loads(config) if isinstance(config, str) else config
     name = cfg.get("name", "?")
     params = {k: v.get("string_value", "") for k, v in (cfg.get("parameters") or {}).items()}
+    scatter = {}
+    for entry in cfg.get("batch_output", ()):
+        kind = entry.get("kind", "BATCH_SCATTER_WITH_INPUT_SHAPE")
+        sources = list(entry.get("source_input", ()))
+        if kind != "BATCH_SCATTER_WITH_INPUT_SHAPE" or len(sources) != 1:
+            raise ValueError(
+                f"model {name!r}: batch_output kind {kind} with source_input {sources} is not supported "
+                "(BATCH_SCATTER_WITH_INPUT_SHAPE with one source_input is)"
+            )
+        scatter.update({target: sources[0] for target in entry.get("target_name", ())})
+    if cfg.get("batch_input"):
+        raise ValueError(f"model {name!r}: batch_input is not supported by the framework's Python-backend model")
     return ModelSpec(
         name=name,
         max_batch_size=int(cfg.get("max_batch_size", 0)),
         inputs=tuple(_tensor_spec(name, e) for e in cfg.get("input", ())),
         outputs=tuple(_tensor_spec(name, e) for e in cfg.get("output", ())),
         parameters=params,
+        ragged=frozenset(e["name"] for e in cfg.get("input", ()) if e.get("allow_ragged_batch")),
+        scatter=scatter,
     )
 
 
@@ -213,6 +240,14 @@ def run_batched(
             results[i] = err
     if not valid:
         return results
+    if spec.ragged:
+        try:
+            for i, outputs in zip(valid, run_ragged(spec, run, checked, ops), strict=True):
+                results[i] = outputs
+        except Exception as err:  # noqa: BLE001 - every request of the call gets the error
+            for i in valid:
+                results[i] = err
+        return results
     if spec.batched and len(valid) > 1:
         try:
             batch, sizes = concatenate_requests(checked, ops)
@@ -226,6 +261,46 @@ def run_batched(
             results[i] = cast_outputs(spec, run(inputs), ops)
         except Exception as err:  # noqa: BLE001 - becomes this request's error response
             results[i] = err
+    return results
+
+
+def run_ragged(
+    spec: ModelSpec, run: Callable[[Arrays], Arrays], requests: Sequence[Arrays], ops: ArrayOps = NUMPY_OPS
+) -> list[Arrays]:
+    """One call for requests of a model with ragged inputs, as Triton's ragged batching does it.
+
+    Each ragged input (``allow_ragged_batch``) reaches the model as ONE 1-D array: the
+    requests' arrays flattened and concatenated (lengths may differ between requests);
+    other inputs are concatenated along axis 0. An output with a ``batch_output`` of kind
+    ``BATCH_SCATTER_WITH_INPUT_SHAPE`` is cut back into pieces of each request's element
+    count of its source input, in that input's shape; other outputs are split by rows.
+    Source: Triton's ``docs/user_guide/ragged_batching.md``.
+
+    Raises:
+        ValueError: an output has fewer elements or rows than the requests need.
+    """
+    batch: Arrays = {}
+    for t in spec.inputs:
+        arrays = [r[t.name] for r in requests]
+        if t.name in spec.ragged:
+            arrays = [a.reshape(-1) for a in arrays]
+        batch[t.name] = arrays[0] if len(arrays) == 1 else ops.concatenate(arrays)
+    outputs = cast_outputs(spec, run(batch), ops)
+    results: list[Arrays] = [{} for _ in requests]
+    for name, array in outputs.items():
+        source = spec.scatter.get(name)
+        if source is not None:
+            shapes = [tuple(r[source].shape) for r in requests]
+            flat = array.reshape(-1)
+            bounds = np.cumsum([0, *(int(np.prod(shape)) for shape in shapes)]).tolist()
+            if len(flat) != bounds[-1]:
+                raise ValueError(f"output {name!r} has {len(flat)} elements for inputs of {bounds[-1]}")
+            for result, lo, hi, shape in zip(results, bounds[:-1], bounds[1:], shapes, strict=True):
+                result[name] = flat[lo:hi].reshape(shape)
+        else:
+            rows = [len(next(iter(r.values()))) for r in requests]
+            for result, part in zip(results, split_outputs({name: array}, rows), strict=True):
+                result.update(part)
     return results
 
 
@@ -253,12 +328,13 @@ class TritonPythonModel:
         """Load the model file of the chosen runner (args as Triton passes them).
 
         The ONNX runner loads ``<model_repository>/<model_version>/<onnx_file>`` into
-        onnxruntime (CPU); the torch runner loads ``<torchscript_file>`` onto
+        onnxruntime (its CUDA provider on a GPU instance); the torch runner loads ``<torchscript_file>`` onto
         ``cuda:<model_instance_device_id>`` for a GPU instance, else the CPU.
 
         Raises:
             ValueError: unsupported config, unknown runner, or config and model file disagree.
-            RuntimeError: a GPU instance, but torch sees no CUDA device.
+            RuntimeError: a GPU instance, but torch sees no CUDA device, or onnxruntime
+                has no CUDA provider (one line naming the package to install).
             onnxruntime / torch errors: the model file is missing or invalid (Triton then
                 fails the load and logs the message).
         """
@@ -278,7 +354,8 @@ class TritonPythonModel:
             from .onnx_backend import OnnxRunner
 
             path = os.path.join(folder, params.get("onnx_file") or "model.onnx")
-            self.runner = OnnxRunner(self.spec, path, threads)
+            gpu = args.get("model_instance_device_id", "0") if kind.upper() == "GPU" else None
+            self.runner = OnnxRunner(self.spec, path, threads, gpu=None if gpu is None else int(gpu))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """One InferenceResponse per request, in order; failures become TritonError responses."""

@@ -151,13 +151,17 @@ def write_python_model(repository: str | os.PathLike[str], name: str, code: str,
 
 @contextlib.contextmanager
 def serving(
-    repository: str | os.PathLike[str], models: Sequence[str] | None = None, *, timeout: float = 60.0, **options: Any
+    repository: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]],
+    models: Sequence[str] | None = None,
+    *,
+    timeout: float = 60.0,
+    **options: Any,
 ) -> Iterator[LocalTritonServer]:
     """A started :class:`~framework.serving._server.LocalTritonServer` on ``repository``,
     stopped at the end of the block, even when the start fails.
 
     Args:
-        repository: the model repository.
+        repository: the model repository (or model name -> model folder, see ``LocalTritonServer``).
         models: the models to load (None: all of the repository).
         timeout: seconds for the server and its models to be ready.
         **options: more ``LocalTritonServer`` arguments (``instances``, ``grpc_ssl``, ...).

@@ -2,9 +2,10 @@
 
 Used by :class:`framework.serving.python_backend.TritonPythonModel` when ``runner`` is
 ``torch``, or ``auto`` on a ``KIND_GPU`` instance (the fallback server's and
-``cmstriton``'s ``device = gpu``). The model file is the TorchScript artifact that
-``scripts/build_models.py`` writes beside each ``model.onnx`` (``model.pt``, the same
-weights, traced with a dynamic batch axis).
+``cmstriton``'s ``device = gpu``), and for every ``pytorch_libtorch`` model (CMS's
+``particlenet_PT``, say). The model file is a TorchScript file: CMS's, or the one that
+``scripts/build_models.py`` writes beside each stand-in's ``model.onnx`` (``model.pt``, the
+same weights, traced with a dynamic batch axis).
 
 Tensors cross the stub boundary through DLPack, never numpy (the recipe verified on the
 GPU machine, ``shared/gpu/README.md``): a request's input arrives in CPU memory
@@ -16,7 +17,8 @@ is not a run-time dependency of the CPU path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,18 @@ def _torch_dtypes() -> dict[np.dtype[Any], Any]:
     }
 
 
+def ordered_by_index(names: Iterable[str]) -> list[str]:
+    """Names in positional order by Triton's PyTorch-backend convention ``NAME__i`` (i = the
+    position in ``forward``'s arguments or in its returned tuple) when every name has
+    such a suffix, else as given (config order)."""
+    names = list(names)
+    matches = [re.fullmatch(r".*__(\d+)", name) for name in names]
+    if names and all(matches):
+        indices = [int(m.group(1)) for m in matches if m is not None]
+        return [name for _, name in sorted(zip(indices, names, strict=True))]
+    return names
+
+
 class TorchOps:
     """:class:`~framework.serving.python_backend.ArrayOps` for torch tensors (on any one device)."""
 
@@ -61,8 +75,10 @@ class TorchRunner:
 
     Args:
         spec: the model's config; the TorchScript module takes its inputs positionally
-            in config order and returns one tensor (or a tuple, in config output order).
-        path: the TorchScript file.
+            and returns one tensor (or a tuple): in ``NAME__i`` order when every name has
+            that suffix (Triton's PyTorch backend), else in config order.
+        path: the TorchScript file, loaded with ``map_location=device`` (CMS's files were
+            saved on CUDA).
         device: ``"cpu"`` or ``"cuda:N"``.
         intra_op_threads: torch intra-op threads on the CPU (ignored on a GPU).
 
@@ -87,9 +103,10 @@ class TorchRunner:
         self.path = path
         self.module = torch.jit.load(path, map_location=self.device).eval()  # type: ignore[no-untyped-call]  # torch.jit.load is unannotated
         self.ops = TorchOps()
-        self._input_names = [t.name for t in spec.inputs]
-        self._output_names = [t.name for t in spec.outputs]
-        self._warm_up(spec)
+        self._input_names = ordered_by_index(t.name for t in spec.inputs)
+        self._output_names = ordered_by_index(t.name for t in spec.outputs)
+        if self.device.type == "cuda":
+            self._warm_up(spec)
 
     def _warm_up(self, spec: ModelSpec) -> None:
         """One call on zeros (variable dims = 1) while the model loads: the first call on a
@@ -101,7 +118,10 @@ class TorchRunner:
             t.name: self._torch.zeros(batch + tuple(d if d > 0 else 1 for d in t.dims), dtype=dtypes[t.dtype])
             for t in spec.inputs
         }
-        self(zeros)
+        try:
+            self(zeros)
+        except Exception:  # noqa: BLE001, S110 - a model may reject length-1 dims; the warm-up is optional
+            pass
 
     def __call__(self, inputs: Arrays) -> Arrays:
         torch = self._torch

@@ -14,6 +14,10 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
   the maps :class:`TritonInputMap` / :class:`TritonOutputMap` (CMSSW's names);
 * ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
+* ``_model_config``: the client's model checks at begin_job, as CMSSW's ``TritonClient``
+  makes them: the local ``config.pbtxt`` (``Client.modelConfigPath``, parsed with
+  tritonclient's ``model_config_pb2``) against the server's metadata, and ModelVersioning
+  (checksum sums of the local and the served config);
 * ``_shm``: the clients' system shared-memory regions: a pool per client and server,
   registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
   this host;

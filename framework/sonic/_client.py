@@ -39,6 +39,7 @@ from framework._paths import default_model_repository
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
 from ._data import TensorSpec, spec_from_metadata
+from ._model_config import check_io, check_versioning, read_local_config
 from ._request import TritonRequest
 from ._retry import (
     DEADLINE_STATUS,
@@ -211,7 +212,9 @@ class TritonClient:
 
         Raises:
             ExternalFailure: the server does not answer or does not serve the model
-                (version); the model has no inputs or outputs.
+                (version); the model has no inputs or outputs; its inputs or outputs differ
+                from those of the local config (``Client.modelConfigPath``); category
+                ``ModelVersioning``: its files' checksums differ from the local config's.
             ConfigurationError: ``Client.outputs`` names an output the model lacks.
         """
         from tritonclient.utils import InferenceServerException
@@ -242,7 +245,22 @@ class TritonClient:
             )["config"]
         except InferenceServerException as exc:
             raise self._failure(exc, during="fetching the model metadata") from None
+        self._check_model(metadata, config)
         self._setup(metadata, config)
+
+    def _check_model(self, metadata: Mapping[str, Any], config: dict[str, Any]) -> None:
+        """CMSSW's checks against the local config (``Client.modelConfigPath``), if it exists:
+        its ``max_batch_size`` is used (``config`` is updated), the server's inputs and outputs
+        must be its own, and its checksums those of the served model (ModelVersioning).
+        See :mod:`framework.sonic._model_config`."""
+        local = read_local_config(self.model_config_path, self.what)
+        if local is None:
+            return
+        check_io(local, metadata, int(config.get("max_batch_size", 0)), self.what)
+        versions = [v for v in metadata.get("versions", ()) if str(v).isdigit()]
+        version = self.model_version or (max(versions, key=int) if versions else "")
+        check_versioning(local, config, str(version), self.what, self._where())
+        config["max_batch_size"] = local.max_batch_size
 
     def _setup(self, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> None:
         self.max_batch_size = int(config.get("max_batch_size", 0))
