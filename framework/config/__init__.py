@@ -104,6 +104,7 @@ __all__ = [
     "ProcessFragment",
     "vbool",
     "ESInputTag",
+    "FileInPath",
     "wait",
     "ignore",
     "PSetTemplate",
