@@ -38,11 +38,10 @@ N_FEAT = len(PARTICLENET_FEATURES)
 
 
 def pfnano_path() -> Path:
-    """The real PFNano sample (to be replaced by the project's sample locator)."""
-    path = Path("/work/shared/data/pfnano.root")
-    if not path.exists():
-        pytest.skip(f"sample {path} not available")
-    return path
+    """The real PFNano sample, found as the main job finds it (framework.samples)."""
+    from framework.samples import locate_sample
+
+    return Path(locate_sample("pfnano.root"))
 
 
 @pytest.fixture(scope="module")

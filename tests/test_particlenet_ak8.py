@@ -4,7 +4,7 @@ The job (``configs/particlenet_ak8_cfg.py``) runs as a user runs it (cmsrun in a
 subprocess) on a copy of pfnano.root WITHOUT the ``FatJet_particleNet*`` branches, so the
 producers cannot read the stored scores; the test compares its output with the original
 file. CMS's models and preprocess files come from ``CMSSW_SEARCH_PATH`` (the shared copy
-of CMS's data layout, ``PYSONIC_CMS_MODELS`` or ``/work/shared/models``); without it the
+of CMS's data layout, ``PYSONIC_CMS_MODELS`` or ``../shared/models`` beside the checkout); without it the
 tests skip.
 
 The SONIC test serves the ONNX files through the project's Python backend from a
@@ -29,12 +29,11 @@ import pytest
 import uproot
 
 from framework.samples import locate_sample
-from framework.serving.testing import TensorConfig, python_model_config
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "particlenet_ak8_cfg.py"
-CMS_MODELS = Path(os.environ.get("PYSONIC_CMS_MODELS", "/work/shared/models"))
+CMS_MODELS = Path(os.environ.get("PYSONIC_CMS_MODELS", ROOT.parent / "shared" / "models"))
 COMBINED = "RecoBTag/Combined/data"
 MODELS = ("particlenet", "particlenet_AK8_MD-2prong")
 SCORES = [f"particleNet_{n}" for n in ("QCD", "TvsQCD", "WvsQCD", "ZvsQCD", "HbbvsQCD", "HccvsQCD", "H4qvsQCD")] + [
@@ -220,48 +219,13 @@ def test_preprocess_json_found_first_on_search_path(direct_job, tmp_path):
             np.testing.assert_array_equal(produced[score], reference[score])
 
 
-def python_backend_area(area: Path) -> None:
-    """CMS's two models as Python-backend models (same tensors, CMS's model.onnx) in a CMSSW data layout."""
-    for name in MODELS:
-        source = CMS_MODELS / COMBINED / "models" / name
-        n_features = 25 if name == "particlenet" else 20
-        n_classes = len((source / "particlenet_labels.txt").read_text().split())
-        folder = area / COMBINED / "models" / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.onnx").symlink_to(source / "1" / "model.onnx")
-        (folder / "1" / "model.py").write_text(
-            "from framework.serving.python_backend import TritonPythonModel  # noqa\n"
-        )
-        inputs = [
-            TensorConfig(n, "TYPE_FP32", dims)
-            for n, dims in (
-                ("pf_points", (2, -1)),
-                ("pf_features", (n_features, -1)),
-                ("pf_mask", (1, -1)),
-                ("sv_points", (2, -1)),
-                ("sv_features", (11, -1)),
-                ("sv_mask", (1, -1)),
-            )
-        ]
-        (folder / "config.pbtxt").write_text(
-            python_model_config(
-                name,
-                inputs=inputs,
-                outputs=[TensorConfig("softmax", "TYPE_FP32", (n_classes,))],
-                max_batch_size=160,
-                parameters={"runner": "onnx", "onnx_file": "model.onnx"},
-                extra="dynamic_batching { }",
-            )
-        )
-
-
 def test_sonic_equals_direct(direct_job, tmp_path):
     """ParticleNetSonicJetTagsProducer through a real tritonserver gives the direct scores within 1e-5."""
     direct = direct_job
-    python_backend_area(tmp_path / "area")
     stripped_copy(tmp_path / "input.root")
     marker = uuid.uuid4().hex
-    sonic = run_job(tmp_path, f"{tmp_path / 'area'}:{CMS_MODELS}", "sonic=1", marker=marker)
+    # The fallback server serves CMS's repository as it is (onnxruntime_onnx, checksum agent).
+    sonic = run_job(tmp_path, str(CMS_MODELS), "sonic=1", marker=marker)
     assert processes_with_marker(marker) == []  # the fallback server is gone
     for score in SCORES:
         np.testing.assert_allclose(sonic[score], direct[score], atol=1e-5, rtol=0, err_msg=score)

@@ -1,7 +1,7 @@
 """Standard Triton model repositories served unchanged (framework/serving/_repository.py), and the
 client's model checks (framework/sonic/_model_config.py), with CMS's own models.
 
-CMS's repositories come from ``$CMSSW_SEARCH_PATH`` (default ``/work/shared/models``, CMSSW's
+CMS's repositories come from ``$CMSSW_SEARCH_PATH`` (default ``../shared/models`` beside the checkout, CMSSW's
 data layout; see its README); the tests that need them are skipped where they are absent.
 Real-server tests share one server per kind of repository (module-scoped fixtures).
 """
@@ -29,7 +29,10 @@ from framework.serving.python_backend import parse_model_config, run_ragged
 from framework.serving.torch_backend import ordered_by_index
 from framework.sonic import TritonClient, client_description
 
-SEARCH_PATH = [pathlib.Path(p) for p in os.environ.get("CMSSW_SEARCH_PATH", "/work/shared/models").split(":") if p]
+SHARED_MODELS = (
+    pathlib.Path(__file__).resolve().parents[2] / "shared" / "models"
+)  # ../shared/models beside the checkout
+SEARCH_PATH = [pathlib.Path(p) for p in os.environ.get("CMSSW_SEARCH_PATH", str(SHARED_MODELS)).split(":") if p]
 
 
 def find_in_path(relative: str) -> pathlib.Path:
