@@ -25,7 +25,7 @@ from framework import EDAnalyzer
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.bench import _cli
-from framework.bench._harness import CONFIGS, SERVERS, config_args
+from framework.bench._harness import CONFIGS, SERVERS, combine_runs, config_args, median_of, run_records
 from framework.bench._proxy import serve_delay_proxy
 from framework.samples import locate_sample
 from modules.deeptau_inputs import (
@@ -104,6 +104,51 @@ async def test_proxy_does_not_serialize_connections():
         assert time.perf_counter() - t0 < k * RTT
 
     await _with_proxy(test)
+
+
+# ----------------------------------------------------------------------------------------
+# Statistics: every reported figure is the median of all its runs
+
+
+def _runs(*results):
+    """A measure function returning ``results`` one after the other."""
+    it = iter(results)
+    return lambda: next(it)
+
+
+def test_median_of_takes_the_median_of_every_key_at_every_depth():
+    # the last run is not the median of any figure: a median_of that returned it would fail
+    runs = [
+        {"throughput": 30.0, "wall_time": 1.0, "events": 100, "latency": {"p50": 0.1}, "modules": {"m": {"mean": 1}}},
+        {"throughput": 20.0, "wall_time": 2.0, "events": 100, "latency": {"p50": 0.3}, "modules": {"m": {"mean": 5}}},
+        {"throughput": 10.0, "wall_time": 3.0, "events": 100, "latency": {"p50": 0.5}, "modules": {"m": {"mean": 9}}},
+    ]
+    result = median_of(3, _runs(*runs))
+    assert result["throughput"] == 20.0 and result["wall_time"] == 2.0
+    assert result["latency"] == {"p50": 0.3} and result["modules"] == {"m": {"mean": 5}}
+    assert result["events"] == 100 and isinstance(result["events"], int)  # equal in every run: kept as it is
+    assert [r["throughput"] for r in result["runs"]] == [30.0, 20.0, 10.0]
+
+
+def test_median_of_keeps_every_run_with_the_load():
+    runs = [{"events_per_s": float(x), "label": "a"} for x in (4, 1, 3, 2)]
+    result = median_of(4, _runs(*runs))
+    assert result["events_per_s"] == 2.5  # even count: the mean of the two middle runs
+    assert [r["events_per_s"] for r in result["runs"]] == [4.0, 1.0, 3.0, 2.0]
+    assert all(len(r["loadavg"]) == 3 and all(x >= 0 for x in r["loadavg"]) for r in result["runs"])
+    records = run_records(result, "events_per_s")
+    assert [r["events_per_s"] for r in records] == [4.0, 1.0, 3.0, 2.0] and all("loadavg" in r for r in records)
+    once = median_of(0, _runs({"x": 1.0}, {"x": 5.0}))  # at least one run
+    assert once["x"] == 1.0 and len(once["runs"]) == 1
+
+
+def test_combine_runs_chooses_nothing_silently():
+    assert combine_runs([{"a": 1.0}, {"a": 3.0, "b": 7.0}]) == {"a": 2.0, "b": 7.0}  # b: the run that has it
+    assert combine_runs(["shm", "gRPC", "shm"]) == ["shm", "gRPC", "shm"]  # differing non-numbers: all of them
+    assert combine_runs([True, False, True]) == [True, False, True]  # bools are not averaged
+    assert combine_runs([(1, 2), (1, 2)]) == (1, 2)
+    with pytest.raises(ValueError, match="no runs"):
+        combine_runs([])
 
 
 # ----------------------------------------------------------------------------------------

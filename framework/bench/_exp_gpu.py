@@ -43,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from framework.sonic.testing import write_edited_repository
+
 from ._harness import CONFIGS, REPO, config_args, model_seconds, run_config, temporary_folder
 from ._load import load_requests
-from ._triton import write_edited_repository
 
 MS = 1e3
 DEVICE_ENV = "PYSONIC_BENCH_DEVICE"
