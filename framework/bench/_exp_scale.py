@@ -29,9 +29,9 @@ import subprocess
 import sys
 from typing import Any
 
-from ._harness import REPO, SERVERS, median_of, temporary_folder
+from ._harness import CONFIGS, SERVERS, median_of, temporary_folder
 
-CONFIG = REPO / "configs" / "bench" / "scale_cfg.py"
+CONFIG = CONFIGS / "scale_cfg.py"
 
 
 def _fileset(folder: pathlib.Path, sample: str, copies: int) -> pathlib.Path:
