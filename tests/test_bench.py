@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import time
 
 import numpy as np
@@ -27,6 +28,7 @@ from framework._scheduler import run_job
 from framework.bench import _cli
 from framework.bench._harness import CONFIGS, SERVERS, combine_runs, config_args, median_of, run_records
 from framework.bench._proxy import serve_delay_proxy
+from framework.io import SourceStatistics
 from framework.samples import locate_sample
 from modules.deeptau_inputs import (
     BLOCKS,
@@ -147,6 +149,11 @@ def test_combine_runs_chooses_nothing_silently():
     assert combine_runs(["shm", "gRPC", "shm"]) == ["shm", "gRPC", "shm"]  # differing non-numbers: all of them
     assert combine_runs([True, False, True]) == [True, False, True]  # bools are not averaged
     assert combine_runs([(1, 2), (1, 2)]) == (1, 2)
+    # records keep their type, field by field (PoolSource.statistics(): what was opened, read)
+    stats = [SourceStatistics(("a.root",), n, n, 0, ("x",), (float(n),), {}) for n in (10, 30, 20)]
+    combined = combine_runs(stats)
+    assert isinstance(combined, SourceStatistics) and combined.entries_read == 20 and combined.branches == ("x",)
+    assert combined.inputs == [(10.0,), (30.0,), (20.0,)]
     with pytest.raises(ValueError, match="no runs"):
         combine_runs([])
 
@@ -279,6 +286,20 @@ def test_quick_experiment_writes_json_and_png(name, tmp_path):
     assert all(set(t) >= {"name", "value", "target", "met", "note"} for t in saved["targets"])
     assert saved["machine"]["cpus"] and len(result["rows"]) == len(saved["rows"])
     assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_experiment_reports_the_median_of_all_its_runs_and_keeps_them():
+    """cmsbench source, quick, 2 runs per point: each row's time is the median of the two
+    runs it keeps (with their load), and every reader opened the file as often as PoolSource."""
+    from framework.bench._exp_local import source_throughput
+
+    result = source_throughput(quick=True, repeat=2)
+    for row in result["rows"]:
+        assert len(row["runs"]) == 2 and all(len(run["loadavg"]) == 3 for run in row["runs"])
+        times = [run.get("wall_time", run.get("total_time")) for run in row["runs"]]
+        assert row["wall_time"] == pytest.approx(statistics.median(times))
+    opens = {row["reader"]: row["file_opens"] for row in result["rows"] if row["file_opens"] is not None}
+    assert len(opens) == 4 and set(opens.values()) == {1}, opens
 
 
 def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ asserts a time: the experiments measure, the CLI reports.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pathlib
@@ -135,6 +136,8 @@ def combine_runs(values: Sequence[Any]) -> Any:
     * numbers (``bool`` is not one): their median (``statistics.median``: the mean of
       the two middle values for an even count);
     * dicts: a dict of every key of any of them, each combined over the runs that have it;
+    * records (dataclasses) of one type: that type, each field combined over the runs
+      (``PoolSource.statistics()``);
     * anything else that differs between runs (strings, lists, records): the list of the
       runs' values, so that nothing is chosen silently.
 
@@ -151,6 +154,9 @@ def combine_runs(values: Sequence[Any]) -> Any:
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
         return {k: combine_runs([v[k] for v in values if k in v]) for k in keys}
+    if dataclasses.is_dataclass(first) and all(type(v) is type(first) for v in values):
+        fields = [f.name for f in dataclasses.fields(first) if f.init]
+        return dataclasses.replace(first, **{f: combine_runs([getattr(v, f) for v in values]) for f in fields})
     return list(values)
 
 
