@@ -154,7 +154,7 @@ def combine_runs(values: Sequence[Any]) -> Any:
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
         return {k: combine_runs([v[k] for v in values if k in v]) for k in keys}
-    if dataclasses.is_dataclass(first) and all(type(v) is type(first) for v in values):
+    if dataclasses.is_dataclass(first) and not isinstance(first, type) and all(type(v) is type(first) for v in values):
         fields = [f.name for f in dataclasses.fields(first) if f.init]
         return dataclasses.replace(first, **{f: combine_runs([getattr(v, f) for v in values]) for f in fields})
     return list(values)
