@@ -37,8 +37,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   cluster (a job begun once per worker, unit after unit; one server per host for the
   fallback; merge and one summary). The only package that imports Dask; above the data
   path, which never imports it.
-* ``framework.bench`` - ``cmsbench``: the benchmarks (delaying proxy, experiments, plots);
-  it drives configs like a user (``configs/bench``, which name ``modules`` types), and
+* ``framework.bench`` - ``cmsbench``: every benchmark (delaying proxy, experiments, plots,
+  the soak run, and the benchmarks' own jobs and module types: ``framework/bench/configs``,
+  ``_modules.py``); it drives those configs like a user, and
   reaches Triton through the SONIC packages, except for its bare tritonclient baselines
   (``_triton.py``, ``_load.py``) and Triton's own statistics.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,

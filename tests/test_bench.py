@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import time
 
 import numpy as np
@@ -25,8 +26,9 @@ from framework import EDAnalyzer
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.bench import _cli
-from framework.bench._harness import CONFIGS, SERVERS, config_args
+from framework.bench._harness import CONFIGS, SERVERS, combine_runs, config_args, median_of, run_records
 from framework.bench._proxy import serve_delay_proxy
+from framework.io import SourceStatistics
 from framework.samples import locate_sample
 from modules.deeptau_inputs import (
     BLOCKS,
@@ -104,6 +106,56 @@ async def test_proxy_does_not_serialize_connections():
         assert time.perf_counter() - t0 < k * RTT
 
     await _with_proxy(test)
+
+
+# ----------------------------------------------------------------------------------------
+# Statistics: every reported figure is the median of all its runs
+
+
+def _runs(*results):
+    """A measure function returning ``results`` one after the other."""
+    it = iter(results)
+    return lambda: next(it)
+
+
+def test_median_of_takes_the_median_of_every_key_at_every_depth():
+    # the last run is not the median of any figure: a median_of that returned it would fail
+    runs = [
+        {"throughput": 30.0, "wall_time": 1.0, "events": 100, "latency": {"p50": 0.1}, "modules": {"m": {"mean": 1}}},
+        {"throughput": 20.0, "wall_time": 2.0, "events": 100, "latency": {"p50": 0.3}, "modules": {"m": {"mean": 5}}},
+        {"throughput": 10.0, "wall_time": 3.0, "events": 100, "latency": {"p50": 0.5}, "modules": {"m": {"mean": 9}}},
+    ]
+    result = median_of(3, _runs(*runs))
+    assert result["throughput"] == 20.0 and result["wall_time"] == 2.0
+    assert result["latency"] == {"p50": 0.3} and result["modules"] == {"m": {"mean": 5}}
+    assert result["events"] == 100 and isinstance(result["events"], int)  # equal in every run: kept as it is
+    assert [r["throughput"] for r in result["runs"]] == [30.0, 20.0, 10.0]
+
+
+def test_median_of_keeps_every_run_with_the_load():
+    runs = [{"events_per_s": float(x), "label": "a"} for x in (4, 1, 3, 2)]
+    result = median_of(4, _runs(*runs))
+    assert result["events_per_s"] == 2.5  # even count: the mean of the two middle runs
+    assert [r["events_per_s"] for r in result["runs"]] == [4.0, 1.0, 3.0, 2.0]
+    assert all(len(r["loadavg"]) == 3 and all(x >= 0 for x in r["loadavg"]) for r in result["runs"])
+    records = run_records(result, "events_per_s")
+    assert [r["events_per_s"] for r in records] == [4.0, 1.0, 3.0, 2.0] and all("loadavg" in r for r in records)
+    once = median_of(0, _runs({"x": 1.0}, {"x": 5.0}))  # at least one run
+    assert once["x"] == 1.0 and len(once["runs"]) == 1
+
+
+def test_combine_runs_chooses_nothing_silently():
+    assert combine_runs([{"a": 1.0}, {"a": 3.0, "b": 7.0}]) == {"a": 2.0, "b": 7.0}  # b: the run that has it
+    assert combine_runs(["shm", "gRPC", "shm"]) == ["shm", "gRPC", "shm"]  # differing non-numbers: all of them
+    assert combine_runs([True, False, True]) == [True, False, True]  # bools are not averaged
+    assert combine_runs([(1, 2), (1, 2)]) == (1, 2)
+    # records keep their type, field by field (PoolSource.statistics(): what was opened, read)
+    stats = [SourceStatistics(("a.root",), n, n, 0, ("x",), (float(n),), {}) for n in (10, 30, 20)]
+    combined = combine_runs(stats)
+    assert isinstance(combined, SourceStatistics) and combined.entries_read == 20 and combined.branches == ("x",)
+    assert combined.inputs == [(10.0,), (30.0,), (20.0,)]
+    with pytest.raises(ValueError, match="no runs"):
+        combine_runs([])
 
 
 # ----------------------------------------------------------------------------------------
@@ -234,6 +286,20 @@ def test_quick_experiment_writes_json_and_png(name, tmp_path):
     assert all(set(t) >= {"name", "value", "target", "met", "note"} for t in saved["targets"])
     assert saved["machine"]["cpus"] and len(result["rows"]) == len(saved["rows"])
     assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_experiment_reports_the_median_of_all_its_runs_and_keeps_them():
+    """cmsbench source, quick, 2 runs per point: each row's time is the median of the two
+    runs it keeps (with their load), and every reader opened the file as often as PoolSource."""
+    from framework.bench._exp_local import source_throughput
+
+    result = source_throughput(quick=True, repeat=2)
+    for row in result["rows"]:
+        assert len(row["runs"]) == 2 and all(len(run["loadavg"]) == 3 for run in row["runs"])
+        times = [run.get("wall_time", run.get("total_time")) for run in row["runs"]]
+        assert row["wall_time"] == pytest.approx(statistics.median(times))
+    opens = {row["reader"]: row["file_opens"] for row in result["rows"] if row["file_opens"] is not None}
+    assert len(opens) == 4 and set(opens.values()) == {1}, opens
 
 
 def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):

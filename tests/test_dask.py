@@ -32,7 +32,7 @@ distributed = pytest.importorskip("distributed")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATASET_CFG = ROOT / "configs" / "dataset_cfg.py"
-SCALE_CFG = ROOT / "configs" / "bench" / "scale_cfg.py"
+SCALE_CFG = ROOT / "framework" / "bench" / "configs" / "scale_cfg.py"
 ID = ["run", "luminosityBlock", "event"]
 
 KILLER = '''
@@ -74,7 +74,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def tiny_repository(tmp_path_factory):
-    from framework.bench._harness import write_tiny_repository
+    from framework.serving.testing import write_tiny_repository
 
     return write_tiny_repository(tmp_path_factory.mktemp("repository"))
 

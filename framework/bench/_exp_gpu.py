@@ -43,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from ._harness import CONFIGS, REPO, config_args, model_seconds, run_config, temporary_folder
+from framework.serving.testing import write_edited_repository
+
+from ._harness import CONFIGS, REPO, config_args, median_of, model_seconds, run_config, temporary_folder
 from ._load import load_requests
-from ._triton import write_edited_repository
 
 MS = 1e3
 DEVICE_ENV = "PYSONIC_BENCH_DEVICE"
@@ -354,24 +355,34 @@ def gpu_direct(quick: bool, repeat: int) -> dict[str, Any]:
         for name in names:
             entry: dict[str, Any] = {"model": name}
             for backend in ("direct", "sonic"):
-                result = run_config(
-                    "models_cfg.py",
-                    warmup=3,
-                    models=name,
-                    backend=backend,
-                    server=server.grpc_address,
-                    repeat=copies,
-                    streams=1,
-                    threads=1,
-                )
-                module = result["modules"][name]
-                entry[f"{backend}_ms"] = model_seconds(module) * MS
+
+                def measure(name: str = name, backend: str = backend) -> dict[str, Any]:
+                    """One job: the model's ms per event after the first 3 events (both sides
+                    alike); for SONIC also the wait, the server's time and the input size."""
+                    result = run_config(
+                        "models_cfg.py",
+                        warmup=3,
+                        models=name,
+                        backend=backend,
+                        server=server.grpc_address,
+                        repeat=copies,
+                        streams=1,
+                        threads=1,
+                    )
+                    out = {"ms": result["module_seconds"][name] * MS}
+                    if backend == "sonic":
+                        triton = result["services"]["TritonService"]
+                        model = triton["models"][MODELS[name]]
+                        out["wait_ms"] = result["modules"][name]["mean_wait"] * MS
+                        out["server_ms"] = model["queue_ms"] + model["compute_ms"]
+                        out["input_mb"] = triton["clients"][name]["bytes_sent"] / max(result["events"], 1) / 1e6
+                    return out
+
+                result = median_of(repeat, measure)
+                entry[f"{backend}_ms"] = result["ms"]
+                entry[f"{backend}_runs"] = result["runs"]
                 if backend == "sonic":
-                    triton = result["services"]["TritonService"]
-                    model = triton["models"][MODELS[name]]
-                    entry["wait_ms"] = module["mean_wait"] * MS
-                    entry["server_ms"] = model["queue_ms"] + model["compute_ms"]
-                    entry["input_mb"] = triton["clients"][name]["bytes_sent"] / max(result["events"], 1) / 1e6
+                    entry.update({k: result[k] for k in ("wait_ms", "server_ms", "input_mb")})
             entry["transfer_ms"] = max(0.0, entry["wait_ms"] - entry["server_ms"])
             entry["transfer_share"] = entry["transfer_ms"] / entry["sonic_ms"]
             entry["speedup"] = entry["direct_ms"] / entry["sonic_ms"]
@@ -434,14 +445,14 @@ def gpu_batching(quick: bool, repeat: int) -> dict[str, Any]:
             for batching, model in variants.items():
                 for c in concurrency:
                     processes = min(c, processes_max, 8)
-                    before = server_counters(server.grpc_address, model)
-                    load = run_load_processes(
-                        server.grpc_address, model, inputs, max(1, c // processes), processes, seconds, folder
-                    )
-                    d = _delta(server_counters(server.grpc_address, model), before)
-                    rows.append(
-                        {
-                            "batching": batching,
+
+                    def measure(model: str = model, c: int = c, processes: int = processes) -> dict[str, Any]:
+                        before = server_counters(server.grpc_address, model)
+                        load = run_load_processes(
+                            server.grpc_address, model, inputs, max(1, c // processes), processes, seconds, folder
+                        )
+                        d = _delta(server_counters(server.grpc_address, model), before)
+                        return {
                             "in_flight": max(1, c // processes) * processes,
                             "throughput": load["throughput"],
                             "p50_ms": load["p50_ms"],
@@ -451,7 +462,8 @@ def gpu_batching(quick: bool, repeat: int) -> dict[str, Any]:
                             "rows_per_execution": d["inferences"] / d["executions"] if d["executions"] else 0.0,
                             "exec_ms": d["exec_s"] / d["executions"] * MS if d["executions"] else 0.0,
                         }
-                    )
+
+                    rows.append({"batching": batching, **median_of(repeat, measure)})
     for r in rows:
         off = next(o for o in rows if o["batching"] == "off" and o["in_flight"] == r["in_flight"])
         r["gain"] = r["throughput"] / off["throughput"] if off["throughput"] else 0.0
@@ -514,28 +526,28 @@ def gpu_peak(quick: bool, repeat: int) -> dict[str, Any]:
         inputs = real_requests(folder)
         for instances, processes, in_flight in setups:
             with gpu_server({"particlenet_ak4": ("particlenet_ak4", None)}, instances=instances) as server:
-                cpu0, t0 = process_group_cpu(server.pid), time.perf_counter()
-                load = run_load_processes(
-                    server.grpc_address, "particlenet_ak4", inputs, in_flight, processes, seconds, folder
-                )
-                server_cpu, wall = process_group_cpu(server.pid) - cpu0, time.perf_counter() - t0
-            client_ms = load["cpu_s"] / max(load["requests"], 1) * MS
-            rows.append(
-                {
-                    "instances": instances,
-                    "processes": processes,
-                    "in_flight": in_flight * processes,
-                    "throughput": load["throughput"],
-                    "fraction_of_raw": load["throughput"] / limit,
-                    "p50_ms": load["p50_ms"],
-                    "p99_ms": load["p99_ms"],
-                    "client_cpu_ms_per_request": client_ms,
-                    "client_cores_busy": load["cpu_s"] / seconds,
-                    "client_bound_rate": processes / (client_ms / MS) if client_ms else 0.0,
-                    "server_cores_busy": server_cpu / wall,
-                    "errors": load["errors"],
-                }
-            )
+
+                def measure(server: Any = server, processes: int = processes, in_flight: int = in_flight) -> dict:
+                    cpu0, t0 = process_group_cpu(server.pid), time.perf_counter()
+                    load = run_load_processes(
+                        server.grpc_address, "particlenet_ak4", inputs, in_flight, processes, seconds, folder
+                    )
+                    server_cpu, wall = process_group_cpu(server.pid) - cpu0, time.perf_counter() - t0
+                    client_ms = load["cpu_s"] / max(load["requests"], 1) * MS
+                    return {
+                        "throughput": load["throughput"],
+                        "fraction_of_raw": load["throughput"] / limit,
+                        "p50_ms": load["p50_ms"],
+                        "p99_ms": load["p99_ms"],
+                        "client_cpu_ms_per_request": client_ms,
+                        "client_cores_busy": load["cpu_s"] / seconds,
+                        "client_bound_rate": processes / (client_ms / MS) if client_ms else 0.0,
+                        "server_cores_busy": server_cpu / wall,
+                        "errors": load["errors"],
+                    }
+
+                result = median_of(repeat, measure)
+            rows.append({"instances": instances, "processes": processes, "in_flight": in_flight * processes, **result})
     best = max(rows, key=lambda r: r["throughput"])
     busy = best["client_cores_busy"] / best["processes"]
     return {
@@ -630,16 +642,15 @@ def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
         copies = max(2, round(seconds * cpu["rate"] / 10))  # pfnano.root holds 10 events
         for batching, model in CLIENT_VARIANTS.items():
             for n in counts[batching]:
-                before = server_counters(server.grpc_address, model)
-                summaries = run_jobs(
-                    n, {**_job_options(copies), "server": server.grpc_address, "modelName": model}, folder, 300.0
-                )
-                d = _delta(server_counters(server.grpc_address, model), before)
-                rates = [s["throughput"] for s in summaries]
-                rows.append(
-                    {
-                        "batching": batching,
-                        "clients": n,
+
+                def measure(model: str = model, n: int = n) -> dict[str, Any]:
+                    before = server_counters(server.grpc_address, model)
+                    summaries = run_jobs(
+                        n, {**_job_options(copies), "server": server.grpc_address, "modelName": model}, folder, 300.0
+                    )
+                    d = _delta(server_counters(server.grpc_address, model), before)
+                    rates = [s["throughput"] for s in summaries]
+                    return {
                         "server_throughput": sum(rates),
                         "per_client": float(np.mean(rates)),
                         "p50_ms": float(np.median([s["latency"]["p50"] for s in summaries])) * MS,
@@ -647,7 +658,8 @@ def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
                         "requests_per_execution": d["requests"] / d["executions"] if d["executions"] else 0.0,
                         "client_cpu_ms_per_event": float(np.mean([s["cpu_s"] / s["events"] for s in summaries])) * MS,
                     }
-                )
+
+                rows.append({"batching": batching, "clients": n, **median_of(repeat, measure)})
     targets = []
     for batching in CLIENT_VARIANTS:
         pts = [r for r in rows if r["batching"] == batching]
@@ -856,15 +868,16 @@ def gpu_miniaod(quick: bool, repeat: int) -> dict[str, Any]:
         gpu_server({MODELS[n]: (MODELS[n], None) for n in names}, instances=2) as server,
     ):
         for variant, backend in (("direct, CPU", "direct"), (f"SONIC, {server.device.upper()} server", "sonic")):
-            cpu0, t0 = process_group_cpu(server.pid), time.perf_counter()
-            summaries = run_jobs(jobs, {**options, "backend": backend, "server": server.grpc_address}, folder, 600.0)
-            wall = time.perf_counter() - t0
-            server_cores = (process_group_cpu(server.pid) - cpu0) / wall if backend == "sonic" else 0.0
-            total = sum(s["throughput"] for s in summaries)
-            rows.append(
-                {
-                    "variant": variant,
-                    "jobs": jobs,
+
+            def measure(backend: str = backend) -> dict[str, Any]:
+                cpu0, t0 = process_group_cpu(server.pid), time.perf_counter()
+                summaries = run_jobs(
+                    jobs, {**options, "backend": backend, "server": server.grpc_address}, folder, 600.0
+                )
+                wall = time.perf_counter() - t0
+                server_cores = (process_group_cpu(server.pid) - cpu0) / wall if backend == "sonic" else 0.0
+                total = sum(s["throughput"] for s in summaries)
+                return {
                     "throughput": total,
                     "per_client_core": total / jobs,
                     "server_cores": server_cores,
@@ -873,7 +886,8 @@ def gpu_miniaod(quick: bool, repeat: int) -> dict[str, Any]:
                     "job_cpu_ms_per_event": float(np.mean([s["cpu_s"] / s["events"] for s in summaries])) * MS,
                     "cpu_module_ms": float(np.mean([s["modules"]["cpu"]["mean_run"] for s in summaries])) * MS,
                 }
-            )
+
+            rows.append({"variant": variant, "jobs": jobs, **median_of(repeat, measure)})
     direct, sonic = rows
     for r in rows:
         r["change"] = r["per_client_core"] / direct["per_client_core"] - 1

@@ -6,6 +6,7 @@ Same conventions as :mod:`framework.bench._exp_sonic`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -14,7 +15,7 @@ import trio
 import framework.config as cms
 from framework._builder import build_job
 
-from ._harness import CONFIGS, SERVERS, config_args, median_of, model_seconds, run_config
+from ._harness import CONFIGS, SERVERS, config_args, median_of, model_seconds, run_config, run_records
 from ._proxy import DelayProxy
 
 MS = 1e3
@@ -46,7 +47,6 @@ def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
             result = median_of(
                 repeat,
                 partial(run_config, "noop_cfg.py", modules=k, events=events, streams=streams),
-                keys=("wall_time", "throughput"),
             )
             walls[k] = result["wall_time"]
             rows.append(
@@ -56,6 +56,7 @@ def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
                     "events": events,
                     "wall_time": result["wall_time"],
                     "us_per_event": result["wall_time"] / events * 1e6,
+                    "runs": run_records(result, "wall_time"),
                 }
             )
         for r in rows:
@@ -98,27 +99,33 @@ def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
 # Source throughput
 
 
-def _bare_iterate(files: list[str], tree: str, branches: list[str]) -> dict[str, Any]:
-    """``uproot.iterate`` over ``files`` (default step size), awkward arrays."""
+def _bare_iterate(file: str, copies: int, tree: str, branches: list[str]) -> dict[str, Any]:
+    """``TTree.iterate`` (uproot's default step size), awkward arrays, over ``file`` read
+    ``copies`` times: opened once, as PoolSource opens a file that its list repeats."""
     import uproot
 
     t0 = time.perf_counter()
     events = 0
-    for arrays in uproot.iterate([{f: tree} for f in files], expressions=branches, library="ak", how=dict):
-        events += len(arrays[branches[0]])
-    return {"events": events, "wall_time": time.perf_counter() - t0}
+    with uproot.open(file, array_cache=None) as opened:
+        ttree = opened[tree]
+        for _ in range(copies):
+            for arrays in ttree.iterate(expressions=branches, library="ak", how=dict):
+                events += len(arrays[branches[0]])
+    return {"events": events, "wall_time": time.perf_counter() - t0, "file_opens": 1}
 
 
-def _bare_arrays(files: list[str], tree: str, branches: list[str]) -> dict[str, Any]:
-    """The leanest uproot loop: open each file, ``TTree.arrays(branches, how=dict)``, close."""
+def _bare_arrays(file: str, copies: int, tree: str, branches: list[str]) -> dict[str, Any]:
+    """The leanest uproot loop: open ``file`` once, ``TTree.arrays(branches, how=dict)``
+    ``copies`` times, close (the same opens as PoolSource's)."""
     import uproot
 
     t0 = time.perf_counter()
     events = 0
-    for name in files:
-        with uproot.open(name, array_cache=None) as file:
-            events += len(file[tree].arrays(branches, how=dict)[branches[0]])
-    return {"events": events, "wall_time": time.perf_counter() - t0}
+    with uproot.open(file, array_cache=None) as opened:
+        ttree = opened[tree]
+        for _ in range(copies):
+            events += len(ttree.arrays(branches, how=dict)[branches[0]])
+    return {"events": events, "wall_time": time.perf_counter() - t0, "file_opens": 1}
 
 
 def _source_alone(sample: str, tree: str, copies: int, collections: list[str]) -> dict[str, Any]:
@@ -147,7 +154,8 @@ def _source_alone(sample: str, tree: str, copies: int, collections: list[str]) -
         trio.run(drain)
     finally:
         source.close()
-    return {"events": events, "wall_time": time.perf_counter() - t0}
+    opens = len(source.statistics().files_opened)
+    return {"events": events, "wall_time": time.perf_counter() - t0, "file_opens": opens}
 
 
 def _bytes_per_event(file: str, tree: str, branches: list[str]) -> float:
@@ -158,6 +166,16 @@ def _bytes_per_event(file: str, tree: str, branches: list[str]) -> float:
     return sum(a.nbytes for a in arrays.values()) / len(arrays[branches[0]])
 
 
+def _file_opens(result: dict[str, Any]) -> int | None:
+    """Files a reader opened (None: it reads no file)."""
+    if "file_opens" in result:
+        return int(result["file_opens"])
+    stats = result.get("source")
+    return len(stats.files_opened) if stats is not None and hasattr(stats, "files_opened") else None
+
+
+ITERATE = "uproot TTree.iterate"
+ARRAYS = "uproot TTree.arrays"
 SOURCE_SAMPLES = [
     # (file, tree, collections, copies in the full run): many small events and a tree of
     # 2,656 branches (opening the TTree costs ~2 s), and a flat ntuple of 2,421 events.
@@ -170,7 +188,8 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
     """PoolSource (one analyzer reading whole collections) vs bare uproot loops, same branches.
 
     The framework's time is the whole job (construction and the first file's opening
-    included), as the bare loops' is.
+    included), as the bare loops' is. Each side opens the file once and reads all its
+    entries ``copies`` times.
     """
     from framework.samples import locate_sample
 
@@ -183,45 +202,40 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
             partial(
                 run_config, "source_cfg.py", inputFiles=sample, treeName=tree, repeat=copies, collections=collections
             ),
-            keys=("total_time",),
         )
         branches = list(framework["source"].branches)
         mb_per_event = _bytes_per_event(sample, tree, branches) / 1e6
-        empty = median_of(
-            repeat, partial(run_config, "source_cfg.py", emptyEvents=framework["events"]), keys=("total_time",)
-        )
+        empty = median_of(repeat, partial(run_config, "source_cfg.py", emptyEvents=framework["events"]))
+        # (reader, median_of result, its time key): the jobs' time is the whole job
         readers = [
-            ("PoolSource (cmsrun job)", {"events": framework["events"], "wall_time": framework["total_time"]}),
+            ("PoolSource (cmsrun job)", framework, "total_time"),
             (
                 "PoolSource alone (no scheduler)",
-                median_of(repeat, partial(_source_alone, sample, tree, copies, collections), keys=("wall_time",)),
+                median_of(repeat, partial(_source_alone, sample, tree, copies, collections)),
+                "wall_time",
             ),
-            ("EmptySource (cmsrun job, no reads)", {"events": empty["events"], "wall_time": empty["total_time"]}),
-            (
-                "uproot.iterate",
-                median_of(repeat, partial(_bare_iterate, [sample] * copies, tree, branches), keys=("wall_time",)),
-            ),
-            (
-                "uproot.open + TTree.arrays",
-                median_of(repeat, partial(_bare_arrays, [sample] * copies, tree, branches), keys=("wall_time",)),
-            ),
+            ("EmptySource (cmsrun job, no reads)", empty, "total_time"),
+            (ITERATE, median_of(repeat, partial(_bare_iterate, sample, copies, tree, branches)), "wall_time"),
+            (ARRAYS, median_of(repeat, partial(_bare_arrays, sample, copies, tree, branches)), "wall_time"),
         ]
         rates = {}
-        for name, r in readers:
-            rates[name] = r["events"] / r["wall_time"]
+        for name, r, time_key in readers:
+            rates[name] = r["events"] / r[time_key]
             rows.append(
                 {
                     "file": file_name,
                     "reader": name,
                     "events": r["events"],
-                    "wall_time": r["wall_time"],
+                    "wall_time": r[time_key],
                     "events_per_s": rates[name],
                     "mb_per_s": rates[name] * mb_per_event,
                     "branches": len(branches),
+                    "file_opens": _file_opens(r),
+                    "runs": run_records(r, "events", time_key),
                 }
             )
         note = f"{len(branches)} branches, {mb_per_event * 1e3:.1f} kB/event"
-        for bare in ("uproot.iterate", "uproot.open + TTree.arrays"):
+        for bare in (ITERATE, ARRAYS):
             ratio = rates["PoolSource (cmsrun job)"] / rates[bare]
             targets.append(
                 {
@@ -232,20 +246,20 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
                     "note": note,
                 }
             )
-        alone = rates["PoolSource alone (no scheduler)"] / rates["uproot.iterate"]
+        alone = rates["PoolSource alone (no scheduler)"] / rates[ITERATE]
         targets.append(
             {
-                "name": f"{file_name}: PoolSource alone / uproot.iterate",
+                "name": f"{file_name}: PoolSource alone / {ITERATE}",
                 "value": alone,
                 "target": 0.8,
                 "met": alone >= 0.8,
                 "note": "the source itself, without scheduler and modules",
             }
         )
-        ceiling = rates["EmptySource (cmsrun job, no reads)"] / rates["uproot.iterate"]
+        ceiling = rates["EmptySource (cmsrun job, no reads)"] / rates[ITERATE]
         targets.append(
             {
-                "name": f"{file_name}: EmptySource job / uproot.iterate",
+                "name": f"{file_name}: EmptySource job / {ITERATE}",
                 "value": ceiling,
                 "target": None,
                 "met": None,
@@ -277,14 +291,20 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
             "each file is listed many times with duplicateCheckMode = noDuplicateCheck",
             "EmptySource job: the same job (one analyzer, one stream) over as many events, reading nothing",
             "MB/s counts the uncompressed arrays of the branches read",
-            "nano_tt_v15.root: opening its 2,656-branch TTree (~1 s) dominates; the bare loops open every "
-            "copy, PoolSource opens a file listed several times once",
+            "every reader opens each file once and reads it as many times as PoolSource's list repeats it "
+            "(PoolSource keeps a file open until its last listing): the same opens, the same reads",
         ],
     }
 
 
 # ----------------------------------------------------------------------------------------
 # Direct vs as a service
+
+
+def _with_model_ms(model: str, job: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``job()``'s result with ``"model_ms"``: the model's time per event in that run."""
+    result = job()
+    return {**result, "model_ms": result["module_seconds"][model] * MS}
 
 
 def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
@@ -294,31 +314,29 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
     server = SERVERS.models_server()
     for name in QUICK_MODELS if quick else MODELS:
         entry = {"model": name, **{f"seed_{k}": v for k, v in SEEDS[name].items()}}
-        # The server's first inferences of a model are slow (onnxruntime's first runs) and
-        # the modules' means count every event: warm the server up outside the measurement.
-        run_config(
-            "models_cfg.py", models=name, backend="sonic", server=server.grpc_address, events=3, streams=1, threads=1
-        )
-        # sonic: Client.useSharedMemory at its default (true: the server is local);
-        # sonic_grpc: the same with gRPC payloads, side by side
+        # The first inferences of a model are slow on both sides (onnxruntime's first runs,
+        # in the server or in-process; gRPC channels). Each side runs the same short job
+        # first (it warms the server's model; the direct producer's session lives in its
+        # job), and each measured job leaves its first 2 events out of the model's time
+        # as well as out of throughput (warmup=2), so neither side counts first runs.
         for backend, shm in (("direct", True), ("sonic", True), ("sonic_grpc", False)):
-            result = median_of(
-                repeat,
-                partial(
-                    run_config,
-                    "models_cfg.py",
-                    warmup=2,
-                    models=name,
-                    backend=backend.split("_")[0],
-                    server=server.grpc_address,
-                    repeat=copies,
-                    streams=1,
-                    threads=1,
-                    sharedMemory=shm,
-                ),
+            job = partial(
+                run_config,
+                "models_cfg.py",
+                models=name,
+                backend=backend.split("_")[0],
+                server=server.grpc_address,
+                streams=1,
+                threads=1,
+                sharedMemory=shm,
             )
-            entry[f"{backend}_ms"] = model_seconds(result["modules"][name]) * MS
+            job(events=3)
+            # sonic: Client.useSharedMemory at its default (true: the server is local);
+            # sonic_grpc: the same with gRPC payloads, side by side
+            result = median_of(repeat, partial(_with_model_ms, name, partial(job, warmup=2, repeat=copies)))
+            entry[f"{backend}_ms"] = result["model_ms"]
             entry[f"{backend}_throughput"] = result["throughput"]
+            entry[f"{backend}_runs"] = run_records(result, "model_ms", "throughput")
             if backend == "sonic":
                 client = result["services"]["TritonService"]["clients"][name]
                 entry["input_mb"] = client["bytes_sent"] / max(result["events"], 1) / 1e6
@@ -365,7 +383,8 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
             if r["model"] in ("facile", "deeptau")
         ],
         "notes": [
-            "model time per event: direct = the producer's run time; SONIC = acquire + external wait + produce",
+            "model time per event: direct = the producer's run time; SONIC = acquire + external wait + produce; "
+            "both after the same warm-up job and without each measured job's first 2 events",
             "SONIC: tensors as the transport column says (shared memory by default with a local server); "
             "SONIC gRPC: the same job with Client.useSharedMemory = false (gRPC payloads)",
             "DeepTau with minTaus = 3 jet-seeded candidates per event (pfnano.root stores no taus)",
@@ -419,6 +438,7 @@ def miniaod(quick: bool, repeat: int) -> dict[str, Any]:
                     "throughput": result["throughput"],
                     "p50_ms": result["latency"]["p50"] * MS,
                     "p99_ms": result["latency"]["p99"] * MS,
+                    "runs": run_records(result, "throughput", "latency"),
                 }
             )
     for r in rows:

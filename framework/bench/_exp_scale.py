@@ -1,6 +1,6 @@
 """``cmsbench scale``: ``cmsrun --executor dask`` on 1 and 2 workers, CPU-bound and SONIC.
 
-Each point is one ``cmsrun configs/bench/scale_cfg.py --dataset FILESET --executor dask
+Each point is one ``cmsrun framework/bench/configs/scale_cfg.py --dataset FILESET --executor dask
 --workers N`` in a subprocess (its own LocalCluster), over a fileset of the real
 ``pfnano.root`` listed ``copies`` times (symbolic links: a file is listed once per
 dataset). Two configs:
@@ -29,9 +29,9 @@ import subprocess
 import sys
 from typing import Any
 
-from ._harness import REPO, SERVERS, median_of, temporary_folder
+from ._harness import CONFIGS, SERVERS, median_of, temporary_folder
 
-CONFIG = REPO / "configs" / "bench" / "scale_cfg.py"
+CONFIG = CONFIGS / "scale_cfg.py"
 
 
 def _fileset(folder: pathlib.Path, sample: str, copies: int) -> pathlib.Path:
@@ -117,7 +117,6 @@ def scale(quick: bool, repeat: int) -> dict[str, Any]:
                 point = median_of(
                     repeat,
                     functools.partial(_run, folder, fileset, workers, chunk, options),
-                    keys=("throughput", "overhead_ms", "scheduling_ms", "merge_s_per_100mb"),
                 )
                 base = point["throughput"] if workers == 1 else base
                 ratio = point["throughput"] / (workers * base) if base else None

@@ -18,7 +18,7 @@ import os
 import pathlib
 from typing import Any
 
-from ._harness import local_server, median_of, run_config, temporary_folder
+from ._harness import local_server, median_of, run_config, run_records, temporary_folder
 
 MS = 1e3
 
@@ -95,6 +95,7 @@ def servers_per_model(quick: bool, repeat: int) -> dict[str, Any]:
                         "p50_ms": result["latency"]["p50"] * MS,
                         "per_server": model.get("servers", {}),
                         "bound": count / seconds,
+                        "runs": run_records(result, "throughput", "latency"),
                     }
                 )
     targets = []

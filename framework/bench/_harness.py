@@ -7,7 +7,9 @@ asserts a time: the experiments measure, the CLI reports.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import os
 import pathlib
 import shutil
 import statistics
@@ -23,21 +25,12 @@ import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework._summary import summary_dict
-from framework.serving.testing import serving, write_python_model
+from framework.serving.testing import serving, write_tiny_repository
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "configs" / "bench"
-
-TINY_MODEL_PY = """\
-# The "tiny" benchmark model: returns its input (no compute), so that the server is never the bottleneck.
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())])
-                for r in requests]
-"""
+CONFIGS = pathlib.Path(__file__).resolve().parent / "configs"
+"""The benchmarks' jobs (package data of ``framework.bench``); they name their module
+types ``framework.bench._modules:Class``, so no entry point is needed."""
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -60,10 +53,10 @@ def config_args(**options: Any) -> list[str]:
 
 
 def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
-    """Run ``configs/bench/<config>`` in this process and measure it.
+    """Run ``framework/bench/configs/<config>`` in this process and measure it.
 
     Args:
-        config: file name in ``configs/bench``.
+        config: file name in :data:`CONFIGS`.
         warmup: events left out of throughput and latency (the first completions:
             first-call costs of onnxruntime, gRPC channels, file opening).
         options: the config's VarParsing options.
@@ -73,27 +66,41 @@ def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
         the warm-up), ``"total_time"`` (config loading, construction, begin_job and
         end_job included; ``wall_time`` is the event loop only), ``"latency"``
         (percentiles in seconds, after the warm-up),
+        ``"module_seconds"`` (module label -> mean seconds per event after the warm-up:
+        acquire + external wait + produce, as :func:`model_seconds` over all events),
         ``"modules"``, ``"services"`` (as ``framework._summary.summary_dict``),
         ``"source"`` (the source's ``statistics()`` if it has one)}.
     """
     start = time.perf_counter()
     process = cms.load_config(CONFIGS / config, config_args(**options))
     job = build_job(process)
-    done: list[tuple[float, float]] = []
+    done: list[tuple[float, float, dict[str, float]]] = []
+    # module label -> seconds of the event in flight, per principal (its phases arrive
+    # before its completion; a principal is one event in flight at a time)
+    in_flight: dict[int, dict[str, float]] = {}
+
+    def on_phase(principal: Any, label: str, phase: str, t0: float, t1: float) -> None:
+        times = in_flight.setdefault(id(principal), {})
+        times[label] = times.get(label, 0.0) + (t1 - t0)
 
     def on_event(principal: Any, latency: float) -> None:
-        done.append((time.perf_counter(), latency))
+        done.append((time.perf_counter(), latency, in_flight.pop(id(principal), {})))
 
+    job.activity.post_module_phase.connect(on_phase)
     report = trio.run(functools.partial(run_job, job, on_event=on_event))
     summary = summary_dict(job, report)
     steady = done[warmup:] if len(done) - warmup >= 2 else done
     span = steady[-1][0] - steady[0][0] if len(steady) >= 2 else 0.0
+    labels = {label for _, _, times in steady for label in times}
     result = {
         "events": report.events,
         "wall_time": report.wall_time,
         "total_time": time.perf_counter() - start,
         "throughput": (len(steady) - 1) / span if span > 0 else summary["throughput"],
-        "latency": percentiles([lat for _, lat in steady]),
+        "latency": percentiles([lat for _, lat, _ in steady]),
+        "module_seconds": {
+            label: sum(times.get(label, 0.0) for _, _, times in steady) / len(steady) for label in sorted(labels)
+        },
         "modules": summary["modules"],
         "services": summary["services"],
     }
@@ -103,29 +110,71 @@ def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
     return result
 
 
-def median_of(
-    repeat: int, measure: Callable[[], dict[str, Any]], keys: Sequence[str] = ("throughput",)
-) -> dict[str, Any]:
-    """Run ``measure`` ``repeat`` times; the last result with each numeric key (and
-    each ``latency`` percentile) replaced by its median over the runs; ``runs`` = repeat."""
-    results = [measure() for _ in range(max(1, repeat))]
-    out = dict(results[-1])
-    for key in keys:
-        out[key] = statistics.median(r[key] for r in results)
-    if "latency" in out:
-        out["latency"] = {k: statistics.median(r["latency"][k] for r in results) for k in out["latency"]}
-    out["runs"] = len(results)
+def median_of(repeat: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``measure`` ``repeat`` times (at least once); the median of every run's figures.
+
+    Every key of the runs' dicts, at any depth (nested dicts such as ``latency``,
+    ``modules``, ``services``), is combined over the runs by :func:`combine_runs`: a
+    number becomes its median over all the runs that have it, so no reported figure is
+    one run's. ``"runs"``: every run's own dict, each with ``"loadavg"``, the machine's
+    1-, 5- and 15-minute load averages (``os.getloadavg``) at the run's end.
+    """
+    runs = []
+    for _ in range(max(1, repeat)):
+        run = dict(measure())
+        run["loadavg"] = list(os.getloadavg())
+        runs.append(run)
+    out: dict[str, Any] = combine_runs([{k: v for k, v in r.items() if k != "loadavg"} for r in runs])
+    out["runs"] = runs
     return out
+
+
+def combine_runs(values: Sequence[Any]) -> Any:
+    """One value for the same figure of several runs (``values``: one per run, in order).
+
+    * values that are all equal: that value (an event count stays an int);
+    * numbers (``bool`` is not one): their median (``statistics.median``: the mean of
+      the two middle values for an even count);
+    * dicts: a dict of every key of any of them, each combined over the runs that have it;
+    * records (dataclasses) of one type: that type, each field combined over the runs
+      (``PoolSource.statistics()``);
+    * anything else that differs between runs (strings, lists, records): the list of the
+      runs' values, so that nothing is chosen silently.
+
+    Raises:
+        ValueError: ``values`` is empty.
+    """
+    if not values:
+        raise ValueError("combine_runs: no runs")
+    first = values[0]
+    if all(_same(v, first) for v in values[1:]):
+        return first
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return statistics.median(values)
+    if all(isinstance(v, dict) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: combine_runs([v[k] for v in values if k in v]) for k in keys}
+    if dataclasses.is_dataclass(first) and not isinstance(first, type) and all(type(v) is type(first) for v in values):
+        fields = [f.name for f in dataclasses.fields(first) if f.init]
+        return dataclasses.replace(first, **{f: combine_runs([getattr(v, f) for v in values]) for f in fields})
+    return list(values)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except (TypeError, ValueError):  # arrays: an ambiguous truth value
+        return False
+
+
+def run_records(result: dict[str, Any], *keys: str) -> list[dict[str, Any]]:
+    """Each run of a :func:`median_of` result, reduced to ``keys`` and its ``loadavg``: the
+    runs behind a reported median, for the experiment's JSON rows."""
+    return [{**{k: run.get(k) for k in keys}, "loadavg": run["loadavg"]} for run in result["runs"]]
 
 
 # ----------------------------------------------------------------------------------------
 # Model repositories and servers
-
-
-def write_tiny_repository(folder: pathlib.Path, max_batch_size: int = 64) -> pathlib.Path:
-    """A repository with the ``tiny`` identity model: ``x`` float32 (batch, -1) -> ``y`` = ``x``."""
-    write_python_model(folder, "tiny", TINY_MODEL_PY, max_batch_size=max_batch_size)
-    return folder
 
 
 def local_server(

@@ -3,8 +3,6 @@
 * :func:`bare_async_loop`: the bare tritonclient ``async_infer`` loop that the SONIC client
   is measured against (``cmsbench client-overhead``): by definition it cannot go through
   the framework.
-* :func:`write_edited_repository`: a model repository whose ``config.pbtxt`` files are
-  edited (dynamic batching on/off, queue delays) through Triton's own protobuf.
 
 framework.bench may import tritonclient for such baselines (``tests/test_layering.py``);
 everything else reaches Triton through ``framework.sonic``.
@@ -12,51 +10,15 @@ everything else reaches Triton through ``framework.sonic``.
 
 from __future__ import annotations
 
-import pathlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from framework.serving._server import default_model_repository
-
 from ._harness import percentiles
 
-__all__ = ["bare_async_loop", "write_edited_repository"]
-
-
-def write_edited_repository(
-    folder: pathlib.Path,
-    models: Sequence[str] | Mapping[str, str],
-    edit: Callable[[Any], None] | None = None,
-    source: pathlib.Path | None = None,
-) -> pathlib.Path:
-    """A copy of ``models`` of ``source`` (default ``data/models``) with ``edit(config)`` applied.
-
-    ``models`` lists model names, or maps new names to source models (``{"pn_nobatching":
-    "particlenet_ak4"}``: the copy's ``config.name`` is the new name). Version folders are
-    symlinks; only ``config.pbtxt`` is rewritten. ``edit`` receives the parsed
-    ``ModelConfig`` protobuf and changes it in place.
-    """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    source = source or default_model_repository()
-    names = models if isinstance(models, Mapping) else {name: name for name in models}
-    for name, model in names.items():
-        target = folder / name
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in (source / model).iterdir():
-            if entry.name != "config.pbtxt" and not (target / entry.name).exists():
-                (target / entry.name).symlink_to(entry.absolute())
-        config = text_format.Parse((source / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-        config.name = name
-        if edit is not None:
-            edit(config)
-        (target / "config.pbtxt").write_text(text_format.MessageToString(config))
-    return folder
+__all__ = ["bare_async_loop"]
 
 
 def bare_async_loop(

@@ -5,7 +5,10 @@ that write their own SONIC modules.
 
 * :func:`write_python_model` writes a Python-backend model (``<name>/config.pbtxt`` and
   ``<name>/1/model.py``) into a model repository; :func:`python_model_config` is its
-  ``config.pbtxt`` text, :class:`TensorConfig` one input or output of it.
+  ``config.pbtxt`` text, :class:`TensorConfig` one input or output of it;
+  :func:`write_tiny_repository` writes the ``tiny`` identity model.
+* :func:`write_edited_repository` copies models of a repository with their
+  ``config.pbtxt`` edited (dynamic batching, instance kinds, ...).
 * :func:`serving` starts a :class:`~framework.serving._server.LocalTritonServer` on a
   repository, stops it at the end, and checks that it left no Python-backend stub
   process and no /dev/shm region behind.
@@ -26,16 +29,23 @@ import os
 import pathlib
 import textwrap
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from framework._errors import ConfigurationError
 
 from ._processes import server_remains
-from ._server import LocalTritonServer, TritonServerError
+from ._server import LocalTritonServer, TritonServerError, default_model_repository
 from .python_backend import TRITON_DTYPES
 
-__all__ = ["TensorConfig", "python_model_config", "serving", "write_python_model"]
+__all__ = [
+    "TensorConfig",
+    "python_model_config",
+    "serving",
+    "write_edited_repository",
+    "write_python_model",
+    "write_tiny_repository",
+]
 
 SETTLE = 10.0  # seconds a stopped server's stubs get to exit before they count as left behind
 
@@ -182,3 +192,61 @@ def serving(
         time.sleep(0.1)
     if remains:
         raise TritonServerError(f"LocalTritonServer({server.repository}) left {remains} after stop()")
+
+
+TINY_MODEL_PY = """\
+# The "tiny" model: returns its input (no compute), so that the server is never the bottleneck.
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy())])
+                for r in requests]
+"""
+
+
+def write_tiny_repository(folder: pathlib.Path, max_batch_size: int = 64) -> pathlib.Path:
+    """A repository with the ``tiny`` identity model: ``x`` float32 (batch, -1) -> ``y`` = ``x``.
+
+    Returns ``folder``.
+    """
+    write_python_model(folder, "tiny", TINY_MODEL_PY, max_batch_size=max_batch_size)
+    return folder
+
+
+def write_edited_repository(
+    folder: pathlib.Path,
+    models: Sequence[str] | Mapping[str, str],
+    edit: Callable[[Any], None] | None = None,
+    source: pathlib.Path | None = None,
+) -> pathlib.Path:
+    """A copy of ``models`` of ``source`` (default ``data/models``) with ``edit(config)`` applied.
+
+    ``models`` lists model names, or maps new names to source models (``{"pn_nobatching":
+    "particlenet_ak4"}``: the copy's ``config.name`` is the new name). Version folders are
+    symlinks; only ``config.pbtxt`` is rewritten. ``edit`` receives the parsed
+    ``ModelConfig`` protobuf (Triton's own, from tritonclient) and changes it in place.
+    Returns ``folder``.
+
+    Raises:
+        FileNotFoundError: a source model or its ``config.pbtxt`` does not exist.
+        google.protobuf.text_format.ParseError: a ``config.pbtxt`` that is not a ModelConfig.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    source = source or default_model_repository()
+    names = models if isinstance(models, Mapping) else {name: name for name in models}
+    for name, model in names.items():
+        target = folder / name
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in (source / model).iterdir():
+            if entry.name != "config.pbtxt" and not (target / entry.name).exists():
+                (target / entry.name).symlink_to(entry.absolute())
+        config = text_format.Parse((source / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        config.name = name
+        if edit is not None:
+            edit(config)
+        (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return folder

@@ -42,9 +42,9 @@ logger = logging.getLogger("pysonic.sonic")
 UNAVAILABLE = "StatusCode.UNAVAILABLE"
 SHM_MIN_BYTES = 64 * 1024
 """Calls with fewer input bytes use payloads even with a local server: the bookkeeping of
-a shared-memory call costs more than copying a small message (measured, tiny identity
-model, local server, 2 cores: 16 B and 16 KB inputs gave 10-15 % fewer calls/s through
-shared memory, 32-128 KB about the same, 256 KB twice as many)."""
+a shared-memory call costs more than copying a small message. The value is a judgement,
+not a measured crossing point: ``cmsbench shm`` measures both transports from 16 kB to
+2 MB (``docs/performance.md``)."""
 _NOT_REGISTERED = re.compile(
     r"(unable to find|not found).*shared memory region|shared memory region.*not found", re.IGNORECASE
 )

@@ -1,9 +1,9 @@
 """Benchmark job: a fixed CPU cost, then the smallest SONIC request, per event (EmptySource).
 
-    cmsrun configs/bench/tiny_sonic_cfg.py server=127.0.0.1:PORT [streams=16] [cpuTime=2] [mode=Async]
+    cmsrun framework/bench/configs/tiny_sonic_cfg.py server=127.0.0.1:PORT [streams=16] [cpuTime=2] [mode=Async]
 
 The server must serve the ``tiny`` identity model (``python -m framework.bench`` writes
-it; ``framework.bench._harness.write_tiny_repository``). Used by the latency-hiding,
+it; ``framework.serving.testing.write_tiny_repository``). Used by the latency-hiding,
 client-overhead and clients-per-server benchmarks. ``cpuTime=0`` drops the CPU work;
 ``batchRows=64`` turns on cross-event batching (``Client.batching``);
 ``cpuMode=sleep`` stands for CPU work done on another machine; ``barrier=DIR`` holds the
@@ -59,7 +59,7 @@ process.TritonService = cms.Service(
     fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
 )
 process.tiny = cms.EDProducer(
-    "modules.bench:TinySonicProducer",
+    "framework.bench._modules:TinySonicProducer",
     width=cms.uint32(options.width),
     Client=cms.PSet(
         modelName=cms.string("tiny"),
@@ -72,11 +72,13 @@ process.tiny = cms.EDProducer(
 )
 modules = []
 if options.barrier:
-    process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
+    process.barrier = cms.EDAnalyzer(
+        "framework.bench._modules:BenchStartBarrier", directory=cms.untracked.string(options.barrier)
+    )
     modules.append(process.barrier)
 if options.cpuTime > 0:
     process.cpu = cms.EDProducer(
-        "modules.bench:BenchCPUProducer",
+        "framework.bench._modules:BenchCPUProducer",
         cpuTime=cms.double(options.cpuTime),
         mode=cms.untracked.string(options.cpuMode),
     )

@@ -3,7 +3,7 @@
 Test policy: the rule (least ``(outstanding + 1) x latency EWMA``) on the router alone; the
 spread and the fault against two REAL tritonserver processes on 127.0.0.1 serving the same
 ``double`` model (y = 2x, 20 ms per call, so requests are in flight together). The fault
-job is compared with a fault-free run as in tests/test_faults.py: every event exactly
+job is compared with a fault-free run as in tests/test_retry.py: every event exactly
 once, identical products. The fault point is set by a gate, not by sleeping.
 """
 
@@ -21,15 +21,14 @@ import numpy as np
 import pytest
 import trio
 
-import framework
 import framework.config as cms
-from framework import EDAnalyzer, EDFilter, ExternalWork
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
-from framework.serving._server import LocalTritonServer
-from framework.sonic import ServerInfo, SonicEDProducer
+from framework.sonic import ServerInfo
 from framework.sonic._routing import Routing
+
+from support import JobState
 
 N_EVENTS = 32
 STREAMS = 8
@@ -127,49 +126,9 @@ def pair(repository, left_behind):
 
 
 class Shared:
-    """What the test's modules share with the running test (one job at a time)."""
+    """The fault job's hold (events after K + 2 wait for it), for the test to open."""
 
-    hold: trio.Event | None = None  # events after K + 2 wait for it
-    records: dict[int, np.ndarray] = {}
-
-
-class Gate(ExternalWork, EDFilter):
-    def acquire(self, event, holder):
-        holder.run_async(self._wait, event.id.event)
-
-    @staticmethod
-    async def _wait(number: int) -> None:
-        if Shared.hold is not None and number > K + 2:
-            await Shared.hold.wait()
-
-    def filter(self, event, result):
-        return True
-
-
-class Doubler(SonicEDProducer):
-    def __init__(self, params):
-        super().__init__(params)
-        self.produces()
-
-    def acquire(self, event, input):
-        n = event.id.event
-        input["x"].to_server(np.full((1 + n % 3, 4), n, np.float32))
-
-    def produce(self, event, output):
-        event.put(np.array(output["y"].from_server()))
-
-
-class Recorder(EDAnalyzer):
-    def __init__(self, params):
-        self.src = self.consumes("doubler")
-
-    def analyze(self, event):
-        assert event.id.event not in Shared.records, f"event {event.id} twice"
-        Shared.records[event.id.event] = event.get(self.src)
-
-
-for _cls in (Gate, Doubler, Recorder):
-    framework.register_type("balancing" + _cls.__name__, _cls)
+    hold: trio.Event | None = None
 
 
 def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
@@ -191,11 +150,11 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
         ),
         fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
     )
-    process.gate = cms.EDFilter("balancingGate")
+    process.gate = cms.EDFilter("testGate")
     process.doubler = cms.EDProducer(
-        "balancingDoubler", Client=cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(10))
+        "testDoubler", Client=cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(10))
     )
-    process.recorder = cms.EDAnalyzer("balancingRecorder")
+    process.recorder = cms.EDAnalyzer("testRecorder")
     process.p = cms.Path(process.gate + process.doubler + process.recorder)
     return process
 
@@ -203,8 +162,9 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
 async def run(process: cms.Process, fault=None) -> tuple[Any, dict[int, np.ndarray]]:
     """Run the job (``fault(done)`` in a task beside it, ``done``: a function that waits
     for a count of completed events); (the TritonService, products by event)."""
-    Shared.records = {}
+    JobState.records = []
     Shared.hold = trio.Event() if fault is not None else None
+    JobState.holds = [(K + 2, Shared.hold)] if Shared.hold is not None else []
     process.validate_()
     job = build_job(process)
     completed = [0]
@@ -219,8 +179,9 @@ async def run(process: cms.Process, fault=None) -> tuple[Any, dict[int, np.ndarr
                 nursery.start_soon(fault, done)
             report = await run_job(job, on_event=lambda principal, latency: completed.__setitem__(0, completed[0] + 1))
             nursery.cancel_scope.cancel()
-    assert report.events == N_EVENTS and sorted(Shared.records) == list(range(1, N_EVENTS + 1))
-    return job.services.services["TritonService"], dict(Shared.records)
+    numbers = [n for n, _ in JobState.records]
+    assert report.events == N_EVENTS and sorted(numbers) == list(range(1, N_EVENTS + 1)), "an event missing or twice"
+    return job.services.services["TritonService"], dict(JobState.records)
 
 
 _reference: dict[int, np.ndarray] = {}

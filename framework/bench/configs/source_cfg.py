@@ -1,6 +1,6 @@
 """Benchmark job: PoolSource reading whole collections, nothing else.
 
-    cmsrun configs/bench/source_cfg.py inputFiles=a.root repeat=20 collections=Jet,Tau
+    cmsrun framework/bench/configs/source_cfg.py inputFiles=a.root repeat=20 collections=Jet,Tau
 
 The file list is ``inputFiles`` repeated ``repeat`` times (``noDuplicateCheck``);
 ``BenchBranchReader`` consumes every field of ``collections``, so the source reads exactly
@@ -54,5 +54,5 @@ else:
     )
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
-process.reader = cms.EDAnalyzer("modules.bench:BenchBranchReader", collections=cms.vstring(*collections))
+process.reader = cms.EDAnalyzer("framework.bench._modules:BenchBranchReader", collections=cms.vstring(*collections))
 process.p = cms.Path(process.reader)

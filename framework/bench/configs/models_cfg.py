@@ -1,8 +1,8 @@
 """Benchmark job: the four model stand-ins on real PFNano events, direct or as a service.
 
-    cmsrun configs/bench/models_cfg.py backend=direct            # onnxruntime in-process
-    cmsrun configs/bench/models_cfg.py backend=sonic [server=127.0.0.1:PORT]
-    cmsrun configs/bench/models_cfg.py models=facile source=empty events=2000 streams=16
+    cmsrun framework/bench/configs/models_cfg.py backend=direct            # onnxruntime in-process
+    cmsrun framework/bench/configs/models_cfg.py backend=sonic [server=127.0.0.1:PORT]
+    cmsrun framework/bench/configs/models_cfg.py models=facile source=empty events=2000 streams=16
 
 ``models`` chooses among particlenet, deepmet, deeptau, facile (ParticleNet AK4, DeepMET,
 DeepTau, FACILE); each gets its input producer and its model producer, which is the
@@ -134,11 +134,13 @@ producers = {
 }
 inputs, path = [], []
 if options.barrier:
-    process.barrier = cms.EDAnalyzer("modules.bench:BenchStartBarrier", directory=cms.untracked.string(options.barrier))
+    process.barrier = cms.EDAnalyzer(
+        "framework.bench._modules:BenchStartBarrier", directory=cms.untracked.string(options.barrier)
+    )
     path.append(process.barrier)
 if options.cpuTime > 0:
     process.cpu = cms.EDProducer(
-        "modules.bench:BenchCPUProducer",
+        "framework.bench._modules:BenchCPUProducer",
         cpuTime=cms.double(options.cpuTime),
         mode=cms.untracked.string(options.cpuMode),
     )
@@ -154,7 +156,7 @@ for name in options.models:
     path.append(getattr(process, name))
 if options.dumpInputs:
     process.dump = cms.EDAnalyzer(
-        "modules.bench:BenchInputDumper",
+        "framework.bench._modules:BenchInputDumper",
         src=cms.InputTag(f"{options.models[0]}Inputs"),
         fileName=cms.untracked.string(options.dumpInputs),
     )

@@ -1,6 +1,6 @@
 """Soak benchmark: does a long cmsrun job against the local Triton server leak memory?
 
-    python benchmarks/soak.py [--events 50000] [--streams 32] [--threads 2] [--out results/soak.json]
+    python -m framework.bench._soak [--events 50000] [--streams 32] [--threads 2] [--out results/soak.json]
 
 The job: the real ``pfnano.root`` (10 events) listed ``events / 10`` times with
 ``duplicateCheckMode = "noDuplicateCheck"``, ``numberOfStreams = 32``; every event sends
@@ -16,8 +16,8 @@ or the server grows with the number of requests, not with the model's arithmetic
 real models cost ~20-40 ms of server CPU per event (ParticleNet, DeepMET: 50,000 events
 would take ~30 min on 2 cores); this one ~1 ms per batch, so the request count stays
 that of the real job (one request per event with jets) while the run takes minutes.
-The module is defined here (``soak:JetScoreSonicProducer``; this folder is put on the
-job's PYTHONPATH).
+The module is defined here (``framework.bench._soak:JetScoreSonicProducer``; the
+repository is put on the job's PYTHONPATH).
 
 Memory: "warm-up" is the sample taken when cmsrun logs its 4,096th event (8 % of the
 default 50,000: every pool, cache and buffer has been used thousands of times); "end" is
@@ -48,8 +48,7 @@ import framework.config as cms
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import SonicEDProducer
 
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 EVENTS_PER_FILE = 10  # pfnano.root
 WARMUP_RECORD = 4096  # cmsrun logs its 1st, 2nd, 4th, ... event: the warm-up point
 TARGET_GROWTH = 10.0  # percent
@@ -90,7 +89,7 @@ process.options.numberOfStreams = {streams}
 process.options.numberOfThreads = {threads}
 process.TritonService = cms.Service("TritonService", fallback=cms.untracked.PSet(
     enable=cms.untracked.bool(True), modelRepository=cms.untracked.string({repository!r})))
-process.jetScore = cms.EDProducer("soak:JetScoreSonicProducer", Client=cms.PSet(
+process.jetScore = cms.EDProducer("framework.bench._soak:JetScoreSonicProducer", Client=cms.PSet(
     modelName=cms.string("jetscore"), mode=cms.untracked.string({mode!r}), timeout=cms.untracked.uint32(60)))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("soak.root"),
                                outputCommands=cms.untracked.vstring("drop *", "keep jetScore"))
@@ -203,7 +202,7 @@ def write_job(folder: pathlib.Path, args: argparse.Namespace, sample_path: str) 
 
 def run_job(config: pathlib.Path, args: argparse.Namespace) -> dict:
     """Run cmsrun on ``config``, sampling memory; returns what was measured."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     cmd = [
         sys.executable,
         "-m",

@@ -1,8 +1,8 @@
-"""Modules for the benchmarks (``python -m framework.bench``): CPU work, no-ops, the tiny model.
+"""Module types of the benchmarks' jobs (``framework/bench/configs``): CPU work, no-ops, the tiny model.
 
-Modules only: the benchmark tools are in ``framework.bench``, and the direct (in-process
-onnxruntime) twins of the model producers sit next to their SONIC producers in
-``modules/<model>.py``.
+The configs name them ``framework.bench._modules:Class`` (no entry points: they are not
+for users' configs). The direct (in-process onnxruntime) twins of the model producers sit
+next to their SONIC producers in ``modules/<model>.py``.
 
 * :class:`BenchCPUProducer`: a fixed amount of CPU work per event (or a sleep standing
   for CPU work done elsewhere).

@@ -1,11 +1,11 @@
 """Scale-out job (``cmsbench scale``, ``tests/test_dask.py``): fixed CPU work, optionally a SONIC request, per event.
 
-    cmsrun configs/bench/scale_cfg.py --dataset FILESET --executor dask [--workers N] cpuTime=5
-    cmsrun configs/bench/scale_cfg.py --dataset FILESET --executor dask sonic=1 repository=DIR   # host server
-    cmsrun configs/bench/scale_cfg.py --dataset FILESET --executor dask sonic=1 server=HOST:PORT
+    cmsrun framework/bench/configs/scale_cfg.py --dataset FILESET --executor dask [--workers N] cpuTime=5
+    cmsrun framework/bench/configs/scale_cfg.py --dataset FILESET --executor dask sonic=1 repository=DIR   # host server
+    cmsrun framework/bench/configs/scale_cfg.py --dataset FILESET --executor dask sonic=1 server=HOST:PORT
 
 ``BenchCPUProducer`` burns ``cpuTime`` ms per event; with ``sonic=1`` ``TinySonicProducer``
-sends the event number to the ``tiny`` identity model (``framework.bench._harness.
+sends the event number to the ``tiny`` identity model (``framework.serving.testing.
 write_tiny_repository``) on ``server``, or, without one, on the fallback server serving
 ``repository`` (one per host with the Dask executor). The output keeps the ids, ``Jet_pt``,
 the jets' HT and the echoed value (not the CPU producer's product: its calibration differs
@@ -50,7 +50,7 @@ process.source = cms.Source(
     "PoolSource", fileNames=cms.untracked.vstring(*files), duplicateCheckMode=cms.untracked.string("noDuplicateCheck")
 )
 process.options.numberOfStreams = options.streams
-process.cpu = cms.EDProducer("BenchCPUProducer", cpuTime=cms.double(options.cpuTime))
+process.cpu = cms.EDProducer("framework.bench._modules:BenchCPUProducer", cpuTime=cms.double(options.cpuTime))
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
 sequence = process.cpu * process.jetHT
 if options.sonic:
@@ -74,7 +74,7 @@ if options.sonic:
         ),
     )
     process.tiny = cms.EDProducer(
-        "TinySonicProducer",
+        "framework.bench._modules:TinySonicProducer",
         Client=cms.PSet(
             modelName=cms.string("tiny"), mode=cms.untracked.string("Async"), timeout=cms.untracked.uint32(60)
         ),

@@ -1,6 +1,6 @@
 """Benchmark job: a Path of ``modules`` no-op producers over EmptySource events.
 
-    cmsrun configs/bench/noop_cfg.py modules=50 events=10000 streams=8
+    cmsrun framework/bench/configs/noop_cfg.py modules=50 events=10000 streams=8
 
 The framework's own cost per module call is (wall time with k modules - wall time with 0)
 / (events x k); ``python -m framework.bench overhead`` does that subtraction.
@@ -23,6 +23,6 @@ process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
 noops = []
 for i in range(options.modules):
-    setattr(process, f"noop{i}", cms.EDProducer("modules.bench:BenchNoOpProducer"))
+    setattr(process, f"noop{i}", cms.EDProducer("framework.bench._modules:BenchNoOpProducer"))
     noops.append(getattr(process, f"noop{i}"))
 process.p = cms.Path(*noops)

@@ -10,9 +10,10 @@ retries are exact).
 The fault tests run real jobs (build_job/run_job, EmptySource) with a configured
 ``primary`` server and the fallback server, break the primary at a known point and
 compare the products with a fault-free run: every event exactly once, identical arrays.
-The point is set by gates, not by sleeping: a test ExternalWork filter holds the events
-after the k-th until the test's trigger task has done the damage (``run_job``'s
-``on_event`` counts the completed events).
+The point is set by gates, not by sleeping: a test ExternalWork filter (``Gate``, with
+``Doubler`` and ``Recorder`` in tests/support.py) holds the events after the k-th until
+the test's trigger task has done the damage (``run_job``'s ``on_event`` counts the
+completed events).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import trio
 
 import framework
 import framework.config as cms
-from framework import EDAnalyzer, EDFilter, ExternalFailure, ExternalWork, FrameworkError
+from framework import ExternalFailure, FrameworkError
 from framework._builder import build_job
 from framework._errors import ConfigurationError
 from framework._scheduler import run_job
@@ -41,11 +42,12 @@ from framework.sonic import (
     DEFAULT_RETRIES,
     RetryAction,
     ServerInfo,
-    SonicEDProducer,
     TritonClient,
     client_description,
     is_recoverable,
 )
+
+from support import JobState
 
 N_EVENTS = 24
 STREAMS = 4
@@ -287,56 +289,6 @@ def test_which_statuses_are_recoverable():
 # Jobs with a fault in the middle
 
 
-class Faults:
-    """What the test's modules share with the running test (one job at a time)."""
-
-    holds: list[tuple[int, trio.Event]] = []  # events numbered above n wait for the trio.Event
-    records: list[tuple[int, np.ndarray]] = []
-
-
-class Gate(ExternalWork, EDFilter):
-    """Lets an event through once every gate for its number is open (always passes)."""
-
-    def acquire(self, event, holder):
-        holder.run_async(self._wait, event.id.event)
-
-    @staticmethod
-    async def _wait(number: int) -> None:
-        for after, opened in Faults.holds:
-            if number > after:
-                await opened.wait()
-
-    def filter(self, event, result):
-        return True
-
-
-class Doubler(SonicEDProducer):
-    """Sends 1 to 3 rows of the event number; puts the model's answer."""
-
-    def __init__(self, params):
-        super().__init__(params)
-        self.produces()
-
-    def acquire(self, event, input):
-        n = event.id.event
-        input["x"].to_server(np.full((1 + n % 3, 4), n, np.float32))
-
-    def produce(self, event, output):
-        event.put(np.array(output["y"].from_server()))
-
-
-class Recorder(EDAnalyzer):
-    def __init__(self, params):
-        self.src = self.consumes("doubler")
-
-    def analyze(self, event):
-        Faults.records.append((event.id.event, event.get(self.src)))
-
-
-for _cls in (Gate, Doubler, Recorder):
-    framework.register_type("faults" + _cls.__name__, _cls)
-
-
 def fault_process(
     repository: pathlib.Path,
     primary_port: int | None,
@@ -373,9 +325,9 @@ def fault_process(
         timeout=cms.untracked.uint32(timeout_s),
         modelConfigPath=cms.FileInPath(str(repository / "double" / "config.pbtxt")),
     )
-    process.gate = cms.EDFilter("faultsGate")
-    process.doubler = cms.EDProducer("faultsDoubler", Client=client)
-    process.recorder = cms.EDAnalyzer("faultsRecorder")
+    process.gate = cms.EDFilter("testGate")
+    process.doubler = cms.EDProducer("testDoubler", Client=client)
+    process.recorder = cms.EDAnalyzer("testRecorder")
     process.p = cms.Path(process.gate + process.doubler + process.recorder)
     return process
 
@@ -404,9 +356,9 @@ class Progress:
 async def run_faulty(process: cms.Process, holds: list[int], fault=None):
     """Run the job; ``fault(progress, gates, svc)`` does the damage and opens the gates
     (one per number in ``holds``). Returns (TritonService, records by event number)."""
-    Faults.records = []
-    Faults.holds = [(after, trio.Event()) for after in holds]
-    gates = [opened for _, opened in Faults.holds]
+    JobState.records = []
+    JobState.holds = [(after, trio.Event()) for after in holds]
+    gates = [opened for _, opened in JobState.holds]
     process.validate_()
     job = build_job(process)
     svc = job.services.services["TritonService"]
@@ -425,10 +377,10 @@ async def run_faulty(process: cms.Process, holds: list[int], fault=None):
         while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
             group = group.exceptions[0]
         raise group from None
-    numbers = [n for n, _ in Faults.records]
+    numbers = [n for n, _ in JobState.records]
     assert sorted(numbers) == list(range(1, N_EVENTS + 1)), "an event is missing or duplicated"
     assert report.events == N_EVENTS
-    return svc, dict(Faults.records)
+    return svc, dict(JobState.records)
 
 
 _reference: dict[int, np.ndarray] = {}
@@ -599,4 +551,4 @@ async def test_fallback_that_fails_to_start_shows_its_log(repository, primary, t
     assert "did not start" in message and "last lines" in message
     assert "boom: cannot load" in message  # from the server's log
     # Events before the fault were complete; none of the later ones was half-done silently.
-    assert all(n <= K + 2 for n, _ in Faults.records)
+    assert all(n <= K + 2 for n, _ in JobState.records)

@@ -1,0 +1,81 @@
+"""Test modules shared by several test files (``from support import ...``; pytest puts
+``tests/`` on ``sys.path``). Fixtures live in ``conftest.py``; model repositories and
+servers come from :mod:`framework.serving.testing`.
+
+The fault jobs (``test_retry.py``, ``test_routing.py``): ``gate -> doubler -> recorder``
+on EmptySource events, a SONIC ``double`` model (y = 2x) behind the doubler. A test sets
+:class:`JobState` before a job and reads it after (one job at a time):
+
+* :class:`Gate` (ExternalWork filter, always passes) holds each event numbered above
+  ``after`` until that hold's ``trio.Event`` is set, for every ``(after, event)`` of
+  ``JobState.holds``: the test's fault task does the damage at a known point, then opens;
+* :class:`Doubler` sends 1 to 3 rows of the event number (``float32``, shape
+  ``(1 + n % 3, 4)``) and puts the model's answer (``float32``, same shape);
+* :class:`Recorder` appends ``(event number, the doubler's product)`` to
+  ``JobState.records``, in completion order (duplicates kept, for the test to find).
+
+Registered by name as ``testGate``, ``testDoubler``, ``testRecorder``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import trio
+
+import framework
+from framework import EDAnalyzer, EDFilter, ExternalWork
+from framework.sonic import SonicEDProducer
+
+
+class JobState:
+    """What the modules share with the running test (one job at a time)."""
+
+    holds: list[tuple[int, trio.Event]] = []  # events numbered above n wait for the trio.Event
+    records: list[tuple[int, np.ndarray]] = []
+
+
+class Gate(ExternalWork, EDFilter):
+    """Lets an event through once every gate for its number is open (always passes)."""
+
+    def acquire(self, event: Any, holder: Any) -> None:
+        holder.run_async(self._wait, event.id.event)
+
+    @staticmethod
+    async def _wait(number: int) -> None:
+        for after, opened in JobState.holds:
+            if number > after:
+                await opened.wait()
+
+    def filter(self, event: Any, result: Any) -> bool:  # type: ignore[override]  # ExternalWork: (event, result)
+        return True
+
+
+class Doubler(SonicEDProducer):
+    """Sends 1 to 3 rows of the event number; puts the model's answer."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.produces()
+
+    def acquire(self, event: Any, input: Any) -> None:
+        n = event.id.event
+        input["x"].to_server(np.full((1 + n % 3, 4), n, np.float32))
+
+    def produce(self, event: Any, output: Any) -> None:  # type: ignore[override]  # SONIC: (event, Triton map)
+        event.put(np.array(output["y"].from_server()))
+
+
+class Recorder(EDAnalyzer):
+    """Appends (event number, the ``doubler`` product) to ``JobState.records``."""
+
+    def __init__(self, params: Any) -> None:
+        self.src = self.consumes("doubler")
+
+    def analyze(self, event: Any) -> None:
+        JobState.records.append((event.id.event, event.get(self.src)))
+
+
+for _cls in (Gate, Doubler, Recorder):
+    framework.register_type("test" + _cls.__name__, _cls)
