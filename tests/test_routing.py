@@ -25,6 +25,7 @@ import framework.config as cms
 from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
+from framework.serving._server import LocalTritonServer
 from framework.sonic import ServerInfo
 from framework.sonic._routing import Routing
 
