@@ -11,7 +11,8 @@ Each experiment writes ``<out>/<name>.json`` (settings, every measured point, ta
 and whether they are met, machine, CPU model and load) and ``<out>/<name>.png``.
 ``--repeat N`` runs each point N times: every figure of the point is the median of its
 N runs (``_harness.median_of``), and the point's ``runs`` keep each run with its load.
-``--quick`` uses tiny settings (seconds per experiment: for tests; its numbers mean nothing). Exit code 0 when every experiment ran,
+``--quick`` uses tiny settings (seconds per experiment: for tests; its numbers mean nothing).
+Exit code 0 when every experiment ran,
 whether or not its targets are met (targets are for the documentation, not pass/fail);
 1 when an experiment failed.
 """
