@@ -28,7 +28,7 @@ from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
 from framework.serving._server import LocalTritonServer
-from framework.sonic import ServerInfo, SonicEDProducer
+from framework.sonic import ServerInfo, SonicEDProducer, recommended_retries
 from framework.sonic._routing import Routing
 
 N_EVENTS = 32
@@ -189,11 +189,18 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
                 for i, server in enumerate(servers)
             ]
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
     )
     process.gate = cms.EDFilter("balancingGate")
     process.doubler = cms.EDProducer(
-        "balancingDoubler", Client=cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(10))
+        "balancingDoubler",
+        Client=cms.PSet(
+            modelName=cms.string("double"),
+            modelConfigPath=cms.string("double/config.pbtxt"),  # unused: no fallback
+            mode=cms.string("Async"),
+            timeout=cms.untracked.uint32(10),
+            retries=recommended_retries(),  # a killed server's requests fail over (CMSSW's default: no retry)
+        ),
     )
     process.recorder = cms.EDAnalyzer("balancingRecorder")
     process.p = cms.Path(process.gate + process.doubler + process.recorder)
