@@ -1,0 +1,1 @@
+"""CMSSW's ``Configuration`` import names (process modifiers, eras), over ``framework.config``."""

@@ -1,0 +1,1 @@
+"""CMSSW's ``HeterogeneousCore`` import names (SONIC's fragments), over ``framework``."""
