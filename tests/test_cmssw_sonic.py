@@ -125,6 +125,12 @@ def test_model_config_path_is_looked_up_as_cmssws_file_in_path(tmp_path, monkeyp
     # then the project's data/ folder
     assert resolve_config_path("models/deepmet/config.pbtxt") == ROOT / "data" / "models" / "deepmet" / "config.pbtxt"
 
+    class Resolved:  # a path-like value (cms.FileInPath) resolves itself
+        def __fspath__(self):
+            return str(tmp_path / "elsewhere.pbtxt")
+
+    assert resolve_config_path(Resolved()) == tmp_path / "elsewhere.pbtxt"
+
 
 def test_the_triton_service_pset_is_cmssws():
     desc = cms.ParameterSetDescription()
@@ -276,16 +282,22 @@ def test_a_deepmet_fragment_as_cmssw_writes_it_validates(tmp_path, monkeypatch):
     assert (params.Client.mode, params.Client.timeout, params.pf_src.getModuleLabel()) == ("Async", 30, "PFCands")
 
 
-def test_triton_service_cff_enables_the_fallback_under_enable_sonic_triton():
+def test_triton_service_cff_enables_the_fallback_under_enable_sonic_triton(monkeypatch):
     cms_ = _cmssw_config_language()
     modifiers = importlib.import_module("Configuration.ProcessModifiers.enableSonicTriton_cff")
     enableSonicTriton = modifiers.enableSonicTriton
-    plain = cms_.Process("PLAIN")
-    plain.load("HeterogeneousCore.SonicTriton.TritonService_cff")
-    assert not plain.TritonService.fallback.enable
-    enabled = cms_.Process("ENABLED", enableSonicTriton)
-    enabled.load("HeterogeneousCore.SonicTriton.TritonService_cff")
-    assert enabled.TritonService.fallback.enable
+
+    def load(process):  # as in a fresh cmsRun: the fragment runs (a module runs once per interpreter)
+        for name in (
+            "HeterogeneousCore.SonicTriton.TritonService_cff",
+            "HeterogeneousCore.SonicTriton.TritonService_cfi",
+        ):
+            monkeypatch.delitem(sys.modules, name, raising=False)
+        process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
+        return process
+
+    assert not load(cms_.Process("PLAIN")).TritonService.fallback.enable
+    assert load(cms_.Process("ENABLED", enableSonicTriton)).TritonService.fallback.enable
 
 
 # -- TritonIdentityProducer against a real tritonserver --------------------------------------

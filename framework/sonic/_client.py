@@ -158,11 +158,14 @@ def client_description() -> cms.ParameterSetDescription:
 def resolve_config_path(value: Any) -> pathlib.Path:
     """``Client.modelConfigPath`` as a file: CMSSW's FileInPath lookup until ``cms.FileInPath`` lands.
 
-    An absolute path is taken as it is; a relative one is looked for in the folders of
-    ``$CMSSW_SEARCH_PATH`` (colon-separated, in order), then in the project's ``data/``
-    folder; if found nowhere, it is taken relative to the working directory (the client
-    reports it missing when the fallback server needs it).
+    A path-like value (``cms.FileInPath``) resolves itself (``os.fspath``). An absolute path
+    is taken as it is; a relative one is looked for in the folders of ``$CMSSW_SEARCH_PATH``
+    (colon-separated, in order), then in the project's ``data/`` folder; if found nowhere,
+    it is taken relative to the working directory (the fallback server reports it missing
+    when it needs it).
     """
+    if isinstance(value, os.PathLike):  # a cms.FileInPath: resolved by itself (fullPath)
+        return pathlib.Path(os.fspath(value))
     path = pathlib.Path(str(value))
     if path.is_absolute():
         return path
