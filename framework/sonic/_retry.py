@@ -12,6 +12,11 @@ actions, tried one after the other when an attempt fails with a *recoverable* er
 * ``fallback``: the local fallback server, started by TritonService on demand (once, for
   all concurrent requests) if it is not running.
 
+The default is CMSSW's, no retry (``allowedTries = 0``); ``allowedTries = N`` is
+``[sameServer x (N - 1)]`` and later CMSSW releases' ``Retry`` VPSet is read as these
+actions (:func:`parse_retries`); :data:`RECOMMENDED_RETRIES` (``recommended_retries()`` in
+a config) is pysonic's policy with failover.
+
 Each action waits ``backoff * backoffFactor**k`` seconds before its k-th try (k from 0),
 with ``trio.sleep`` in Async/PseudoAsync mode, so other events keep running; Sync mode
 blocks, as it does for the call itself. The loop runs inside the event's external wait
