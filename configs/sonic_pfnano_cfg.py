@@ -12,6 +12,7 @@ flow, they are no physics result.
 """
 
 import framework.config as cms
+from framework.sonic import recommended_retries
 
 options = cms.VarParsing()
 options.register(
@@ -81,16 +82,18 @@ if options.server:
 process.TritonService = cms.Service(
     "TritonService",
     servers=cms.untracked.VPSet(*servers),
-    fallback=cms.untracked.PSet(enable=cms.untracked.bool(True), device=cms.untracked.string("cpu")),
+    fallback=cms.PSet(enable=cms.untracked.bool(True), device=cms.untracked.string("cpu")),
 )
 
 
 def client(model_name):
     return cms.PSet(
         modelName=cms.string(model_name),
-        mode=cms.untracked.string(options.mode),
+        modelConfigPath=cms.string(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
+        mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(30),
         timeoutUnit=cms.untracked.string("seconds"),
+        retries=recommended_retries(),  # CMSSW's default is no retry; this job fails over
     )
 
 
@@ -99,7 +102,9 @@ process.particleNetAK4 = cms.EDProducer(
     "ParticleNetSonicProducer", src=cms.InputTag("particleNetInputs"), Client=client("particlenet_ak4")
 )
 process.deepMETInputs = cms.EDProducer("DeepMETInputProducer")
-process.deepMET = cms.EDProducer("DeepMETSonicProducer", src=cms.InputTag("deepMETInputs"), Client=client("deepmet"))
+process.deepMET = cms.EDProducer(
+    "DeepMETSonicProducer", src=cms.InputTag("deepMETInputs"), pf_src=cms.InputTag("PFCands"), Client=client("deepmet")
+)
 process.inputsTask = cms.Task(process.particleNetInputs, process.deepMETInputs)
 
 process.dijetFilter = cms.EDFilter(

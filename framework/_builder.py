@@ -206,6 +206,14 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     return instance
 
 
+def _implicit_service(type_name: str) -> Any:
+    """The declaration of a service a module needs but the config lacks: the parameters of
+    the class's ``implicit_parameters()`` if it has one, else its defaults."""
+    cls: Any = find_type(type_name, context=f"Service '{type_name}'")
+    parameters = cls.implicit_parameters() if hasattr(cls, "implicit_parameters") else {}
+    return cms.Service(type_name, **parameters)
+
+
 def _kind_matches(cls: type, expected: str) -> bool:
     # An EDFilter may stand where an EDProducer is declared? No: CMSSW is strict, so are we.
     return False
@@ -236,7 +244,7 @@ def build_job(
     limiter = trio.CapacityLimiter(threads) if threads > 1 else None
 
     registry = ServiceRegistry()
-    registry._factory = lambda type_name: _construct(cms.Service(type_name), "Service", type_name)
+    registry._factory = lambda type_name: _construct(_implicit_service(type_name), "Service", type_name)
     token = _current.set(registry)
     try:
         for label, svc in process.services_().items():

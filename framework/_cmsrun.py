@@ -176,11 +176,15 @@ def _describe(type_name: str, console: Console) -> None:
     desc = cms.ParameterSetDescription()
     cls.fill_descriptions(desc)
     summary_line = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-    table = Table(title=f"{type_name} ({getattr(cls, 'kind', '?')}): {summary_line}")
+    rows = desc.describe()
+    extensions = any(row.extension for row in rows)
+    caption = "* = pysonic extension (CMSSW's module has no such parameter)" if extensions else None
+    table = Table(title=f"{type_name} ({getattr(cls, 'kind', '?')}): {summary_line}", caption=caption)
     for col in ("parameter", "type", "default", "description"):
         table.add_column(col)
-    for row in desc.describe():
-        table.add_row(*(str(x) for x in row))
+    for row in rows:
+        name = f"{row.name} *" if row.extension else row.name
+        table.add_row(name, row.type_name, row.default, row.doc)
     console.print(table)
 
 

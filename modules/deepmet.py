@@ -52,13 +52,15 @@ class _DeepMETConversion(ModelConversion):
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         super().fill_descriptions(desc)  # the Client PSet (and the direct producer's options)
-        desc.add("src", cms.InputTag("deepMETInputs"), "DeepMETInputProducer label")
-        desc.add("pfCands", cms.InputTag("PFCands"), "the PF candidates the inputs came from")
+        # CMSSW's DeepMETSonicProducer (RecoMET/METPUSubtraction) reads its PF candidates from
+        # pf_src (default packedPFCandidates, MiniAOD's); the NanoAOD files here call them PFCands.
+        desc.add("pf_src", cms.InputTag("PFCands"), "the PF candidates the inputs came from (CMSSW's name)")
+        desc.add("src", cms.InputTag("deepMETInputs"), "DeepMETInputProducer label", extension=True)
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         self.src = self.consumes(params.src)
-        self.pfcands = self.consumes(params.pfCands, branches=["pt", "phi"])
+        self.pfcands = self.consumes(params.pf_src, branches=["pt", "phi"])
         self.produces(doc="MET pt [GeV], phi [rad]")
 
     def fill_inputs(self, event: Any, input: Any) -> None:

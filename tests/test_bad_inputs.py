@@ -393,11 +393,13 @@ process.TritonService = cms.Service(
     servers=cms.untracked.VPSet(*[cms.PSet(name=cms.untracked.string("remote"),
                                            address=cms.untracked.string("127.0.0.1"),
                                            port=cms.untracked.uint32(p)) for p in {ports!r}]),
-    fallback=cms.untracked.PSet(enable=cms.untracked.bool({fallback}), wait=cms.untracked.uint32(60),
+    fallback=cms.PSet(enable=cms.untracked.bool({fallback}), wait=cms.untracked.int32(60),
                                 modelRepository=cms.untracked.string({repository!r})),
 )
 process.sender = cms.EDProducer("sonic_sender:Sender", width=cms.uint32({width}), dtype=cms.string({dtype!r}),
-                                Client=cms.PSet(modelName=cms.string({model!r}), timeout=cms.untracked.uint32(20)))
+                                Client=cms.PSet(modelName=cms.string({model!r}), timeout=cms.untracked.uint32(20),
+                                                mode=cms.string("Async"),
+                                                modelConfigPath=cms.string({repository!r} + "/{model}/config.pbtxt")))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"))
 process.p = cms.Path(process.sender)
 process.e = cms.EndPath(process.out)

@@ -31,7 +31,7 @@ from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.serving._server import LocalTritonServer
 from framework.serving.testing import TensorConfig, write_python_model
-from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description
+from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description, recommended_retries
 
 MODEL_PY = textwrap.dedent("""
     import json, time
@@ -58,6 +58,9 @@ MODEL_PY = textwrap.dedent("""
             return pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))])
 """)
 
+# The Client keys CMSSW requires (the path is unused by a client connected by hand), and the
+# mode these tests mean (CMSSW's default is PseudoAsync).
+REQUIRED = {"modelConfigPath": "double/config.pbtxt", "timeout": 10, "mode": "Async"}
 N_EVENTS = 48
 STREAMS = 16
 WIDE = 4096  # float32 columns of the "wide" model: one event's row (16 KiB) stays under the
@@ -143,13 +146,15 @@ def batching_process(
                 port=cms.untracked.uint32(server.ports["grpc"]),
             )
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
         health=cms.untracked.PSet(unhealthyAfter=cms.untracked.uint32(1000)),
     )
     process.rows = cms.EDProducer(
         producer,
         Client=cms.PSet(
             modelName=cms.string(model),
+            modelConfigPath=cms.string(f"{model}/config.pbtxt"),  # unused: no fallback
+            mode=cms.string("Async"),  # cross-event batching is Async's
             timeout=cms.untracked.uint32(20),
             useSharedMemory=cms.untracked.bool(shared_memory),
             batching=cms.untracked.PSet(
@@ -196,7 +201,9 @@ async def test_max_rows_bounds_every_call(server):
 
 async def test_a_failed_merged_call_is_retried_per_event(server, caplog):
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        batched, stats = await run(batching_process(server, "solo", max_rows=64))
+        process = batching_process(server, "solo", max_rows=64)
+        process.rows.Client.retries = recommended_retries()  # CMSSW's default is no retry
+        batched, stats = await run(process)
     for number, y in batched.items():
         x = np.arange(4 * (1 + number % 3), dtype=np.float32).reshape(-1, 4) + 0.5
         x[:, 0] = number
@@ -254,7 +261,7 @@ async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory
 
 def connected(server: LocalTritonServer, model: str, max_rows: int, max_delay_us: int) -> TritonClient:
     params = client_description().validate(
-        {"modelName": model, "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}}, "test client"
+        {"modelName": model, **REQUIRED, "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}}, "test client"
     )
     client = TritonClient(params, debug_name="batcher")
     client.connect(ServerInfo("local", server.grpc_address))
@@ -373,14 +380,18 @@ async def test_max_rows_at_once_and_max_delay_at_most(server):
 async def test_batching_where_it_cannot_apply(server, caplog):
     from framework._errors import ConfigurationError
 
-    params = client_description().validate({"modelName": "double", "mode": "Sync", "batching": {"maxRows": 8}}, "c")
+    params = client_description().validate(
+        {"modelName": "double", **REQUIRED, "mode": "Sync", "batching": {"maxRows": 8}}, "c"
+    )
     client = TritonClient(params, debug_name="syncUser")
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
         client.connect(ServerInfo("local", server.grpc_address))
     client.close()
     assert client.batcher is None
     assert any("Client.batching is ignored" in r.getMessage() and "mode Sync" in r.getMessage() for r in caplog.records)
-    too_long = client_description().validate({"modelName": "double", "batching": {"maxDelay": 20_000_000}}, "c")
+    too_long = client_description().validate(
+        {"modelName": "double", **REQUIRED, "batching": {"maxDelay": 20_000_000}}, "c"
+    )
     with pytest.raises(
         ConfigurationError,
         match=r"module 'slow'\): Client.batching.maxDelay = 20000000 "

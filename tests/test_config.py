@@ -708,10 +708,10 @@ def test_description_author_errors():
 def test_describe_rows():
     rows = _description().describe()
     by_name = {r.name: r for r in rows}
-    assert by_name["minPt"] == ("minPt", "double", "30.0", "jet pT threshold [GeV]")
+    assert by_name["minPt"] == ("minPt", "double", "30.0", "jet pT threshold [GeV]", False)
     assert by_name["src"].default == "'Jet'" and by_name["modelName"].default == "required"
     assert by_name["verbose"].type_name == "untracked bool"
-    assert by_name["Client.timeout"] == ("Client.timeout", "untracked uint32", "10", "seconds")
+    assert by_name["Client.timeout"] == ("Client.timeout", "untracked uint32", "10", "seconds", False)
     assert by_name["histograms"].default == "[]" and by_name["histograms[].name"].type_name == "string"
 
 

@@ -40,11 +40,14 @@ from framework.serving._server import LocalTritonServer
 from framework.serving.testing import serving, write_python_model
 from framework.sonic import (
     DEFAULT_RETRIES,
+    RECOMMENDED_RETRIES,
     RetryAction,
     ServerInfo,
     TritonClient,
     client_description,
     is_recoverable,
+    recommended_retries,
+    retries_pset,
 )
 
 from support import JobState
@@ -122,7 +125,16 @@ def primary(repository, left_behind):
 
 
 def client_params(model: str, **params):
-    return client_description().validate({"modelName": model, **params}, f"test client of '{model}'")
+    # Required as in CMSSW: modelConfigPath (unused by a client connected by hand), timeout;
+    # these tests mean Async and pysonic's recommended retries unless they say otherwise
+    # (CMSSW's defaults: PseudoAsync, no retry).
+    required = {
+        "modelConfigPath": f"{model}/config.pbtxt",
+        "timeout": 10,
+        "mode": "Async",
+        "retries": retries_pset(RECOMMENDED_RETRIES),
+    }
+    return client_description().validate({"modelName": model, **required, **params}, f"test client of '{model}'")
 
 
 @pytest.fixture
@@ -206,13 +218,13 @@ async def test_exhausted_retries_name_the_tries_servers_and_policy(connect):
     assert (client.statistics().retries, client.statistics().errors) == (1, 1)
 
 
-async def test_no_retries_and_the_deprecated_allowed_tries(connect, caplog):
+async def test_no_retries_and_cmssw_allowed_tries(connect, caplog):
     client = connect(retries=[])
     with pytest.raises(ExternalFailure, match="UNAVAILABLE: flaky$"):
         await flaky_infer(client, fail=1)
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        client = connect(allowedTries=3)
-    assert any("allowedTries is deprecated" in r.getMessage() for r in caplog.records)
+        client = connect(allowedTries=3, retries=[])
+    assert not caplog.records  # CMSSW's current name: not deprecated
     assert client.retries == (RetryAction("sameServer", 2, 0.0, 1.0),)
     request, x = await flaky_infer(client, fail=2)
     np.testing.assert_array_equal(request.output["y"].from_server(), 2 * x)
@@ -263,7 +275,16 @@ async def test_a_call_that_never_answers_is_cancelled_by_the_client(steady, auto
 
 
 def test_retry_configuration():
-    assert TritonClient(client_params("m")).retries == DEFAULT_RETRIES
+    required = {"modelName": "m", "modelConfigPath": "m/config.pbtxt", "timeout": 1}
+    assert TritonClient(client_description().validate(required, "c")).retries == DEFAULT_RETRIES == ()  # CMSSW's
+    with pytest.raises(ConfigurationError, match="Client.retries and Client.allowedTries both ask for retries"):
+        TritonClient(client_params("m", allowedTries=2))
+    # Later CMSSW releases' Retry VPSet reads as the same actions.
+    later = [{"retryType": "RetrySameServerAction", "allowedTries": 3}, {"retryType": "RetryActionDiffServer"}]
+    assert TritonClient(client_description().validate({**required, "Retry": later}, "c")).retries == (
+        RetryAction("sameServer", 2, 0.0, 1.0),
+        RetryAction("otherServer", 1, 0.0, 1.0),
+    )
     with pytest.raises(
         ConfigurationError,
         match=r"Client.retries\[1\].action 'elsewhere' is not one of "
@@ -315,8 +336,10 @@ def fault_process(
     process.TritonService = cms.Service(
         "TritonService",
         servers=cms.untracked.VPSet(*servers),
-        fallback=cms.untracked.PSet(
-            modelRepository=cms.untracked.string(str(fallback_repository or repository)), wait=cms.untracked.uint32(60)
+        fallback=cms.PSet(
+            enable=cms.untracked.bool(True),
+            modelRepository=cms.untracked.string(str(fallback_repository or repository)),
+            wait=cms.untracked.int32(60),
         ),
         health=cms.untracked.PSet(probeInterval=cms.untracked.double(0.2)),
     )
@@ -324,6 +347,8 @@ def fault_process(
         modelName=cms.string("double"),
         timeout=cms.untracked.uint32(timeout_s),
         modelConfigPath=cms.FileInPath(str(repository / "double" / "config.pbtxt")),
+        mode=cms.string("Async"),
+        retries=recommended_retries(),  # failover is the point
     )
     process.gate = cms.EDFilter("testGate")
     process.doubler = cms.EDProducer("testDoubler", Client=client)

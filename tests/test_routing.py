@@ -26,7 +26,7 @@ from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
 from framework.serving._server import LocalTritonServer
-from framework.sonic import ServerInfo
+from framework.sonic import ServerInfo, recommended_retries
 from framework.sonic._routing import Routing
 
 from support import JobState
@@ -149,11 +149,18 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
                 for i, server in enumerate(servers)
             ]
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
     )
     process.gate = cms.EDFilter("testGate")
     process.doubler = cms.EDProducer(
-        "testDoubler", Client=cms.PSet(modelName=cms.string("double"), timeout=cms.untracked.uint32(10))
+        "testDoubler",
+        Client=cms.PSet(
+            modelName=cms.string("double"),
+            modelConfigPath=cms.string("double/config.pbtxt"),  # unused: no fallback
+            mode=cms.string("Async"),
+            timeout=cms.untracked.uint32(10),
+            retries=recommended_retries(),  # a killed server's requests fail over (CMSSW's default: no retry)
+        ),
     )
     process.recorder = cms.EDAnalyzer("testRecorder")
     process.p = cms.Path(process.gate + process.doubler + process.recorder)

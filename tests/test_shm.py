@@ -58,6 +58,9 @@ MODEL_PY = textwrap.dedent("""
             return out
 """)
 
+# The Client keys CMSSW requires (the path is unused by a client connected by hand), and the
+# mode these tests mean (CMSSW's default is PseudoAsync).
+REQUIRED = {"modelConfigPath": "double/config.pbtxt", "timeout": 10, "mode": "Async"}
 OWN = f"{_shm.PREFIX}{os.getpid()}_"  # the regions of this process
 
 
@@ -119,7 +122,7 @@ def connect(server):
 
     def make(model: str, address: str | None = None, **params) -> TritonClient:
         client = TritonClient(
-            client_description().validate({"modelName": model, **params}, "Client"), debug_name="shmTest"
+            client_description().validate({"modelName": model, **REQUIRED, **params}, "Client"), debug_name="shmTest"
         )
         client.connect(ServerInfo("local", address or server.grpc_address))
         clients.append(client)
@@ -210,7 +213,7 @@ async def test_concurrent_requests_use_one_region_each(connect, server):
 async def test_a_server_that_forgot_the_regions_gets_them_again(connect, server):
     import tritonclient.grpc as grpcclient
 
-    client = connect("affine")
+    client = connect("affine", retries=[{"action": "sameServer"}])  # the retry re-registers
     x, y = batches([2, 2])
     await infer(client, x)
     with grpcclient.InferenceServerClient(server.grpc_address) as c:
@@ -241,7 +244,7 @@ def test_stale_regions_of_dead_jobs_are_removed_at_the_next_start(monkeypatch):
     live.write_bytes(b"\0" * 64)
     try:
         monkeypatch.setattr(_shm, "_stale_checked", False)
-        TritonClient(client_description().validate({"modelName": "affine"}, "Client"), debug_name="next")
+        TritonClient(client_description().validate({"modelName": "affine", **REQUIRED}, "Client"), debug_name="next")
         assert not stale.exists() and live.exists()
     finally:
         stale.unlink(missing_ok=True)
@@ -269,7 +272,12 @@ async def test_failover_releases_the_regions_on_the_old_server(repository, serve
         try:
             client = TritonClient(
                 client_description().validate(
-                    {"modelName": "affine", "preferredServer": "doomed", "retries": [{"action": "otherServer"}]},
+                    {
+                        "modelName": "affine",
+                        **REQUIRED,
+                        "preferredServer": "doomed",
+                        "retries": [{"action": "otherServer"}],
+                    },
                     "Client",
                 ),
                 debug_name="failoverUser",
@@ -339,7 +347,15 @@ async def test_a_cancelled_job_leaves_no_region(server):
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = 1000
     process.options.numberOfStreams = 4
-    process.affine = cms.EDProducer("testShmAffine", Client=cms.PSet(modelName=cms.string("affine")))
+    process.affine = cms.EDProducer(
+        "testShmAffine",
+        Client=cms.PSet(
+            modelName=cms.string("affine"),
+            modelConfigPath=cms.string("affine/config.pbtxt"),  # unused: no fallback
+            mode=cms.string("Async"),
+            timeout=cms.untracked.uint32(10),
+        ),
+    )
     process.stop = cms.EDAnalyzer("testStopAfter", src=cms.string("affine"))
     process.p = cms.Path(process.affine + process.stop)
     host, port = server.grpc_address.rsplit(":", 1)
@@ -352,7 +368,7 @@ async def test_a_cancelled_job_leaves_no_region(server):
                 port=cms.untracked.uint32(int(port)),
             )
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
     )
     process.validate_()
     Stop.seen = []
@@ -409,7 +425,8 @@ async def test_compression_gives_identical_results(connect, compression):
 def test_bad_values_are_one_line_configuration_errors(key, value):
     with pytest.raises(ConfigurationError) as info:
         TritonClient(
-            client_description().validate({"modelName": "affine", key: value}, "Client"), debug_name="badModule"
+            client_description().validate({"modelName": "affine", **REQUIRED, key: value}, "Client"),
+            debug_name="badModule",
         )
     message = str(info.value)
     assert "\n" not in message and "badModule" in message and f"Client.{key} '{value}'" in message

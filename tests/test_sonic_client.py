@@ -102,7 +102,10 @@ def server(repository, start_server):
 
 
 def client_params(model: str, **params):
-    return client_description().validate({"modelName": model, **params}, f"test client of '{model}'")
+    # Required as in CMSSW: modelConfigPath (unused by a client connected by hand), timeout;
+    # these tests mean Async unless they say otherwise (CMSSW's default is PseudoAsync).
+    required = {"modelConfigPath": f"{model}/config.pbtxt", "timeout": 10, "mode": "Async"}
+    return client_description().validate({"modelName": model, **required, **params}, f"test client of '{model}'")
 
 
 @pytest.fixture
@@ -359,7 +362,8 @@ def server_entry(name: str, address: str) -> dict:
 async def test_service_discovery_fallback_and_stop(server, repository, caplog):
     dead = server_entry("dead", f"127.0.0.1:{free_port()}")
     svc = service(
-        servers=[dead, server_entry("local", server.grpc_address)], fallback={"modelRepository": str(repository)}
+        servers=[dead, server_entry("local", server.grpc_address)],
+        fallback={"enable": True, "modelRepository": str(repository)},
     )
     svc.add_model("double", "doubler")
     svc.add_model("spare", "spareUser", preferred_server="local")  # local lacks it
@@ -458,15 +462,16 @@ for _cls in (SonicDoubler, SonicNonEmpty, Collect):
     framework.register_type("test" + _cls.__name__, _cls)
 
 
-def sonic_process(mode: str, model_config: str = "") -> cms.Process:
+def sonic_process(mode: str, model_config: str = "double/config.pbtxt") -> cms.Process:
     process = cms.Process("SONIC")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = 8
     process.options.numberOfStreams = 3
     client = cms.PSet(
         modelName=cms.string("double"),
-        mode=cms.untracked.string(mode),
+        mode=cms.string(mode),
         modelConfigPath=cms.FileInPath(model_config),
+        timeout=cms.untracked.uint32(10),
     )
     process.doubler = cms.EDProducer("testSonicDoubler", Client=client)
     process.nonEmpty = cms.EDFilter("testSonicNonEmpty", Client=client)
@@ -495,7 +500,7 @@ async def test_sonic_modules_in_a_job(server, mode):
                 port=cms.untracked.uint32(server.ports["grpc"]),
             )
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
     )
     job, report = await run_process(process)
     assert report.events == 8

@@ -198,10 +198,17 @@ def tls_process(port: int, pki: pathlib.Path, use_ssl: bool = True) -> cms.Proce
                 certificateChain=cms.untracked.string(str(pki / "client.crt")),
             )
         ),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+        fallback=cms.PSet(enable=cms.untracked.bool(False)),
     )
     process.doubler = cms.EDProducer(
-        "tlsDoubler", Client=cms.PSet(modelName=cms.string("double"), verbose=cms.untracked.bool(True))
+        "tlsDoubler",
+        Client=cms.PSet(
+            modelName=cms.string("double"),
+            modelConfigPath=cms.string("double/config.pbtxt"),  # unused: no fallback
+            mode=cms.string("Async"),
+            timeout=cms.untracked.uint32(10),
+            verbose=cms.untracked.bool(True),
+        ),
     )
     process.recorder = cms.EDAnalyzer("tlsRecorder")
     process.p = cms.Path(process.doubler + process.recorder)

@@ -32,7 +32,14 @@ def _client(address: str, shared_memory: bool) -> Any:
     from framework.sonic import ServerInfo, TritonClient, client_description
 
     params = client_description().validate(
-        {"modelName": "facile", "useSharedMemory": shared_memory, "timeout": 120}, "Client"
+        {
+            "modelName": "facile",
+            "modelConfigPath": "models/facile/config.pbtxt",
+            "mode": "Async",
+            "useSharedMemory": shared_memory,
+            "timeout": 120,
+        },
+        "Client",
     )
     client = TritonClient(params, debug_name="shmBench" if shared_memory else "grpcBench")
     client.connect(ServerInfo("bench", address))

@@ -87,10 +87,11 @@ process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*[{sam
 process.maxEvents.input = {events}
 process.options.numberOfStreams = {streams}
 process.options.numberOfThreads = {threads}
-process.TritonService = cms.Service("TritonService", fallback=cms.untracked.PSet(
+process.TritonService = cms.Service("TritonService", fallback=cms.PSet(
     enable=cms.untracked.bool(True), modelRepository=cms.untracked.string({repository!r})))
 process.jetScore = cms.EDProducer("framework.bench._soak:JetScoreSonicProducer", Client=cms.PSet(
-    modelName=cms.string("jetscore"), mode=cms.untracked.string({mode!r}), timeout=cms.untracked.uint32(60)))
+    modelName=cms.string("jetscore"), mode=cms.string({mode!r}), timeout=cms.untracked.uint32(60),
+    modelConfigPath=cms.FileInPath({repository!r} + "/jetscore/config.pbtxt")))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("soak.root"),
                                outputCommands=cms.untracked.vstring("drop *", "keep jetScore"))
 process.p = cms.Path(process.jetScore)

@@ -70,13 +70,15 @@ class DescriptionRow(NamedTuple):
 
     ``name`` is dotted for nested PSets (``Client.timeout``) and uses ``[]`` for VPSet
     items (``histograms[].name``); ``default`` is Python source, ``"required"`` or
-    ``"optional"``.
+    ``"optional"``; ``extension`` marks a parameter that pysonic adds to a CMSSW module's
+    (or service's) parameters (the nested parameters of an extension are extensions too).
     """
 
     name: str
     type_name: str
     default: str
     doc: str
+    extension: bool = False
 
 
 class _Entry:
@@ -90,9 +92,11 @@ class _Entry:
         default: Any,
         doc: str,
         nested: ParameterSetDescription | None = None,
+        extension: bool = False,
     ) -> None:
         self.name, self.type_, self.tracked, self.default, self.doc = name, type_, tracked, default, doc
         self.nested = nested
+        self.extension = extension
 
     def type_name(self) -> str:
         return self.type_._type_name if self.tracked else f"untracked {self.type_._type_name}"
@@ -107,7 +111,7 @@ class ParameterSetDescription:
 
     # ------------------------------------------------------------ declaring
 
-    def add(self, name: str, value: Any, doc: str = "", *, tracked: bool = True) -> None:
+    def add(self, name: str, value: Any, doc: str = "", *, tracked: bool = True, extension: bool = False) -> None:
         """Declare a parameter.
 
         Args:
@@ -119,20 +123,24 @@ class ParameterSetDescription:
                 class ``cms.PSet``: a required free-form PSet.
             doc: one-line documentation (units, meaning).
             tracked: for a type or a nested description (a typed default carries its own).
+            extension: a pysonic extension of a module (or service) CMSSW also has, shown
+                as such by ``cmsrun --describe`` (:attr:`DescriptionRow.extension`).
 
         Raises:
             TypeError: ``value`` is none of the above; ValueError: ``name`` is declared twice.
         """
-        self._add(name, value, doc, tracked, required=True)
+        self._add(name, value, doc, tracked, required=True, extension=extension)
 
-    def add_optional(self, name: str, value: Any, doc: str = "", *, tracked: bool = True) -> None:
+    def add_optional(
+        self, name: str, value: Any, doc: str = "", *, tracked: bool = True, extension: bool = False
+    ) -> None:
         """Declare a parameter that may be absent (no default; absent from the result).
 
         ``value`` is a type (``cms.string``) or a nested description, as in :meth:`add`.
         """
         if isinstance(value, _ParameterTypeBase):
             raise TypeError(f"add_optional('{name}'): give a type (e.g. cms.string), not a value")
-        self._add(name, value, doc, tracked, required=False)
+        self._add(name, value, doc, tracked, required=False, extension=extension)
 
     def add_vpset(
         self,
@@ -142,14 +150,16 @@ class ParameterSetDescription:
         *,
         default: list[Any] | None = None,
         tracked: bool = True,
+        extension: bool = False,
     ) -> None:
         """Declare a VPSet whose items follow ``item``; ``default=None`` makes it required.
 
-        Default items (PSets or dicts) are validated against ``item`` now.
+        Default items (PSets or dicts) are validated against ``item`` now; ``extension`` as
+        in :meth:`add`.
         """
         if not isinstance(item, ParameterSetDescription):
             raise TypeError(f"add_vpset('{name}'): item must be a ParameterSetDescription")
-        entry = _Entry(name, VPSet, tracked, _REQUIRED, doc, item)
+        entry = _Entry(name, VPSet, tracked, _REQUIRED, doc, item, extension)
         if default is not None:
             _check_vpset(entry, default, f"default of '{name}'", name)  # fail early on author errors
             entry.default = list(default)
@@ -159,7 +169,7 @@ class ParameterSetDescription:
         """Accept parameters that are not declared (a free-form PSet); they pass through."""
         self._allow_unknown = doc
 
-    def _add(self, name: str, value: Any, doc: str, tracked: bool, *, required: bool) -> None:
+    def _add(self, name: str, value: Any, doc: str, tracked: bool, *, required: bool, extension: bool) -> None:
         missing = _REQUIRED if required else _OPTIONAL
         if isinstance(value, ParameterSetDescription):
             entry = _Entry(name, PSet, tracked, missing if not required else {}, doc, value)
@@ -175,6 +185,7 @@ class ParameterSetDescription:
             entry = _Entry(name, type(value), value.isTracked(), value, doc)
         else:
             raise TypeError(f"add('{name}'): expected a typed default, a cms type or a description, got {value!r}")
+        entry.extension = extension
         self._put(entry)
 
     @staticmethod
@@ -219,21 +230,24 @@ class ParameterSetDescription:
 
     # ------------------------------------------------------------ documenting
 
-    def describe(self, prefix: str = "") -> list[DescriptionRow]:
-        """Rows (name, type name, default, doc) for every parameter, nested ones flattened."""
+    def describe(self, prefix: str = "", *, extension: bool = False) -> list[DescriptionRow]:
+        """Rows (name, type name, default, doc, extension) for every parameter, nested ones
+        flattened; ``extension`` marks every row (the nested rows of an extension)."""
         rows = []
         for e in self._entries.values():
-            name = prefix + e.name
+            name, ext = prefix + e.name, extension or e.extension
             if e.nested is not None and e.type_ is PSet:
-                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default, nested=True), e.doc))
-                rows += e.nested.describe(name + ".")
+                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default, nested=True), e.doc, ext))
+                rows += e.nested.describe(name + ".", extension=ext)
             elif e.nested is not None:
-                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default), e.doc))
-                rows += e.nested.describe(name + "[].")
+                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default), e.doc, ext))
+                rows += e.nested.describe(name + "[].", extension=ext)
             else:
-                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default), e.doc))
+                rows.append(DescriptionRow(name, e.type_name(), _show_default(e.default), e.doc, ext))
         if self._allow_unknown is not None:
-            rows.append(DescriptionRow(prefix + "*", "any", "", self._allow_unknown or "any other parameter"))
+            rows.append(
+                DescriptionRow(prefix + "*", "any", "", self._allow_unknown or "any other parameter", extension)
+            )
         return rows
 
 

@@ -19,6 +19,7 @@ the trio thread never see a set change under them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 import threading
@@ -28,14 +29,66 @@ from typing import Any
 import trio
 
 from framework._errors import ConfigurationError, ExternalFailure
-from framework.serving._server import LocalTritonServer, TritonServerError, default_model_repository
+from framework.serving._server import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
 
-__all__ = ["STOP_TIMEOUT", "FallbackServer"]
+__all__ = ["DEFAULT_WAIT", "STOP_TIMEOUT", "FallbackParameters", "FallbackServer"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 STOP_TIMEOUT = 30.0  # seconds for the fallback server to exit after SIGTERM
+DEFAULT_WAIT = 120  # seconds for the fallback server to start, when fallback.wait is -1 (CMSSW's "default")
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackParameters:
+    """TritonService's ``fallback`` PSet as the fallback server uses it.
+
+    Attributes:
+        enable, verbose: as given.
+        device: ``"cpu"``, ``"gpu"`` or ``"auto"``: ``fallback.device`` (later CMSSW
+            releases) if not ``"auto"``, else ``fallback.useGPU`` (``"gpu"`` / ``"cpu"``).
+        instances: ``fallback.instances`` (pysonic's extension; 0 = as in the model config).
+        wait: startup timeout in seconds (``fallback.wait``; -1 = :data:`DEFAULT_WAIT`).
+        modelRepository: ``fallback.modelRepository`` (pysonic's extension).
+    """
+
+    enable: bool = True
+    verbose: bool = False
+    device: str = "auto"
+    instances: int = 0
+    wait: int = DEFAULT_WAIT
+    modelRepository: str = ""  # noqa: N815 - the parameter's name
+
+    @classmethod
+    def from_pset(cls, params: Any) -> FallbackParameters:
+        """From the validated ``fallback`` PSet.
+
+        Raises:
+            ConfigurationError: a container asked for (``useDocker = True``, ``container``
+                other than CMSSW's default), an unknown ``device``, ``wait`` below -1.
+        """
+        if params.useDocker or params.container != "apptainer":
+            asked = "useDocker = True" if params.useDocker else f"container = '{params.container}'"
+            raise ConfigurationError(
+                f"TritonService: fallback.{asked}: the fallback server here is a local tritonserver process, "
+                "never a container"
+            )
+        if params.device not in DEVICES:
+            raise ConfigurationError(
+                f"TritonService: fallback.device={params.device!r} is not one of {', '.join(DEVICES)}"
+            )
+        if params.wait < -1:
+            raise ConfigurationError(f"TritonService: fallback.wait={params.wait} must be >= 0 seconds (or -1)")
+        device = params.device if params.device != "auto" else ("gpu" if params.useGPU else "cpu")
+        return cls(
+            enable=params.enable,
+            verbose=params.verbose,
+            device=device,
+            instances=params.instances,
+            wait=DEFAULT_WAIT if params.wait < 0 else params.wait,
+            modelRepository=params.modelRepository,
+        )
 
 
 class FallbackServer:

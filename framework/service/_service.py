@@ -17,13 +17,16 @@ statistics). During the job the clients talk to its parts:
   life: started at begin_job or on demand, restarted, loaded, stopped;
 * :mod:`framework.service._service_stats`: the end-of-job numbers.
 
-A job with SONIC modules but no ``process.TritonService`` gets one with the defaults
-(fallback enabled), so a config can run with no server at all.
+A job with SONIC modules but no ``process.TritonService`` gets one with the fallback
+enabled (:meth:`TritonService.implicit_parameters`), so a config can run with no server at
+all; a configured one has CMSSW's defaults (fallback disabled unless ``fallback.enable``, as
+``HeterogeneousCore.SonicTriton.TritonService_cff`` sets under ``enableSonicTriton``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -33,17 +36,39 @@ import trio
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 from framework._services import Service
-from framework.serving._server import DEVICES, LocalTritonServer
+from framework.serving._server import LocalTritonServer, resolve_device
 from framework.sonic._client import TritonClient
 from framework.sonic._routing import Routing, ServerHealth, ready_models
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
 
-from ._fallback import FallbackServer
+from ._fallback import FallbackParameters, FallbackServer
 from ._service_stats import Snapshot, report_tables, snapshot, statistics
 
 __all__ = ["ServerHealth", "TritonService"]
 
 logger = logging.getLogger("pysonic.sonic")
+
+# CMSSW's server of the site (its SITECONF stand-in): SONIC_LOCAL_BALANCER_HOST and _PORT.
+LOCAL_BALANCER = "SONIC_LOCAL_BALANCER"
+
+
+def _local_balancer() -> ServerInfo | None:
+    """The server named by ``$SONIC_LOCAL_BALANCER_HOST`` and ``_PORT`` (both set), first of the
+    job's servers as in CMSSW; a warning if only one is set."""
+    host = os.environ.get(f"{LOCAL_BALANCER}_HOST", "")
+    port = os.environ.get(f"{LOCAL_BALANCER}_PORT", "")
+    if host and port:
+        logger.info("TritonService: server from the site: %s:%s (%s_HOST, _PORT)", host, port, LOCAL_BALANCER)
+        return ServerInfo(LOCAL_BALANCER, f"{host}:{port}")
+    if host or port:
+        logger.warning(
+            "TritonService: incomplete server information from the site: %s_HOST = %r, %s_PORT = %r (ignored)",
+            LOCAL_BALANCER,
+            host,
+            LOCAL_BALANCER,
+            port,
+        )
+    return None
 
 
 class TritonService(Service):
@@ -63,28 +88,56 @@ class TritonService(Service):
 
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        """CMSSW's ``TritonService::fillDescriptions`` (the release whose ``tritonTest_cfg.py``
+        uses VarParsing), with the later releases' ``fallback.container`` and ``fallback.device``
+        and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``).
+
+        The fallback server here is a local ``tritonserver`` process, never a container:
+        ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
+        ``imageName``, ``sandboxName``, ``instanceBaseName``, ``instanceName``, ``tempDir``,
+        ``retries`` and ``debug`` are accepted and have no effect (see the README).
+        """
         server = cms.ParameterSetDescription()
         server.add("name", cms.untracked.string, "server name (for Client.preferredServer)")
         server.add("address", cms.untracked.string, "host name or IP address")
-        server.add("port", cms.untracked.uint32(8001), "gRPC port")
+        server.add("port", cms.untracked.uint32, "gRPC port")
         server.add("useSsl", cms.untracked.bool(False), "TLS channel")
         server.add("rootCertificates", cms.untracked.string(""), "PEM file ('' = gRPC's default)")
         server.add("privateKey", cms.untracked.string(""), "PEM file ('' = none)")
         server.add("certificateChain", cms.untracked.string(""), "PEM file ('' = none)")
         fallback = cms.ParameterSetDescription()
-        fallback.add("enable", cms.untracked.bool(True), "start a local server for models no server serves")
+        unused = "accepted, no effect here (CMSSW's container script)"
+        fallback.add("enable", cms.untracked.bool(False), "start a local server for models no server serves")
+        fallback.add("debug", cms.untracked.bool(False), f"keep the server's files; {unused}")
         fallback.add("verbose", cms.untracked.bool(False), "tritonserver --log-verbose=1")
+        fallback.add("useDocker", cms.untracked.bool(False), "must be False: no container here")
+        fallback.add(
+            "useGPU", cms.untracked.bool(False), "models on the GPU (device 'auto' only: True = 'gpu', False = 'cpu')"
+        )
+        fallback.add("retries", cms.untracked.int32(-1), f"tries to start the server; {unused}")
+        fallback.add("wait", cms.untracked.int32(-1), "startup timeout in seconds; -1 = 120 s")
+        fallback.add("instanceBaseName", cms.untracked.string("triton_server_instance"), unused)
+        fallback.add("instanceName", cms.untracked.string(""), unused)
+        fallback.add("tempDir", cms.untracked.string(""), unused)
+        fallback.add("imageName", cms.untracked.string(""), f"container image; {unused}")
+        fallback.add("sandboxName", cms.untracked.string(""), f"container sandbox; {unused}")
+        fallback.add("container", cms.untracked.string("apptainer"), "later CMSSW releases: apptainer (ignored) only")
         fallback.add(
             "device",
             cms.untracked.string("auto"),
-            "'cpu', 'gpu' (model instances KIND_GPU, torch on CUDA) or 'auto' (GPU when one is visible)",
+            "later CMSSW releases: 'cpu', 'gpu' (instances KIND_GPU, torch on CUDA) or 'auto' (= useGPU)",
         )
-        fallback.add("instances", cms.untracked.uint32(0), "instances per model; 0 = as in the model config")
-        fallback.add("wait", cms.untracked.uint32(120), "startup timeout, seconds")
+        fallback.add(
+            "instances",
+            cms.untracked.uint32(0),
+            "instances per model; 0 = as in the model config",
+            extension=True,
+        )
         fallback.add(
             "modelRepository",
             cms.untracked.string(""),
             "model repository; '' = the one holding the modules' Client.modelConfigPath",
+            extension=True,
         )
         health = cms.ParameterSetDescription()
         health.add(
@@ -100,22 +153,30 @@ class TritonService(Service):
         health.add("probeTimeout", cms.untracked.double(1.0), "seconds per probe call")
         desc.add("verbose", cms.untracked.bool(False), "log the servers' models and the assignment")
         desc.add_vpset("servers", server, "remote Triton servers, in order of preference", default=[], tracked=False)
-        desc.add("fallback", fallback, "the local fallback server", tracked=False)
-        desc.add("health", health, "server health tracking", tracked=False)
+        desc.add("fallback", fallback, "the local fallback server")
+        desc.add("health", health, "server health tracking", tracked=False, extension=True)
+
+    @classmethod
+    def implicit_parameters(cls) -> dict[str, Any]:
+        """The parameters of the TritonService a job gets when its config has none: the fallback
+        enabled, as CMSSW's ``TritonService_cff`` under the ``enableSonicTriton`` modifier (CMSSW
+        itself stops: its SONIC modules need the service configured)."""
+        gpu = resolve_device("auto", "TritonService") == "gpu"  # CMSSW's _switch_cuda()
+        return {"fallback": cms.PSet(enable=cms.untracked.bool(True), useGPU=cms.untracked.bool(gpu))}
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         self.verbose: bool = params.verbose
-        if params.fallback.device not in DEVICES:
-            raise ConfigurationError(
-                f"TritonService: fallback.device={params.fallback.device!r} is not one of {', '.join(DEVICES)}"
-            )
+        fallback_params = FallbackParameters.from_pset(params.fallback)
         servers: dict[str, ServerInfo] = {}
+        balancer = _local_balancer()
+        if balancer is not None:
+            servers[balancer.name] = balancer
         for item in params.servers:
             if item.name in servers or item.name == FALLBACK_SERVER:
                 raise ConfigurationError(
                     f"TritonService: servers: the name '{item.name}' is used twice "
-                    f"(or is the reserved '{FALLBACK_SERVER}')"
+                    f"(or is the reserved '{FALLBACK_SERVER}' or '{LOCAL_BALANCER}')"
                 )
             ssl = None
             if item.useSsl:
@@ -128,7 +189,7 @@ class TritonService(Service):
         self.fallback_server: FallbackServer | None = None
 
         def make_fallback(on_start: Callable[[], None]) -> FallbackServer:
-            self.fallback_server = FallbackServer(params.fallback, self._config_paths, on_start=on_start)
+            self.fallback_server = FallbackServer(fallback_params, self._config_paths, on_start=on_start)
             return self.fallback_server
 
         self.routing = Routing(servers, params.health, make_fallback)

@@ -34,10 +34,9 @@ import framework.config as cms
 from framework._errors import ConfigurationError
 from framework._event import Event
 from framework._module import EDProducer
-from framework._paths import default_model_repository
 from framework.serving.onnx_backend import OnnxRunner
 from framework.serving.python_backend import ModelSpec, cast_outputs, check_inputs, parse_model_config
-from framework.sonic._client import client_description
+from framework.sonic._client import client_description, resolve_config_path
 from framework.sonic._data import (
     BatchRows,
     TensorSpec,
@@ -121,11 +120,7 @@ class OnnxDirectProducer(ModelConversion):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         client = params.Client
-        config_path = (
-            pathlib.Path(client.modelConfigPath)
-            if client.modelConfigPath
-            else default_model_repository() / client.modelName / "config.pbtxt"
-        )
+        config_path = resolve_config_path(client.modelConfigPath)
         self.spec = read_model_config(config_path)
         if not self.spec.batched:
             raise ConfigurationError(
@@ -133,7 +128,8 @@ class OnnxDirectProducer(ModelConversion):
                 "direct producers need a batch dimension"
             )
         versions = sorted((p for p in config_path.parent.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-        version = config_path.parent / client.modelVersion if client.modelVersion else (versions or [None])[-1]
+        latest = versions[-1] if versions else None
+        version = config_path.parent / client.modelVersion if client.modelVersion else latest
         onnx_path = version / (self.spec.parameters.get("onnx_file") or "model.onnx") if version else None
         if onnx_path is None or not onnx_path.is_file():
             raise ConfigurationError(f"{self.label}: no ONNX file for model '{client.modelName}' ({onnx_path})")

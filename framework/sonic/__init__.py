@@ -48,8 +48,11 @@ from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer
 from ._request import TritonRequest as TritonRequest
 from ._retry import DEFAULT_RETRIES as DEFAULT_RETRIES
+from ._retry import RECOMMENDED_RETRIES as RECOMMENDED_RETRIES
 from ._retry import RetryAction as RetryAction
 from ._retry import is_recoverable as is_recoverable
+from ._retry import recommended_retries as recommended_retries
+from ._retry import retries_pset as retries_pset
 from ._routing import ServerHealth as ServerHealth
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions

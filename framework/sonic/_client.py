@@ -28,13 +28,14 @@ in the event's own task, never in a gRPC callback.
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
-from framework._paths import default_model_repository
+from framework._paths import project_data_directory
 
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
@@ -46,7 +47,7 @@ from ._retry import (
     RetryPolicy,
     Router,
     SingleServer,
-    default_retries_pset,
+    cmssw_retry_description,
     parse_retries,
     retry_description,
 )
@@ -56,67 +57,120 @@ from ._transport import TensorTransport
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = ["TritonClient", "client_description"]
+__all__ = ["TritonClient", "client_description", "resolve_config_path"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 MODES = ("Async", "Sync", "PseudoAsync")
 BATCH_MODES = ("Rectangular", "Ragged")  # CMSSW's TritonBatchMode
-COMPRESSIONS = ("none", "deflate", "gzip")  # gRPC's, as tritonclient's compression_algorithm
+COMPRESSIONS = ("", "none", "deflate", "gzip")  # gRPC's, as tritonclient's compression_algorithm; "" = none
+_STAT_PARTS = ("success", "queue", "compute_input", "compute_infer", "compute_output")  # Triton's InferStatistics
 TIMEOUT_UNITS = {"seconds": 1.0, "milliseconds": 1e-3, "microseconds": 1e-6}  # -> seconds
 
 
 def client_description() -> cms.ParameterSetDescription:
-    """The ``Client`` PSet of a SONIC module (CMSSW ``TritonClient::fillPSetDescription``).
+    """The ``Client`` PSet of a SONIC module, as CMSSW's ``TritonClient::fillPSetDescription``.
 
-    Only ``modelName``, ``modelVersion`` and ``modelConfigPath`` are tracked: server and
-    transport settings must not change the physics result (CMSSW's rule).
+    CMSSW's keys, with its names, trackedness, types and defaults (HeterogeneousCore/
+    SonicTriton/src/TritonClient.cc and SonicCore/src/SonicClientBase.cc
+    ``fillBasePSetDescription``, the release whose ``tritonTest_cfg.py`` uses VarParsing):
+    ``mode`` (tracked, ``PseudoAsync``), ``modelName`` (required), ``modelVersion``,
+    ``modelConfigPath`` (tracked, required), and untracked ``preferredServer``, ``timeout``
+    (required) with ``timeoutUnit``, ``verbose``, ``allowedTries`` (0), ``useSharedMemory``,
+    ``compression`` (``""`` = none) and ``outputs``. Only the tracked ones may change the
+    physics result (CMSSW's rule). Later releases' ``Retry`` VPSet (``retryType``,
+    ``allowedTries``) is accepted too and read as ``retries``.
+
+    ``modelConfigPath`` is a ``cms.FileInPath``, found on ``$CMSSW_SEARCH_PATH`` and then in
+    the project's ``data/`` folder (see :func:`resolve_config_path`).
+
+    pysonic's extensions (marked in ``cmsrun --describe``): ``batchMode``, ``retries``
+    (the retry policy, of which ``allowedTries`` is the simplest case) and ``batching``.
     """
     desc = cms.ParameterSetDescription()
-    desc.add("modelName", cms.string, "model name on the Triton server (required)")
+    desc.add(
+        "mode",
+        cms.string("PseudoAsync"),
+        "Sync | Async | PseudoAsync; kept as given when the server is the local CPU fallback "
+        "(CMSSW switches such a client to Sync: here Async with cross-event batching is the point)",
+    )
+    desc.add("modelName", cms.string, "model name on the Triton server")
     desc.add("modelVersion", cms.string(""), 'model version; "" = the server\'s latest')
     desc.add(
         "modelConfigPath",
-        cms.FileInPath(""),
-        "config.pbtxt of the model (a FileInPath, tracked as in CMSSW; its folder's parent is the model "
-        'repository the fallback server serves); "" = <default repository>/<modelName>/config.pbtxt',
+        cms.FileInPath,
+        "the model's config.pbtxt, a FileInPath as in CMSSW (found on $CMSSW_SEARCH_PATH, then in the "
+        "project's data/ folder); its repository, two folders up, is what the fallback server serves",
     )
-    desc.add("timeout", cms.untracked.uint32(10), "deadline of each try, in timeoutUnit; 0 = none")
-    desc.add("timeoutUnit", cms.untracked.string("seconds"), "seconds | milliseconds | microseconds")
-    desc.add("mode", cms.untracked.string("Async"), "Async | Sync | PseudoAsync")
     desc.add("preferredServer", cms.untracked.string(""), "TritonService server name to use if it serves the model")
-    desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
-    desc.add("verbose", cms.untracked.bool(False), "log model metadata and each request")
+    desc.add("timeout", cms.untracked.uint32, "deadline of each try, in timeoutUnit; 0 = none")
+    desc.add("timeoutUnit", cms.untracked.string("seconds"), "seconds | milliseconds | microseconds")
+    desc.add(
+        "verbose",
+        cms.untracked.bool(False),
+        "log the model's inputs and outputs at the start, and per call the server-side statistics",
+    )
+    desc.add(
+        "allowedTries",
+        cms.untracked.uint32(0),
+        "tries of a call in all, on the same server (CMSSW's retry); 0 or 1 = no retry; see also retries",
+    )
+    desc.add_vpset(
+        "Retry",
+        cmssw_retry_description(),
+        "later CMSSW releases' spelling of the retry policy (retryType, allowedTries); read as retries",
+        default=[{"retryType": "RetrySameServerAction", "allowedTries": 0}],
+    )
     desc.add(
         "useSharedMemory",
         cms.untracked.bool(True),
         "tensors through system shared memory when the server is on this host (else gRPC payloads)",
     )
     desc.add(
+        "compression", cms.untracked.string(""), 'gRPC compression of requests: "" (= none) | none | deflate | gzip'
+    )
+    desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
+    desc.add(
         "batchMode",
         cms.untracked.string("Rectangular"),
-        "Rectangular (one array per input, batch first) | Ragged (a list of entries, each its own shape)",
+        "Rectangular (one array per input, batch first) | Ragged (a list of entries, each its own shape); "
+        "CMSSW sets it in code (setBatchMode), or Ragged when a module adds entries",
+        extension=True,
     )
-    desc.add("compression", cms.untracked.string("none"), "gRPC compression of requests: none | deflate | gzip")
     desc.add_vpset(
         "retries",
         retry_description(),
-        "retry actions tried in order after a recoverable failure (sameServer | otherServer | fallback); [] = no retry",
-        default=default_retries_pset(),
+        "retry actions tried in order after a recoverable failure (sameServer | otherServer | fallback); "
+        "[] = allowedTries decides (CMSSW's default: no retry)",
+        default=[],
         tracked=False,
+        extension=True,
     )
     desc.add(
         "batching",
         batching_description(),
         "cross-event batching: merge the requests of events in flight into one call (maxRows > 0)",
         tracked=False,
-    )
-    desc.add(
-        "allowedTries",
-        cms.untracked.uint32(0),
-        "DEPRECATED (use retries): N > 0 = N tries in all, on the same server only; 0 = use retries",
+        extension=True,
     )
     return desc
+
+
+def resolve_config_path(value: Any) -> pathlib.Path:
+    """``Client.modelConfigPath`` as a file.
+
+    A ``cms.FileInPath`` resolves itself (its ``fullPath()``); a plain string (a path given
+    to :meth:`TritonService.add_model`, say) is looked up as a FileInPath is: an absolute
+    path as it is, a relative one on ``$CMSSW_SEARCH_PATH`` and then in the project's
+    ``data/`` folder.
+
+    Raises:
+        ConfigurationError: a relative path found in none of those folders (one line naming
+            the path and the folders searched).
+    """
+    if not isinstance(value, os.PathLike):
+        value = cms.FileInPath(str(value))
+    return pathlib.Path(os.fspath(value))
 
 
 # ----------------------------------------------------------------------------------------
@@ -166,20 +220,17 @@ class TritonClient:
                 raise ConfigurationError(f"{self.what}: Client.{key} '{value}' is not one of {', '.join(allowed)}")
         self.mode: str = params.mode
         self.batch_mode: str = params.batchMode
-        self.compression: str | None = None if params.compression == "none" else params.compression
+        self.compression: str | None = None if params.compression in ("", "none") else params.compression
         self.timeout_text = f"{params.timeout} {params.timeoutUnit}"
         self.timeout: float | None = params.timeout * TIMEOUT_UNITS[params.timeoutUnit] or None
         self.preferred_server: str = params.preferredServer
         self.verbose: bool = params.verbose
-        self.retries = parse_retries(params.retries, params.allowedTries, self.what)
+        self.retries = parse_retries(params.retries, params.allowedTries, self.what, params.Retry)
         self.batching = parse_batching(params.batching, self.what)
         self.batcher: Batcher | None = None
         self._call_options: dict[str, Any] = {}
         self._wanted_outputs: list[str] = list(params.outputs)
-        config_path = params.modelConfigPath
-        self.model_config_path = (
-            pathlib.Path(config_path) if config_path else default_model_repository() / self.model_name / "config.pbtxt"
-        )
+        self.model_config_path = resolve_config_path(params.modelConfigPath)
         self.server: ServerInfo | None = None
         self.max_batch_size = 0
         self.inputs: dict[str, TensorSpec] = {}
@@ -291,16 +342,19 @@ class TritonClient:
                     "%s: Client.batching is ignored (Async mode and batching models only): %s", self.what, why
                 )
         if self.verbose:
-            lines = [f"  input  {s.name}: {s.describe()}" for s in self.inputs.values()]
-            lines += [f"  output {s.name}: {s.describe()}" for s in self.outputs.values()]
-            logger.info(
-                "%s on %s, max_batch_size %d, mode %s:\n%s",
-                self.what,
-                self._where(),
-                self.max_batch_size,
-                self.mode,
-                "\n".join(lines),
-            )
+            # CMSSW's verbose start message: model name, version, max outer dim, then the
+            # inputs and outputs (name, dtype, shape); here also the server and the mode.
+            lines = [
+                f"Model name: {self.model_name}",
+                f"Model version: {self.model_version}",
+                f"Model max outer dim: {self.max_batch_size}",
+                f"Server: {self._where()}, mode {self.mode}",
+                "Model inputs:",
+                *(f"  {s.name}: {s.describe()}" for s in self.inputs.values()),
+                "Model outputs:",
+                *(f"  {s.name}: {s.describe()}" for s in self.outputs.values() if s.name in self.requested_outputs),
+            ]
+            logger.info("%s:\n%s", self.what, "\n".join(lines))
 
     def close(self) -> None:
         """Release the shared-memory regions; close the gRPC client if this client opened it
@@ -346,6 +400,57 @@ class TritonClient:
             "client_timeout": self.timeout,
             "compression_algorithm": self.compression,
         }
+
+    def server_side_status(self) -> dict[str, Any]:
+        """Blocking: the model's inference statistics on its assigned server (Triton's
+        ``ModelStatistics`` as JSON; CMSSW's ``getServerSideStatus``), {} if unavailable."""
+        from tritonclient.utils import InferenceServerException
+
+        if self._client is None:
+            return {}
+        try:
+            response = self._client.get_inference_statistics(
+                self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
+            )
+        except InferenceServerException as exc:
+            logger.info("%s: no server-side statistics: %s", self.what, " ".join(str(exc).split()))
+            return {}
+        stats = response.get("model_stats", [])
+        return dict(stats[0]) if stats else {}
+
+    def report_server_side_stats(self, start: Mapping[str, Any], end: Mapping[str, Any], event_id: Any = None) -> None:
+        """Log what the server did between two :meth:`server_side_status` (CMSSW's
+        ``reportServerSideStats``): counts, then the average request latency split into
+        overhead, queue, compute input, compute infer and compute output, in microseconds."""
+        if not start or not end:
+            return
+
+        def diff(*keys: str) -> int:
+            def get(stats: Mapping[str, Any]) -> int:
+                value: Any = stats
+                for key in keys:
+                    value = value.get(key, {}) if isinstance(value, Mapping) else {}
+                return int(value or 0)
+
+            return get(end) - get(start)
+
+        count = diff("inference_stats", "success", "count")
+        lines = [
+            f"  Inference count: {diff('inference_count')}",
+            f"  Execution count: {diff('execution_count')}",
+            f"  Successful request count: {count}",
+        ]
+        if count > 0:
+            avg = {k: diff("inference_stats", k, "ns") // 1000 // count for k in _STAT_PARTS}
+            compute = avg["compute_input"] + avg["compute_infer"] + avg["compute_output"]
+            overhead = max(avg["success"] - avg["queue"] - compute, 0)
+            lines += [
+                f"  Avg request latency: {avg['success']} usec",
+                f"  (overhead {overhead} usec + queue {avg['queue']} usec + compute input {avg['compute_input']} usec"
+                f" + compute infer {avg['compute_infer']} usec + compute output {avg['compute_output']} usec)",
+            ]
+        event = f", event {event_id}" if event_id is not None else ""
+        logger.info("%s%s: server-side statistics of the call:\n%s", self.what, event, "\n".join(lines))
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of the client-side counters."""

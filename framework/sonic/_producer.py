@@ -76,13 +76,10 @@ class _Sonic(ExternalWork):
         # The event id goes with the request: every retry is logged with it.
         request = self.client.new_request(event.id)
         self.acquire(event, request.input)
-        mode = self.client.mode
-        if mode == "Async":
-            holder.run_async(request.infer_async)
-        elif mode == "PseudoAsync":
-            holder.run_async(request.infer_pseudo_async)
-        else:  # Sync: block right here, as CMSSW's SonicClientSync does
+        if self.client.mode == "Sync":  # block right here, as CMSSW's SonicClientSync does
             holder.done_waiting(request.infer_sync())
+        else:  # Async or PseudoAsync (request.infer also reports Client.verbose's statistics)
+            holder.run_async(request.infer)
 
     def acquire(self, event: Event, input: TritonInputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         """Fill ``input["<name>"].to_server(array)`` for every model input. Synchronous."""

@@ -62,6 +62,7 @@ class RequestClient(Protocol):
     timeout_text: str
     counters: ClientCounters
     batcher: Batcher | None
+    verbose: bool
 
     @property
     def inputs(self) -> Mapping[str, TensorSpec]: ...
@@ -76,6 +77,12 @@ class RequestClient(Protocol):
 
     @property
     def batch_mode(self) -> str: ...
+
+    def server_side_status(self) -> dict[str, Any]: ...
+
+    def report_server_side_stats(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], event_id: Any = None
+    ) -> None: ...
 
     @property
     def transport(self) -> TensorTransport: ...
@@ -227,13 +234,22 @@ class TritonRequest:
     # -- the three modes ---------------------------------------------------------------
 
     async def infer(self) -> TritonRequest:
-        """Run the inference in the client's ``mode`` (Async, Sync or PseudoAsync)."""
-        mode = self.client.mode
-        if mode == "Async":
-            return await self.infer_async()
-        if mode == "PseudoAsync":
-            return await self.infer_pseudo_async()
-        return self.infer_sync()
+        """Run the inference in the client's ``mode`` (Async, Sync or PseudoAsync).
+
+        With ``Client.verbose`` the model's server-side statistics are read before and
+        after (as CMSSW does; on a worker thread, except in Sync mode, which blocks anyway)
+        and their difference is logged.
+        """
+        client = self.client
+        if client.mode == "Sync":
+            return self.infer_sync()  # reports the statistics itself
+        if not client.verbose or self.batch_size == 0:  # nothing to process: no call, no statistics (CMSSW)
+            return await (self.infer_async() if client.mode == "Async" else self.infer_pseudo_async())
+        start = await trio.to_thread.run_sync(client.server_side_status)
+        result = await (self.infer_async() if client.mode == "Async" else self.infer_pseudo_async())
+        end = await trio.to_thread.run_sync(client.server_side_status)
+        client.report_server_side_stats(start, end, self.event_id)
+        return result
 
     async def infer_async(self) -> TritonRequest:
         """Non-blocking inference (``Async``): ``async_infer`` calls, one per chunk, all in flight.
@@ -324,7 +340,8 @@ class TritonRequest:
         """Blocking inference (``Sync``): one ``infer`` call per chunk, in turn.
 
         Retries (``Client.retries``) block too, backoff included (``time.sleep``), as
-        CMSSW's SonicClientSync blocks its thread.
+        CMSSW's SonicClientSync blocks its thread. With ``Client.verbose`` the server-side
+        statistics of the call are logged (see :meth:`infer`).
 
         Returns:
             self, with the outputs filled.
@@ -335,9 +352,14 @@ class TritonRequest:
         chunks = self._chunks()
         if self.batch_size == 0:
             return self._finish_empty()
-        return self.client.retry_policy.run_blocking(
+        client = self.client
+        start = client.server_side_status() if client.verbose else {}
+        result = client.retry_policy.run_blocking(
             self.what, lambda server, grpc_client: self._try_sync(server, grpc_client, chunks)
         )
+        if client.verbose:
+            client.report_server_side_stats(start, client.server_side_status(), self.event_id)
+        return result
 
     def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client

@@ -12,6 +12,11 @@ actions, tried one after the other when an attempt fails with a *recoverable* er
 * ``fallback``: the local fallback server, started by TritonService on demand (once, for
   all concurrent requests) if it is not running.
 
+The default is CMSSW's, no retry (``allowedTries = 0``); ``allowedTries = N`` is
+``[sameServer x (N - 1)]`` and later CMSSW releases' ``Retry`` VPSet is read as these
+actions (:func:`parse_retries`); :data:`RECOMMENDED_RETRIES` (``recommended_retries()`` in
+a config) is pysonic's policy with failover.
+
 Each action waits ``backoff * backoffFactor**k`` seconds before its k-th try (k from 0),
 with ``trio.sleep`` in Async/PseudoAsync mode, so other events keep running; Sync mode
 blocks, as it does for the call itself. The loop runs inside the event's external wait
@@ -56,7 +61,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIONS",
     "DEADLINE_STATUS",
+    "CMSSW_RETRY_TYPES",
     "DEFAULT_RETRIES",
+    "RECOMMENDED_RETRIES",
     "RECOVERABLE_STATUSES",
     "RetryAction",
     "RetryPolicy",
@@ -64,6 +71,8 @@ __all__ = [
     "SingleServer",
     "is_recoverable",
     "parse_retries",
+    "recommended_retries",
+    "retries_pset",
     "reason",
     "retry_description",
 ]
@@ -108,13 +117,26 @@ class RetryAction:
         return f"{self.action} x{self.max_tries}"
 
 
-# sameServer twice (0.1 s, then 0.2 s later: a glitch or a restart of a few 100 ms), then
-# one other server, then the local fallback.
-DEFAULT_RETRIES = (
+# The default, CMSSW's (allowedTries = 0): no retry.
+DEFAULT_RETRIES: tuple[RetryAction, ...] = ()
+
+# pysonic's recommended policy (not the default, which is CMSSW's): sameServer twice
+# (0.1 s, then 0.2 s later: a glitch or a restart of a few 100 ms), then one other server,
+# then the local fallback. Give it as Client.retries = RECOMMENDED_RETRIES_PSET.
+RECOMMENDED_RETRIES = (
     RetryAction("sameServer", 2, 0.1, 2.0),
     RetryAction("otherServer", 1, 0.0, 2.0),
     RetryAction("fallback", 1, 0.0, 2.0),
 )
+
+# The retry types of CMSSW releases after allowedTries (its Client.Retry VPSet), as actions.
+CMSSW_RETRY_TYPES = {
+    "RetrySameServerAction": "sameServer",
+    "RetryActionDiffServer": "otherServer",
+    "TritonRetryActionDifferentServer": "otherServer",
+    "RetryFallbackServerAction": "fallback",
+    "TritonRetryFallbackServerAction": "fallback",
+}
 
 
 def retry_description() -> cms.ParameterSetDescription:
@@ -127,35 +149,80 @@ def retry_description() -> cms.ParameterSetDescription:
     return desc
 
 
-def default_retries_pset() -> list[dict[str, Any]]:
-    """:data:`DEFAULT_RETRIES` as the VPSet default of ``Client.retries``."""
+def retries_pset(actions: Sequence[RetryAction]) -> list[dict[str, Any]]:
+    """``actions`` as ``Client.retries`` VPSet items (e.g. of :data:`RECOMMENDED_RETRIES`)."""
     return [
         {"action": a.action, "maxTries": a.max_tries, "backoff": a.backoff, "backoffFactor": a.backoff_factor}
-        for a in DEFAULT_RETRIES
+        for a in actions
     ]
 
 
-def parse_retries(items: Sequence[Any], allowed_tries: int, what: str) -> tuple[RetryAction, ...]:
-    """The validated ``Client.retries`` (and the deprecated ``Client.allowedTries``).
+def recommended_retries() -> cms.VPSet:
+    """:data:`RECOMMENDED_RETRIES` as a config's ``Client.retries`` (typed, untracked)::
+
+    Client = cms.PSet(..., retries = recommended_retries())
+    """
+    vpset: cms.VPSet = cms.untracked.VPSet(
+        *[
+            cms.PSet(
+                action=cms.untracked.string(a.action),
+                maxTries=cms.untracked.uint32(a.max_tries),
+                backoff=cms.untracked.double(a.backoff),
+                backoffFactor=cms.untracked.double(a.backoff_factor),
+            )
+            for a in RECOMMENDED_RETRIES
+        ]
+    )
+    return vpset
+
+
+def cmssw_retry_description() -> cms.ParameterSetDescription:
+    """One item of the ``Client.Retry`` VPSet of CMSSW releases after ``allowedTries``."""
+    desc = cms.ParameterSetDescription()
+    desc.add("retryType", cms.string("RetrySameServerAction"), " | ".join(CMSSW_RETRY_TYPES))
+    desc.add("allowedTries", cms.untracked.uint32(0), "RetrySameServerAction: tries in all; 0 or 1 = none")
+    return desc
+
+
+def parse_retries(
+    items: Sequence[Any], allowed_tries: int, what: str, cmssw_retry: Sequence[Any] = ()
+) -> tuple[RetryAction, ...]:
+    """The retry policy of a client from its validated ``Client`` PSet.
+
+    CMSSW's ``allowedTries`` (its current name, default 0) and pysonic's ``retries`` are two
+    spellings of one policy: ``allowedTries = N > 1`` is ``retries = [sameServer x (N - 1)]``
+    with no wait (what CMSSW does: the call is repeated on its server); ``retries`` also
+    fails over to other servers and the fallback, with backoff. Giving both is an error.
+    Nothing (CMSSW's default) = no retry. The ``Retry`` VPSet of later CMSSW releases is
+    read as the same actions (:data:`CMSSW_RETRY_TYPES`).
 
     Args:
-        items: the VPSet items (``action``, ``maxTries``, ``backoff``, ``backoffFactor``).
-        allowed_tries: ``Client.allowedTries``; if > 0 it replaces ``retries`` by
-            ``allowedTries - 1`` immediate tries on the same server (CMSSW's old meaning).
+        items: the ``Client.retries`` VPSet items (``action``, ``maxTries``, ``backoff``,
+            ``backoffFactor``).
+        allowed_tries: ``Client.allowedTries``: tries in all on the same server.
         what: the client, for messages.
+        cmssw_retry: the items of a later CMSSW release's ``Client.Retry`` VPSet
+            (``retryType``, ``allowedTries``), if given.
 
     Raises:
-        ConfigurationError: unknown action, negative backoff; names the item.
+        ConfigurationError: unknown action or retry type, negative backoff, or more than
+            one of ``retries``, ``allowedTries`` > 1 and ``Retry`` ask for retries; names the item.
     """
-    if allowed_tries > 0:
-        logger.warning(
-            "%s: Client.allowedTries is deprecated; use Client.retries "
-            "(allowedTries = %d means sameServer x%d, no failover)",
-            what,
-            allowed_tries,
-            allowed_tries - 1,
+    from_cmssw = _parse_cmssw_retry(cmssw_retry, what)
+    given = [
+        name
+        for name, asked in (("retries", bool(items)), ("allowedTries", allowed_tries > 1), ("Retry", bool(from_cmssw)))
+        if asked
+    ]
+    if len(given) > 1:
+        raise ConfigurationError(
+            f"{what}: Client.{' and Client.'.join(given)} both ask for retries; give one of them "
+            "(allowedTries = N is retries = [sameServer x (N - 1)])"
         )
-        return (RetryAction("sameServer", allowed_tries - 1, 0.0, 1.0),) if allowed_tries > 1 else ()
+    if allowed_tries > 1:
+        return (RetryAction("sameServer", allowed_tries - 1, 0.0, 1.0),)
+    if from_cmssw:
+        return from_cmssw
     actions = []
     for index, item in enumerate(items):
         if item.action not in ACTIONS:
@@ -453,3 +520,18 @@ class _Retrier:
             f"{self.what}: failover to the fallback server after {self.tries} "
             f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}"
         )
+
+
+def _parse_cmssw_retry(items: Sequence[Any], what: str) -> tuple[RetryAction, ...]:
+    actions = []
+    for index, item in enumerate(items):
+        action = CMSSW_RETRY_TYPES.get(item.retryType)
+        if action is None:
+            raise ConfigurationError(
+                f"{what}: Client.Retry[{index}].retryType '{item.retryType}' is not one of "
+                f"{', '.join(CMSSW_RETRY_TYPES)}"
+            )
+        tries = item.allowedTries - 1 if action == "sameServer" else max(item.allowedTries, 1)
+        if tries > 0:
+            actions.append(RetryAction(action, tries, 0.0, 1.0))
+    return tuple(actions)

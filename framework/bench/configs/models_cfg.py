@@ -94,13 +94,16 @@ if options.server:
             port=cms.untracked.uint32(int(port)),
         )
     )
-process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(*servers))
+process.TritonService = cms.Service(
+    "TritonService", servers=cms.untracked.VPSet(*servers), fallback=cms.PSet(enable=cms.untracked.bool(True))
+)
 
 
 def client(model_name):
     return cms.PSet(
         modelName=cms.string(model_name),
-        mode=cms.untracked.string(options.mode),
+        modelConfigPath=cms.string(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
+        mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(120),
         useSharedMemory=cms.untracked.bool(options.sharedMemory),
     )

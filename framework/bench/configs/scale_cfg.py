@@ -67,7 +67,7 @@ if options.sonic:
     process.TritonService = cms.Service(
         "TritonService",
         servers=cms.untracked.VPSet(*servers),
-        fallback=cms.untracked.PSet(
+        fallback=cms.PSet(
             enable=cms.untracked.bool(not options.server),
             device=cms.untracked.string("cpu"),
             modelRepository=cms.untracked.string(options.repository),
@@ -76,7 +76,10 @@ if options.sonic:
     process.tiny = cms.EDProducer(
         "framework.bench._modules:TinySonicProducer",
         Client=cms.PSet(
-            modelName=cms.string("tiny"), mode=cms.untracked.string("Async"), timeout=cms.untracked.uint32(60)
+            modelName=cms.string("tiny"),
+            modelConfigPath=cms.string(f"{options.repository}/tiny/config.pbtxt"),
+            mode=cms.string("Async"),
+            timeout=cms.untracked.uint32(60),
         ),
     )
     sequence = sequence * process.tiny

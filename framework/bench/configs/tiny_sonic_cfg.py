@@ -56,14 +56,15 @@ for index, server in enumerate(options.server.split(",")):
 process.TritonService = cms.Service(
     "TritonService",
     servers=cms.untracked.VPSet(*servers),
-    fallback=cms.untracked.PSet(enable=cms.untracked.bool(False)),
+    fallback=cms.PSet(enable=cms.untracked.bool(False)),
 )
 process.tiny = cms.EDProducer(
     "framework.bench._modules:TinySonicProducer",
     width=cms.uint32(options.width),
     Client=cms.PSet(
         modelName=cms.string("tiny"),
-        mode=cms.untracked.string(options.mode),
+        modelConfigPath=cms.string("tiny/config.pbtxt"),  # the bench server's model (no fallback here)
+        mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(60),
         batching=cms.untracked.PSet(
             maxRows=cms.untracked.uint32(options.batchRows), maxDelay=cms.untracked.uint32(options.batchDelay)

@@ -1,0 +1,1 @@
+"""CMSSW's ``Configuration.ProcessModifiers``: the SONIC process modifiers."""

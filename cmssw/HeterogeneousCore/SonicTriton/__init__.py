@@ -1,0 +1,1 @@
+"""CMSSW's ``HeterogeneousCore.SonicTriton``: TritonService's cfi and cff (pysonic's ``framework.service``)."""

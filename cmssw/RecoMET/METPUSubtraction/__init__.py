@@ -1,0 +1,1 @@
+"""CMSSW's ``RecoMET.METPUSubtraction``: ``deepMETSonicProducer_cfi`` (pysonic's ``modules.deepmet``)."""
