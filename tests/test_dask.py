@@ -193,6 +193,92 @@ def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch
     )
 
 
+def test_a_worker_killed_mid_unit_leaves_every_event_once_and_no_part(cluster, tmp_path, monkeypatch):
+    """Without --keep-parts: the merged output holds every event once, and 10 s after
+    cmsrun returned no parts folder nor part file exists (a unit recomputed late would
+    have written into a re-created one, issue 18)."""
+    marker = tmp_path / "killed"
+    killer = f"killer_{uuid.uuid4().hex}"  # a module name the shared workers have not imported yet
+    (tmp_path / f"{killer}.py").write_text(KILLER.format(marker=str(marker)))
+    config = tmp_path / "kill_cfg.py"
+    config.write_text(SCALE_CFG.read_text())
+    fileset = write_fileset(tmp_path, {"K": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    common = [str(config), "cpuTime=1", f"extra={killer}:KillOnce", "--dataset", str(fileset), "--chunk-size", "20"]
+    dask_args = ["--executor", "dask", "--scheduler", cluster, "--summary-json", "summary.json"]
+    assert run(tmp_path / "dask", monkeypatch, *common, *dask_args) == 0
+    assert marker.exists()  # a worker did die, in the middle of a unit (its 3rd event)
+    assert json.loads((tmp_path / "dask" / "summary.json").read_text())["units"]["retried"]
+    assert run(tmp_path / "single", monkeypatch, *common) == 0  # the marker exists: nobody dies
+    merged, single = read_tree(tmp_path / "dask" / "scale_K.root"), read_tree(tmp_path / "single" / "scale_K.root")
+    assert_same_rows(merged, single)  # event by event, in input order
+    ids = list(zip(*(merged[b].to_list() for b in ID), strict=True))
+    assert len(ids) == len(set(ids)) == 80  # every event once
+    time.sleep(10)
+    assert not [p for p in (tmp_path / "dask").rglob("*.parts*")]  # no parts folder
+    assert {p.name for p in files_under(tmp_path / "dask")} == {
+        "summary.json",
+        "fileset.preprocessed.json",
+        "scale_K.root",
+    }
+
+
+def test_a_unit_run_after_the_merge_writes_nothing(cluster, tmp_path, monkeypatch):
+    """A unit's task run again once cmsrun has merged (as Dask does when a result is lost
+    with a worker) finds the run's parts folder gone: it writes nothing."""
+    submitted = []
+    real_submit = distributed.Client.submit
+
+    def recording_submit(self, function, *args, **kwargs):
+        if getattr(function, "__name__", "") == "run_unit_task":
+            submitted.append((function, args))
+        return real_submit(self, function, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "submit", recording_submit)
+    fileset = write_fileset(tmp_path, {"DY": [sample("nano_dy.root")]})
+    folder = tmp_path / "dask"
+    common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
+    assert run(folder, monkeypatch, *common, "--executor", "dask", "--scheduler", cluster) == 0
+    assert len(submitted) == 2  # 40 events, 2 units
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    with distributed.Client(cluster) as client:
+        outcomes = client.gather([real_submit(client, f, *args, pure=False) for f, args in submitted])
+    assert [(o.discarded, o.parts, o.record, o.error) for o in outcomes] == [(True, (), None, "")] * 2
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before  # nothing written, nothing re-created
+
+
+def test_the_dashboard_line_only_with_a_dashboard(cluster, tmp_path):
+    """cmsrun names the dashboard of a cluster that has one (and it answers), and none
+    for a cluster started without one (issue 18)."""
+    import io
+    import urllib.error
+    import urllib.request
+
+    from rich.console import Console
+
+    from framework.executor._dask import DaskOptions, _open_cluster
+
+    def opening_line(address: str) -> str:
+        out = io.StringIO()
+        options = DaskOptions(config="", args=[], fileset="", chunk_size=1, scheduler=address)
+        _cluster, client = _open_cluster(options, Console(file=out, width=300))
+        client.close()
+        return out.getvalue()
+
+    line = opening_line(cluster)
+    assert "dashboard: http://" in line
+    link = line.split("dashboard: ")[1].split()[0]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(link, timeout=30) as response:
+        assert response.status == 200
+    with distributed.LocalCluster(  # as `dask scheduler --no-dashboard`: its HTTP server runs, without /status
+        n_workers=1, threads_per_worker=1, processes=False, scheduler_kwargs={"dashboard": False}, silence_logs=40
+    ) as bare:
+        line = opening_line(bare.scheduler_address)
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            opener.open(bare.dashboard_link, timeout=30)  # the address it would have printed
+    assert f"Dask scheduler {bare.scheduler_address}, 1 worker(s)" in line and "dashboard" not in line
+
+
 def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkeypatch, left_behind):
     fileset = write_fileset(tmp_path, {"S": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
     assert (
@@ -332,7 +418,7 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     )
     try:
         deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("scale_I.root.parts/*.root")) and time.monotonic() < deadline:
+        while not list(tmp_path.glob("scale_I.root.parts/*/*.root")) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read().decode()
             time.sleep(0.2)
         assert list(temp.glob("pysonic-triton-*.json"))  # the host server runs

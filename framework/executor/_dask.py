@@ -5,7 +5,7 @@ The driver (this module, in the ``cmsrun`` process):
 1. opens the cluster: a ``distributed.LocalCluster`` of worker PROCESSES (``--workers N``,
    default = cores, one thread each), or ``distributed.Client(--scheduler ADDRESS)`` for an
    existing one (dask-jobqueue's HTCondor/Slurm clusters, a coffea-casa facility), and
-   prints the dashboard address;
+   prints the dashboard address (if the scheduler has a dashboard);
 2. if the config uses Triton and a model is served by no configured server, registers
    :class:`~framework.executor._host_triton.HostTritonServer` (one local server per host);
 3. preprocesses the fileset on the cluster (one task per file; the cache next to the
@@ -15,6 +15,12 @@ The driver (this module, in the ``cmsrun`` process):
 5. merges each dataset's parts in unit order into its outputs (``framework.io``), or
    keeps them with a manifest (``--keep-parts``), and prints ONE summary of the run
    (``_report``).
+
+Exactly once, nothing left: the units write their parts into folders of this run only
+(``<output>.parts/run-<random>/``), created here before any unit is submitted and removed
+here after the merge (renamed, then deleted: a late write by path cannot land anywhere).
+A unit that Dask runs again after the merge (a result lost with a worker) finds them gone
+and writes nothing (``_unit_task``).
 
 Faults: a worker that dies runs its unit again elsewhere (Dask). A unit that fails with a
 framework error (a corrupt file) stops the run: the other units are cancelled, the cluster
@@ -31,6 +37,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import time
@@ -46,11 +53,20 @@ from rich.console import Console
 from .._builder import build_job
 from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
 from .._progress import progress_bar
-from ..io import Dataset, FileInfo, WorkUnit, dataset_output_path, final_path, merge_unit_parts, parts_folder
+from ..io import (
+    Dataset,
+    FileInfo,
+    WorkUnit,
+    dataset_output_path,
+    final_path,
+    merge_unit_parts,
+    parts_folder,
+    run_parts_folder,
+)
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
-from ._unit_task import JobCache, JobSpec, UnitOutcome, run_unit_task
+from ._unit_task import JobCache, JobSpec, RunFolders, UnitOutcome, run_unit_task
 
 __all__ = ["DaskOptions", "run_on_dask"]
 
@@ -87,6 +103,11 @@ class _Run:
     skipped: list[UnitOutcome] = field(default_factory=list)
     retried: dict[str, int] = field(default_factory=dict)
     outputs: list[Path] = field(default_factory=list)  # configured output names (for cleanup)
+    name: str = field(default_factory=lambda: f"run-{secrets.token_hex(6)}")  # its parts folders' name
+    folders: list[Path] = field(default_factory=list)  # the run's parts folders, as created
+
+    def run_folders(self) -> RunFolders:
+        return RunFolders(self.name, tuple(str(f.absolute()) for f in self.folders))
 
 
 class _Stopped(KeyboardInterrupt):
@@ -143,9 +164,11 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             for bad in bad_files:
                 log.warning("skipped (--skip-bad-files): %s", bad["error"])
             run = _Run(plan, outputs=outputs)
+            _make_run_folders(run)
             spec = JobSpec.make(options.config, options.args, options.streams, options.threads, tag)
             _run_units(client, spec, run, options, console)
             merges = _merge(run, options)
+            _remove_parts(run)
             wall = time.perf_counter() - t0
             summary = run_summary(
                 process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges, wall, _workers_of(client)
@@ -154,7 +177,8 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             summary["units"]["skipped_files"] = bad_files
     except BaseException:
         _close(cluster, client, tag)
-        _remove_parts(outputs, run.plan if run is not None else [])
+        if run is not None:
+            _remove_parts(run)
         raise
     _close(cluster, client, tag)
     if options.summary:
@@ -179,12 +203,32 @@ def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster 
         )
         client = Client(cluster)
     workers = len(client.scheduler_info(n_workers=-1)["workers"]) if options.scheduler else options.workers
+    dashboard = f"; dashboard: {client.dashboard_link}" if _has_dashboard(client) else ""
     console.print(
         f"[bold]cmsrun: Dask scheduler {client.scheduler.address}, "
-        f"{workers or os.cpu_count()} worker(s); dashboard: {client.dashboard_link}[/bold]",
+        f"{workers or os.cpu_count()} worker(s){dashboard}[/bold]",
         soft_wrap=True,
     )
     return cluster, client
+
+
+def _has_dashboard(client: Client) -> bool:
+    """Whether the scheduler serves Dask's dashboard (bokeh's ``/status`` pages).
+
+    Its HTTP server runs in any case (health and metrics routes; ``scheduler_info``
+    lists it as the "dashboard" service and ``Client.dashboard_link`` formats an address
+    for it), also for a scheduler started without the dashboard (``--no-dashboard``,
+    ``dashboard=False``, no bokeh), where ``/status`` does not exist.
+    """
+
+    def bokeh_served(dask_scheduler: Any) -> bool:  # by value: the scheduler need not import framework
+        applications = getattr(getattr(dask_scheduler, "http_application", None), "applications", ())
+        return any(type(app).__name__ == "DaskBokehTornado" for app in applications)
+
+    try:
+        return bool(client.run_on_scheduler(bokeh_served))
+    except Exception:  # noqa: BLE001 - a scheduler that runs no code of ours: say nothing of a dashboard
+        return False
 
 
 def _cluster_mapper(client: Client, bad_files: list[dict[str, str]] | None) -> Any:
@@ -322,6 +366,7 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                     f"twice: each file once per dataset"
                 )
             seen.add(unit.id)
+    folders = run.run_folders()
     for _dataset, units in run.plan:
         for unit in units:
             if unit.num_entries == 0:
@@ -331,7 +376,8 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                 spec,
                 unit,
                 units[0],
-                key=f"unit-{unit.part_name}-{spec.digest[:8]}",
+                folders,
+                key=f"unit-{unit.part_name}-{run.name}",
                 pure=False,
                 retries=RETRIES,
             )
@@ -354,6 +400,13 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                     category="ExternalFailure",
                 ) from exc
+            if outcome.discarded:  # someone removed the run's parts folders: its part is lost
+                _cancel(client, futures)
+                raise FrameworkError(
+                    f"work unit {unit.describe()}: the run's parts folders were removed while it ran "
+                    f"({', '.join(folders.folders)})",
+                    category="FileWriteError",
+                )
             if outcome.error:
                 if not (options.skip_bad_files and outcome.bad_file):
                     _cancel(client, futures)
@@ -366,13 +419,14 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
             rate = events / max(time.perf_counter() - t0, 1e-9)
             progress.update(units_task, advance=1)
             progress.update(events_task, advance=unit.num_entries, rate=f"{rate:,.0f} events/s")
-    run.retried = _retries(client, list(futures))
+    run.retried = _retries(client, futures)
 
 
-def _retries(client: Client, futures: list[Future[Any]]) -> dict[str, int]:
-    """Unit key -> times Dask ran it again (its worker died: ``suspicious``; or it raised:
+def _retries(client: Client, futures: dict[Future[Any], WorkUnit]) -> dict[str, int]:
+    """Unit id -> times Dask ran it again (its worker died: ``suspicious``; or it raised:
     ``retries`` used), read from the scheduler while the futures still hold the tasks."""
-    keys = [f.key for f in futures]
+    units = {f.key: u.id for f, u in futures.items()}
+    keys = list(units)
 
     def count(dask_scheduler: Any, keys: list[str], retries: int) -> dict[str, int]:
         found = {}
@@ -383,7 +437,8 @@ def _retries(client: Client, futures: list[Future[Any]]) -> dict[str, int]:
         return found
 
     try:
-        return dict(client.run_on_scheduler(count, keys=keys, retries=RETRIES))
+        found = client.run_on_scheduler(count, keys=keys, retries=RETRIES)
+        return {units[key]: times for key, times in found.items()}
     except Exception as exc:  # noqa: BLE001 - a statistic; the outputs are complete
         log.warning("cannot read the retries from the Dask scheduler: %s", exc)
         return {}
@@ -394,7 +449,8 @@ def _cancel(client: Client, futures: dict[Future[Any], WorkUnit]) -> None:
 
 
 def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
-    """Merge each dataset's parts in unit order; with ``keep_parts`` also write manifests."""
+    """Merge each dataset's parts in unit order; with ``keep_parts`` also move the parts
+    out of the run's folders into ``<output>.parts/`` and write manifests there."""
     merges = []
     for dataset, units in run.plan:
         done = [run.outcomes[u.id] for u in units if u.id in run.outcomes]
@@ -402,7 +458,7 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
             log.warning("dataset '%s': no unit succeeded, no output", dataset.name)
             continue
         t0 = time.perf_counter()
-        reports = merge_unit_parts([o.parts for o in done], remove_parts=not options.keep_parts)
+        reports = merge_unit_parts([o.parts for o in done], remove_parts=False)  # _remove_parts removes them
         seconds = time.perf_counter() - t0
         for report in reports:
             size = report.target.stat().st_size
@@ -416,19 +472,19 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
                     "seconds": seconds / len(reports),
                 }
             )
-        for report in reports:
-            folder = parts_folder(report.target)
-            if options.keep_parts:
-                _write_manifest(report.target, done)
-                for temp in folder.glob("*.tmp-*"):  # what a worker killed mid-unit was writing
-                    temp.unlink(missing_ok=True)
-            elif folder.is_dir():
-                shutil.rmtree(folder, ignore_errors=True)
+        if options.keep_parts:
+            kept = {}
+            for part in (Path(p) for o in done for p in o.parts):
+                kept[str(part)] = str(parts_folder(final_path(part)) / part.name)
+                part.replace(kept[str(part)])
+            for report in reports:
+                _write_manifest(report.target, done, kept)
     return merges
 
 
-def _write_manifest(target: Path, done: list[UnitOutcome]) -> None:
-    """``<output>.parts/manifest.json``: the units merged into ``target``, in order."""
+def _write_manifest(target: Path, done: list[UnitOutcome], kept: dict[str, str]) -> None:
+    """``<output>.parts/manifest.json``: the units merged into ``target``, in order, with
+    their parts (``kept``: where each was moved)."""
     units = []
     for outcome in done:
         part = next((p for p in outcome.parts if final_path(p) == target), None)
@@ -444,7 +500,7 @@ def _write_manifest(target: Path, done: list[UnitOutcome]) -> None:
                 "entry_start": u.entry_start,
                 "entry_stop": u.entry_stop,
                 "events": outcome.record["events"] if outcome.record else 0,
-                "part": part,
+                "part": kept[part],
             }
         )
     (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units}, indent=1))
@@ -460,13 +516,37 @@ def _configured_outputs(process: Any) -> list[Path]:
     return names
 
 
-def _remove_parts(outputs: list[Path], plan: list[tuple[Dataset, list[WorkUnit]]]) -> None:
-    """Remove the parts folders of this run's outputs (complete parts and temporary files)."""
-    for name in outputs:
-        for dataset, _units in plan:
-            folder = parts_folder(dataset_output_path(name, dataset.name))
-            if folder.is_dir():
-                shutil.rmtree(folder, ignore_errors=True)
+def _make_run_folders(run: _Run) -> None:
+    """Create the run's parts folder of every configured output of every dataset whose
+    folder exists (if it does not, the output module's error names it)."""
+    for name in run.outputs:
+        for dataset, _units in run.plan:
+            final = dataset_output_path(name, dataset.name)
+            if not final.parent.is_dir():
+                continue
+            parts_folder(final).mkdir(exist_ok=True)
+            folder = run_parts_folder(final, run.name)
+            folder.mkdir()
+            run.folders.append(folder)
+
+
+def _remove_parts(run: _Run) -> None:
+    """Remove the run's parts folders (complete parts and temporary files), and each
+    ``<output>.parts/`` left empty.
+
+    Each folder is renamed before it is deleted: a unit still writing (by path) then
+    fails instead of adding a file while the folder is being deleted.
+    """
+    for folder in run.folders:
+        doomed = folder.with_name(f"{folder.name}.removed")
+        try:
+            folder.rename(doomed)
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # only if empty: kept parts, other runs' folders stay
+    run.folders.clear()
 
 
 def _workers_of(client: Client) -> dict[str, dict[str, Any]]:

@@ -44,7 +44,7 @@ def run_summary(
     plan: list[tuple[Dataset, list[WorkUnit]]],
     outcomes: dict[str, Any],
     skipped: list[Any],
-    retried: dict[str, int],
+    retried: dict[str, int],  # unit id -> times Dask ran it again
     merges: list[dict[str, Any]],
     wall_time: float,
     workers: dict[str, dict[str, Any]],
@@ -101,7 +101,7 @@ def run_summary(
         w["events_per_s"] = w["events"] / w["busy_s"] if w["busy_s"] > 0 else 0.0
         w["nthreads"] = workers.get(address, {}).get("nthreads", 0)
     summary["workers"] = dict(per_worker)
-    ids = {f"unit-{u.part_name}-{spec.digest[:8]}": u for _, units in plan for u in units}
+    ids = {u.id for _, units in plan for u in units}
     task = [o.finished - o.started for o in done]
     events = [o.events_time for o in done]
     # The overhead of a unit that found its job built (the first unit of a worker and
@@ -112,7 +112,7 @@ def run_summary(
         "total": sum(len(units) for _, units in plan),
         "done": len(done),
         "jobs_built": sum(o.built for o in done),
-        "retried": [{"id": ids[k].id, "times": n} for k, n in sorted(retried.items()) if k in ids],
+        "retried": [{"id": k, "times": n} for k, n in sorted(retried.items()) if k in ids],
         "skipped": [
             {
                 "id": o.unit.id,

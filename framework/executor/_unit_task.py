@@ -15,6 +15,13 @@ error in one line naming file and entry range) instead of raising, so that Dask 
 retry what fails deterministically; the job that failed is dropped (aborted). Any other
 exception is raised: Dask retries it (``retries=``). A worker that dies is Dask's to handle:
 its task runs again elsewhere (``distributed.scheduler.allowed-failures``).
+
+Exactly once: a task may run after the driver has merged (Dask recomputes a result that was
+lost with a worker while the driver still holds its future) or twice at once. Every run of
+cmsrun writes its parts into folders of its own (:class:`RunFolders`), created by the driver
+before the units and removed by it after the merge; a task whose folders are gone runs
+nothing (``UnitOutcome.discarded``), and writes that come after the removal fail: nothing
+is written after the merge. Two runs of one unit write the same part name atomically.
 """
 
 from __future__ import annotations
@@ -41,7 +48,24 @@ from .._summary import unit_record
 from ..io import WorkUnit, output_naming
 from ._host_triton import HOST_SERVER, host_server
 
-__all__ = ["JobCache", "JobSpec", "UnitOutcome", "run_unit_task"]
+__all__ = ["JobCache", "JobSpec", "RunFolders", "UnitOutcome", "run_unit_task"]
+
+
+@dataclass(frozen=True)
+class RunFolders:
+    """One cmsrun run's parts folders (``framework.io.run_parts_folder``).
+
+    Attributes:
+        run: the run's name, unique (the last component of every folder).
+        folders: every folder the driver created for the run's outputs (absolute paths).
+    """
+
+    run: str
+    folders: tuple[str, ...]
+
+    def live(self) -> bool:
+        """True while the driver has not removed the folders (the run is not over)."""
+        return all(os.path.isdir(folder) for folder in self.folders)
 
 
 @dataclass(frozen=True)
@@ -92,6 +116,8 @@ class UnitOutcome:
             task (job lookup, part writing, report) is per-unit overhead.
         built: the job was built for this unit (the worker's first of the dataset).
         services: the services' ``statistics()`` after the unit (cumulative per worker job).
+        discarded: the run was over (its parts folders removed) before the task began or
+            before it ended: what it wrote is gone with the folders, ``parts`` is empty.
     """
 
     unit: WorkUnit
@@ -106,6 +132,7 @@ class UnitOutcome:
     events_time: float = 0.0
     built: bool = False
     services: dict[str, Any] = field(default_factory=dict)
+    discarded: bool = False
 
 
 class JobCache(WorkerPlugin):
@@ -185,11 +212,14 @@ def add_host_server(process: Any, tag: str) -> None:
         process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(entry))
 
 
-def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome:
+def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit, run: RunFolders | None = None) -> UnitOutcome:
     """The Dask task: run ``unit`` with this worker's job for ``spec`` (see the module docstring).
 
     Args:
         first: the first unit of ``unit``'s dataset (whose file gives the job's layout).
+        run: the run's parts folders: the parts go there; if they are gone (the run is
+            over), nothing runs and the outcome is ``discarded``. None: the unit's parts go
+            to ``<output>.parts/`` (``framework.io.part_path``).
 
     Raises:
         Exception: anything but a FrameworkError (Dask retries the task).
@@ -201,6 +231,10 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
         cache.setup(worker)
         worker.plugins[JobCache.name] = cache
     outcome = UnitOutcome(unit, worker=worker.address, host=os.uname().nodename, started=time.time())
+    if run is not None and not run.live():
+        outcome.discarded = True
+        outcome.finished = time.time()
+        return outcome
     job = None
     if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
         os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
@@ -208,7 +242,7 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
         job, outcome.built = cache.take(spec, first, unit)
         job.reset_counters()
         job.source.set_units([unit])  # type: ignore[attr-defined]
-        with output_naming(unit=unit):  # trio.run runs in a copy of this context
+        with output_naming(unit=unit, run=run.run if run is not None else None):  # trio.run copies this context
             t0 = time.perf_counter()
             report = trio.run(process_events, job)
             outcome.events_time = time.perf_counter() - t0
@@ -217,14 +251,19 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit) -> UnitOutcome
         outcome.services = {name: stats for name, svc in job.services.services.items() if (stats := svc.statistics())}
         cache.give_back(spec, unit.dataset, job)
     except FrameworkError as exc:
-        outcome.error = _one_line(exc, unit)
-        outcome.bad_file = isinstance(exc, (FileOpenError, FileReadError))
         if job is not None:
             trio.run(abort_job, job)  # its state after a failure is not trusted for the next unit
+        if run is not None and not run.live():
+            outcome.discarded = True  # its writes failed: the run ended meanwhile
+        else:
+            outcome.error = _one_line(exc, unit)
+            outcome.bad_file = isinstance(exc, (FileOpenError, FileReadError))
     except BaseException:
         if job is not None:
             trio.run(abort_job, job)
         raise
+    if run is not None and not run.live():  # written before the removal: removed with the folders
+        outcome.discarded, outcome.parts = True, ()
     outcome.finished = time.time()
     return outcome
 

@@ -49,6 +49,7 @@ from ._parts import output_naming as output_naming
 from ._parts import output_path as output_path
 from ._parts import part_path as part_path
 from ._parts import parts_folder as parts_folder
+from ._parts import run_parts_folder as run_parts_folder
 from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics
 from ._remote import OpenedFile as OpenedFile

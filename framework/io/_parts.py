@@ -9,7 +9,13 @@ writes is :func:`output_path` of that name, which depends on what is being run:
 * one work unit (``with output_naming(unit=u)``): the unit's *part* of the dataset's
   output, ``out_DY.root.parts/<u.part_name>.root`` (:func:`part_path`), written
   atomically like every output (temporary name, then rename), so that a part that
-  exists is complete, and a unit run again (a worker lost) rewrites the same name.
+  exists is complete, and a unit run again (a worker lost) rewrites the same name;
+* one work unit of a distributed run (``with output_naming(unit=u, run=r)``): the same
+  in the run's own folder, ``out_DY.root.parts/<r>/<u.part_name>.root``
+  (:func:`run_parts_folder`), which the driver creates before the units run and removes
+  after the merge. Nothing here creates it: a unit that runs late (Dask recomputes a
+  result lost with a worker after the merge) finds it gone and its writes fail, so no
+  part appears after the merge.
 
 :func:`merge_parts` then combines the parts of one output, in unit order, into the
 dataset's file: TTrees concatenated (rows in part order; within a part, in the order the
@@ -43,6 +49,7 @@ __all__ = [
     "output_path",
     "dataset_output_path",
     "parts_folder",
+    "run_parts_folder",
     "part_path",
     "final_path",
     "merge_parts",
@@ -57,16 +64,20 @@ log = logging.getLogger("pysonic.merge")
 class _Naming:
     dataset: str | None = None
     unit: WorkUnit | None = None
+    run: str | None = None
 
 
 _naming: contextvars.ContextVar[_Naming] = contextvars.ContextVar("pysonic_output_naming", default=_Naming())  # noqa: B039 - frozen
 
 
 @contextlib.contextmanager
-def output_naming(*, dataset: str | None = None, unit: WorkUnit | None = None) -> Iterator[None]:
+def output_naming(
+    *, dataset: str | None = None, unit: WorkUnit | None = None, run: str | None = None
+) -> Iterator[None]:
     """Within the block, :func:`output_path` names files for ``dataset``, or for ``unit``'s
-    part (the unit's own dataset then)."""
-    token = _naming.set(_Naming(unit.dataset if unit is not None else dataset, unit))
+    part (the unit's own dataset then), in run ``run``'s folder if given (see the module
+    docstring)."""
+    token = _naming.set(_Naming(unit.dataset if unit is not None else dataset, unit, run))
     try:
         yield
     finally:
@@ -85,20 +96,29 @@ def parts_folder(final: str | Path) -> Path:
     return final.with_name(f"{final.name}.parts")
 
 
-def part_path(final: str | Path, unit: WorkUnit) -> Path:
+def run_parts_folder(final: str | Path, run: str) -> Path:
+    """Where run ``run`` writes the parts of ``final``: ``<final>.parts/<run>/``."""
+    return parts_folder(final) / run
+
+
+def part_path(final: str | Path, unit: WorkUnit, run: str | None = None) -> Path:
     """The part of output ``final`` (a dataset's output) that ``unit`` writes:
-    ``<final>.parts/<unit.part_name><final's suffix>``."""
+    ``<final>.parts/<unit.part_name><final's suffix>``, or in ``<final>.parts/<run>/``."""
     final = Path(final)
-    return parts_folder(final) / f"{unit.part_name}{final.suffix}"
+    folder = parts_folder(final) if run is None else run_parts_folder(final, run)
+    return folder / f"{unit.part_name}{final.suffix}"
 
 
 def final_path(part: str | Path) -> Path:
-    """The output a part belongs to: ``dir/out_DY.root.parts/x.root`` -> ``dir/out_DY.root``.
+    """The output a part belongs to: ``dir/out_DY.root.parts/x.root`` (or
+    ``dir/out_DY.root.parts/<run>/x.root``) -> ``dir/out_DY.root``.
 
     Raises:
-        ValueError: ``part`` is not in a ``*.parts`` folder.
+        ValueError: ``part`` is not in a ``*.parts`` folder (nor in a folder of one).
     """
     folder = Path(part).parent
+    if not folder.name.endswith(".parts"):
+        folder = folder.parent
     if not folder.name.endswith(".parts"):
         raise ValueError(f"'{part}' is not a part file (not in a '<output>.parts' folder)")
     return folder.with_name(folder.name[: -len(".parts")])
@@ -108,7 +128,8 @@ def output_path(configured: str | Path) -> Path:
     """Where a module writes its configured file name now (see the module docstring).
 
     For a unit, the parts folder is created if the output's own folder exists (if not,
-    the module's error about that folder is the one the user should see).
+    the module's error about that folder is the one the user should see); never a run's
+    folder (:func:`run_parts_folder`): the driver's to create and remove.
     """
     naming = _naming.get()
     path = Path(configured)
@@ -117,9 +138,9 @@ def output_path(configured: str | Path) -> Path:
     path = dataset_output_path(path, naming.dataset)
     if naming.unit is None:
         return path
-    if path.parent.is_dir():
+    if naming.run is None and path.parent.is_dir():
         parts_folder(path).mkdir(exist_ok=True)
-    return part_path(path, naming.unit)
+    return part_path(path, naming.unit, naming.run)
 
 
 @dataclass

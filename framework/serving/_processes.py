@@ -276,8 +276,9 @@ def terminate_server(pid: int, timeout: float = 30.0, *, region_prefix: str | No
 # forked from this process), meaning that this process is gone however it ended (SIGKILL
 # included) and whichever thread started the server; or the server's exit (a pidfd; a
 # zombie counts as gone), after which it exits too. On EOF it SIGTERMs the server (as
-# CMSSW's ``cmsTriton -p PID`` watchdog), gives it ``_WATCHDOG_GRACE`` seconds to exit and
-# SIGKILLs what is left of the process group, itself included. While it lives, the group id
+# CMSSW's ``cmsTriton -p PID`` watchdog) and, if it has not exited after ``_WATCHDOG_GRACE``
+# seconds, SIGKILLs the process group, itself included (a SIGKILL after the server's exit
+# would kill stubs before they remove their /dev/shm regions). While it lives, the group id
 # (the server's pid) cannot be reused. stop() SIGKILLs the group, the watchdog with it.
 _WATCHDOG_GRACE = 60.0  # seconds between the watchdog's SIGTERM and its SIGKILL of the group
 _WATCHDOG = """
@@ -309,7 +310,8 @@ os.kill(server, signal.SIGTERM)
 deadline = time.monotonic() + grace
 while not gone() and time.monotonic() < deadline:
     time.sleep(0.1)
-os.killpg(server, signal.SIGKILL)
+if not gone():  # after a clean exit the stubs remove their regions and exit: no SIGKILL
+    os.killpg(server, signal.SIGKILL)
 """
 # sh -c _LAUNCHER NAME PYTHON WATCHDOG GRACE SERVER ARGS...; its stdin: the lifeline's read end
 _LAUNCHER = (
@@ -323,7 +325,8 @@ _lifeline: tuple[int, int] | None = None  # (read end, write end): the write end
 
 def _forget_lifeline() -> None:
     """In a child forked from this process: its servers' watchdogs must not wait for it."""
-    global _lifeline
+    global _lifeline, _lifeline_lock
+    _lifeline_lock = threading.Lock()  # another thread may have held it at the fork
     if _lifeline is not None:
         for fd in _lifeline:
             with contextlib.suppress(OSError):
