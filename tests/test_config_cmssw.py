@@ -286,7 +286,7 @@ def test_load_config_starts_each_config_from_fresh_fragments(fragments, tmp_path
     plain.write_text(
         'import FWCore.ParameterSet.Config as cms\nprocess = cms.Process("T")\nprocess.load("frag.group_cff")\n'
     )
-    from frag.mods_cff import sonic as imported_before  # type: ignore[import-not-found]
+    from frag.mods_cff import sonic as imported_before
 
     assert framework.config.load_config(cfg).other.a == 5
     assert not imported_before.isChosen()  # chosen by that config, unchosen once it has run
