@@ -813,3 +813,13 @@ def test_placeholders_are_resolved_when_the_config_is_loaded(tmp_path):
     )
     with pytest.raises(ConfigurationError, match="bad_placeholder_cfg.py: SequencePlaceholder 'nothing'"):
         framework.config.load_config(bad)
+
+
+def test_wrong_kinds_in_sequences_and_schedules_are_type_errors():
+    process = _process()
+    with pytest.raises(TypeError, match="cannot chain"):
+        process.a + 3
+    with pytest.raises(TypeError, match="Schedule holds Paths and EndPaths"):
+        cms.Schedule(process.a)
+    with pytest.raises(TypeError, match="associate"):
+        process.p.associate(process.a)
