@@ -534,6 +534,9 @@ def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, ca
     dumped.write_text(text)
     again = framework.config.load_config(dumped)  # no Modifier needed: the dump holds the result
     assert again.dumpPython() == text and again.other.a == 5 and "added" in again.producers
+    from framework._cmsrun import edm_config_dump
+
+    assert edm_config_dump([str(cfg)]) == 0 and capsys.readouterr().out == text  # CMSSW's command name
 
 
 # ---------------------------------------------------------------- more of CMSSW's language
