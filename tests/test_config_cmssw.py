@@ -480,7 +480,7 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
 
     monkeypatch.chdir(tmp_path)
     process = cms.Process("ML")
-    process.load("FWCore.MessageService.MessageLogger_cfi")
+    process.load("FWCore.MessageLogger.MessageLogger_cfi")  # the older name of the same fragment
     ml = process.MessageLogger
     ml.cerr.threshold = "WARNING"
     ml.cerr.TritonClient = cms.untracked.PSet(limit=cms.untracked.int32(0))
