@@ -462,10 +462,11 @@ def test_a_cmssw_style_config_with_es_modules_and_message_logger_runs(tmp_path, 
 
     path = tmp_path / "style_cfg.py"
     path.write_text(CMSSW_STYLE_CFG.format(ask=False))
+    level = logging.getLogger("pysonic").level
     process = framework.config.load_config(path)
     job = framework._builder.build_job(process)
     assert job.streams == 2  # numberOfStreams 0 = as many as threads
-    level = logging.getLogger("pysonic").level
+    assert logging.getLogger("pysonic").level == level  # building a job changes no logging
     assert main([str(path), "--no-progress"]) == 0
     assert logging.getLogger("pysonic").level == level  # the MessageLogger's settings are undone at the end
     path.write_text(CMSSW_STYLE_CFG.format(ask=True))
@@ -489,6 +490,8 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
     MessageLogger.fill_descriptions(desc)
     before = logging.getLogger("pysonic").level
     service = MessageLogger(desc.validate(ml, "MessageLogger"))
+    assert logging.getLogger("pysonic").level == before  # nothing changes before the job begins
+    await service.begin_job()
     try:
         assert logging.getLogger("pysonic").level == logging.WARNING
         logging.getLogger("pysonic.sonic").warning("silenced TritonClient message")
