@@ -6,8 +6,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_paths``) - the module API and the
-  trio scheduler. Knows trio; knows nothing of ROOT files or Triton, and imports neither
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_messagelogger``, ``_paths``) - the
+  module API and the trio scheduler (and CMSSW's MessageLogger service over Python logging).
+  Knows trio; knows nothing of ROOT files or Triton, and imports neither
   ``framework.io`` nor the SONIC packages (PoolSource and TritonService are found by
   name through the registry).
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource (local files,

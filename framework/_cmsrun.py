@@ -410,3 +410,8 @@ def _print_fatal(exc: FrameworkError, console: Console) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def edm_config_dump(argv: list[str] | None = None) -> int:
+    """Entry point of ``edmConfigDump CONFIG [ARGS]`` (CMSSW's command): ``cmsrun --dump``."""
+    return main(["--dump", *(sys.argv[1:] if argv is None else argv)])

@@ -19,7 +19,8 @@ What a CMSSW config sets, and what it does here:
 - ``suppressInfo``/``suppressWarning``/``suppressDebug``/``suppressFwkInfo``: module labels
   (or categories) whose messages of that level and below are dropped.
 
-Everything is undone at the end of the job (levels, handlers, filters).
+The settings take effect when the job begins and are undone at its end (levels, handlers,
+filters).
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ class MessageLogger(Service):
         self._saved_levels: dict[str, int] = {}
         self._handlers: list[logging.Handler] = []
         self._filter: _Suppress | None = None
-        self._apply(params)
+
+    async def begin_job(self) -> None:
+        # Applied when the job begins, not when it is built: building a job changes nothing.
+        self._apply(self.params)
 
     def _apply(self, params: Any) -> None:
         cerr, cout = _get(params, "cerr", None), _get(params, "cout", None)

@@ -286,7 +286,7 @@ def test_load_config_starts_each_config_from_fresh_fragments(fragments, tmp_path
     plain.write_text(
         'import FWCore.ParameterSet.Config as cms\nprocess = cms.Process("T")\nprocess.load("frag.group_cff")\n'
     )
-    from frag.mods_cff import sonic as imported_before  # type: ignore[import-not-found]
+    from frag.mods_cff import sonic as imported_before
 
     assert framework.config.load_config(cfg).other.a == 5
     assert not imported_before.isChosen()  # chosen by that config, unchosen once it has run
@@ -462,10 +462,11 @@ def test_a_cmssw_style_config_with_es_modules_and_message_logger_runs(tmp_path, 
 
     path = tmp_path / "style_cfg.py"
     path.write_text(CMSSW_STYLE_CFG.format(ask=False))
+    level = logging.getLogger("pysonic").level
     process = framework.config.load_config(path)
     job = framework._builder.build_job(process)
     assert job.streams == 2  # numberOfStreams 0 = as many as threads
-    level = logging.getLogger("pysonic").level
+    assert logging.getLogger("pysonic").level == level  # building a job changes no logging
     assert main([str(path), "--no-progress"]) == 0
     assert logging.getLogger("pysonic").level == level  # the MessageLogger's settings are undone at the end
     path.write_text(CMSSW_STYLE_CFG.format(ask=True))
@@ -480,7 +481,7 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
 
     monkeypatch.chdir(tmp_path)
     process = cms.Process("ML")
-    process.load("FWCore.MessageService.MessageLogger_cfi")
+    process.load("FWCore.MessageLogger.MessageLogger_cfi")  # the older name of the same fragment
     ml = process.MessageLogger
     ml.cerr.threshold = "WARNING"
     ml.cerr.TritonClient = cms.untracked.PSet(limit=cms.untracked.int32(0))
@@ -489,6 +490,8 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
     MessageLogger.fill_descriptions(desc)
     before = logging.getLogger("pysonic").level
     service = MessageLogger(desc.validate(ml, "MessageLogger"))
+    assert logging.getLogger("pysonic").level == before  # nothing changes before the job begins
+    await service.begin_job()
     try:
         assert logging.getLogger("pysonic").level == logging.WARNING
         logging.getLogger("pysonic.sonic").warning("silenced TritonClient message")
@@ -534,6 +537,9 @@ def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, ca
     dumped.write_text(text)
     again = framework.config.load_config(dumped)  # no Modifier needed: the dump holds the result
     assert again.dumpPython() == text and again.other.a == 5 and "added" in again.producers
+    from framework._cmsrun import edm_config_dump
+
+    assert edm_config_dump([str(cfg)]) == 0 and capsys.readouterr().out == text  # CMSSW's command name
 
 
 # ---------------------------------------------------------------- more of CMSSW's language
@@ -813,3 +819,13 @@ def test_placeholders_are_resolved_when_the_config_is_loaded(tmp_path):
     )
     with pytest.raises(ConfigurationError, match="bad_placeholder_cfg.py: SequencePlaceholder 'nothing'"):
         framework.config.load_config(bad)
+
+
+def test_wrong_kinds_in_sequences_and_schedules_are_type_errors():
+    process = _process()
+    with pytest.raises(TypeError, match="cannot chain"):
+        process.a + 3
+    with pytest.raises(TypeError, match="Schedule holds Paths and EndPaths"):
+        cms.Schedule(process.a)
+    with pytest.raises(TypeError, match="associate"):
+        process.p.associate(process.a)

@@ -145,3 +145,13 @@ def test_arguments_for_a_config_that_reads_none(tmp_path):
 )
 def test_cmsrun_splits_its_options_from_the_configs(argv, own, config):
     assert _split_arguments(_parser(), argv) == (own, config)
+
+
+def test_list_suffixes_clear_and_load(tmp_path):
+    listing = tmp_path / "files.txt"
+    listing.write_text("a.root\n\n# a comment\nb.root  # trailing comment\n")
+    path = _write(tmp_path, LIST_CFG)
+    keep = framework.config.load_config(path, ["models=x", "models_clear", f"models_load={listing}"]).keep
+    assert keep.models.value() == ["a.root", "b.root"]
+    with pytest.raises(ConfigurationError, match="models_load=.*nosuch.txt': cannot read the file"):
+        framework.config.load_config(path, [f"models_load={tmp_path / 'nosuch.txt'}"])

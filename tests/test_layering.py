@@ -89,7 +89,18 @@ CORE = [
     "_errors.py",
     "_activity.py",
     "_paths.py",
+    "_messagelogger.py",
 ]
+
+
+def test_cmssw_names_are_thin_aliases_of_framework_config():
+    """cmssw/ (FWCore, HeterogeneousCore, Configuration, ...) re-exports framework.config: its
+    files import the configuration language and each other, nothing else of the framework."""
+    files = list((ROOT / "cmssw").rglob("*.py"))
+    assert files
+    for path in files:
+        inner = {n for n in qualified_imports(path) if n == "framework" or n.startswith("framework.")}
+        assert all(n.startswith("framework.config") for n in inner), f"{path} imports {inner}"
 
 
 def test_config_language_is_pure_python():

@@ -20,6 +20,12 @@ Introspection API used by the framework (stable):
 - ``process.validate_()``; ``process.dumpPython_()`` -> Python source of the config.
 
 Labels share one namespace: a module label can never also be a Path or Task name.
+
+CMSSW's own API is there too, with CMSSW's semantics (its unit tests are the reference):
+``load``, ``extend``, ``add_``, ``prefer``, ``globalReplace``, ``prune``, ``resolve``,
+``isUsingModifier``, ``dumpPython``, the read-only dictionaries ``process.producers``,
+``paths`` (every Path, scheduled or not), ... and label replacement and ``del`` that reach
+every Sequence, Path, Task and the Schedule.
 """
 
 from __future__ import annotations
@@ -390,8 +396,10 @@ class Process:
                     "attach others as process.<label> = ..."
                 )
 
-    def prefer(self, label: str, *args: Any, **kwargs: Any) -> None:
+    def prefer(self, label: Any, *args: Any, **kwargs: Any) -> None:
         """``process.prefer("esLabel")``: an ESPrefer for that ES source or producer (CMSSW)."""
+        if isinstance(label, (ESSource, ESProducer)) and label.hasLabel_():
+            label = label.label_()  # CMSSW accepts the ES module itself too
         target = self._objects.get(label)
         if not isinstance(target, (ESSource, ESProducer)):
             raise ConfigValueError(f"process.prefer('{label}'): no ESSource or ESProducer labelled '{label}'")

@@ -188,7 +188,7 @@ class SequenceExpr(Sequenceable):
     def chain(left: Any, right: Any) -> SequenceExpr:
         if not isinstance(right, Sequenceable):
             hint = " (pass a Task as an extra argument: cms.Path(seq, task))" if isinstance(right, Task) else ""
-            raise ConfigurationError(f"cannot chain {_what(left)} with {_what(right)} using '+'{hint}")
+            raise ConfigTypeError(f"cannot chain {_what(left)} with {_what(right)} using '+'{hint}")
         return SequenceExpr(_expr_items(left) + _expr_items(right))
 
     def _ref_(self, indent: int = 0) -> str:
@@ -442,7 +442,7 @@ class _ModuleSequence(_Closed, Labelable):
         """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor."""
         for task in tasks:
             if not isinstance(task, Task):
-                raise ConfigurationError(f"{self._what_()}.associate() takes Tasks, got {_what(task)}")
+                raise ConfigTypeError(f"{self._what_()}.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
 
     def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool | None]]:
@@ -752,7 +752,7 @@ class Schedule(Labelable):
 
     def append(self, path: Path | EndPath) -> None:
         if not isinstance(path, (Path, EndPath)):
-            raise ConfigurationError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
+            raise ConfigTypeError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
         self._paths.append(path)
 
     def extend(self, paths: Iterable[Path | EndPath]) -> None:
@@ -762,7 +762,7 @@ class Schedule(Labelable):
     def associate(self, *tasks: Task) -> None:
         for task in tasks:
             if not isinstance(task, Task):
-                raise ConfigurationError(f"Schedule.associate() takes Tasks, got {_what(task)}")
+                raise ConfigTypeError(f"Schedule.associate() takes Tasks, got {_what(task)}")
             self._tasks.append(task)
 
     def _replace_object(self, old: Any, new: Any) -> bool:
@@ -773,7 +773,7 @@ class Schedule(Labelable):
 
     def insert(self, index: int, path: Path | EndPath) -> None:
         if not isinstance(path, (Path, EndPath)):
-            raise ConfigurationError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
+            raise ConfigTypeError(f"cms.Schedule holds Paths and EndPaths, got {_what(path)}")
         self._paths.insert(index, path)
 
     def remove(self, path: Path | EndPath) -> None:

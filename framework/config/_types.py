@@ -696,7 +696,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
 
     # CMSSW's layout of a vector: items per line (_per_line), a new line after every
     # _per_line items when there are more than that, and a tuple for 256 items or more
-    # (a Python call takes at most 255 arguments).
+    # (CMSSW keeps that form from Pythons whose calls took at most 255 arguments).
     _per_line: ClassVar[int] = 5
 
     def _dump_args(self, indent: int) -> str:

@@ -49,7 +49,8 @@ class VarParsing:
       ``filePrepend``, ``outputFile`` (``output.root``; ``output_numEvent10.root`` with
       ``maxEvents=10``), ``secondaryOutputFile`` and ``tag`` (added last: ``_<tag>``).
     - Booleans read ``true/false/t/f/1/0/yes/no/on/off`` (any case); ints also ``0x..``.
-    - The arguments ``print`` (print the options) and ``help`` (print them and exit).
+    - The arguments ``print`` (print the options) and ``help`` (print them and exit);
+      ``name_clear`` empties a list option and ``name_load=FILE`` adds the lines of FILE.
 
     Raises:
         ConfigurationError: naming the option: unknown name (with the nearest), a value
@@ -176,6 +177,16 @@ class VarParsing:
                 raise SystemExit(0)
             return
         name, sep, text = arg.partition("=")
+        base, _, suffix = name.rpartition("_")
+        list_var = self._vars.get(base)
+        if suffix in ("clear", "load") and list_var is not None and list_var.mult is self.multiplicity.list:
+            # CMSSW's list suffixes: name_clear empties the list, name_load=FILE adds its lines.
+            if suffix == "clear":
+                list_var.value = []
+            else:
+                list_var.value += [_parse(base, list_var.type, t) for t in _read_list(name, text)]
+            given.add(base)
+            return
         if not sep:
             raise ConfigurationError(f"argument '{arg}' is not of the form name=value")
         var = self._vars.get(name)
@@ -244,6 +255,16 @@ class _Var:
         self.value: Any = None
         self.no_default_clear = False
         self.no_comma_split = False
+
+
+def _read_list(name: str, filename: str) -> list[str]:
+    """The entries of a list file: one per line, blank lines and ``#`` comments skipped."""
+    try:
+        with open(filename, encoding="utf-8") as f:
+            lines = [line.split("#", 1)[0].strip() for line in f]
+    except OSError as e:
+        raise ConfigurationError(f"argument '{name}={filename}': cannot read the file: {e.strerror or e}") from None
+    return [line for line in lines if line]
 
 
 def _called_from_main() -> bool:

@@ -1,3 +1,15 @@
-"""CMSSW's ``FWCore.ParameterSet.SequenceTypes``: Sequence, Path, EndPath, Task, Schedule."""
+"""CMSSW's ``FWCore.ParameterSet.SequenceTypes``: Sequence, Path, EndPath, Task, Schedule, ..."""
 
-from framework.config import EndPath, Path, Schedule, Sequence, Task  # noqa: F401 - re-exported names
+from framework.config import (  # noqa: F401 - re-exported names
+    ConditionalTask,
+    EndPath,
+    FinalPath,
+    Path,
+    Schedule,
+    Sequence,
+    SequencePlaceholder,
+    Task,
+    TaskPlaceholder,
+    ignore,
+    wait,
+)

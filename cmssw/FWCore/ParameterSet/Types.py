@@ -1,9 +1,19 @@
 """CMSSW's ``FWCore.ParameterSet.Types``: the typed parameters, from ``framework.config``."""
 
 from framework.config import (  # noqa: F401 - re-exported names
+    ESInputTag,
+    EventID,
+    EventRange,
     InputTag,
+    LuminosityBlockID,
+    LuminosityBlockRange,
     PSet,
+    PSetTemplate,
+    VEventID,
+    VEventRange,
     VInputTag,
+    VLuminosityBlockID,
+    VLuminosityBlockRange,
     VPSet,
     allowed,
     bool,
@@ -16,6 +26,7 @@ from framework.config import (  # noqa: F401 - re-exported names
     uint32,
     uint64,
     untracked,
+    vbool,
     vdouble,
     vint32,
     vint64,

@@ -1,0 +1,1 @@
+"""CMSSW's older ``FWCore.MessageLogger`` name of the MessageLogger's fragments."""
