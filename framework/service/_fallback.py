@@ -19,6 +19,7 @@ the trio thread never see a set change under them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pathlib
 import threading
@@ -30,6 +31,7 @@ import trio
 from framework._errors import ConfigurationError, ExternalFailure
 from framework.serving._server import LocalTritonServer, TritonServerError, default_model_repository
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
+from framework.sonic._waits import Blocking, Steps
 
 __all__ = ["STOP_TIMEOUT", "FallbackServer"]
 
@@ -105,20 +107,13 @@ class FallbackServer:
                 self.error = message
                 raise ExternalFailure(message) from err
 
-    async def serve(self, model: str) -> None:
-        """:meth:`ensure` for one model from trio: concurrent callers wait for one start.
-
-        The start runs on a worker thread and is not abandoned on cancellation.
-        """
+    def serve_steps(self, model: str) -> Steps[None]:
+        """:meth:`ensure` for one model as a step of ``framework.sonic._waits``: none if it
+        serves ``model`` already; in trio concurrent callers wait (in trio) for one start,
+        which runs on a worker thread and is not abandoned on cancellation; in Sync mode it
+        blocks the calling thread."""
         if not self.serves(model):
-            async with self._trio_lock:
-                if not self.serves(model):
-                    await trio.to_thread.run_sync(self.ensure, [model], abandon_on_cancel=False)
-
-    def serve_blocking(self, model: str) -> None:
-        """:meth:`serve` for Sync mode (blocks the calling thread while the server starts)."""
-        if not self.serves(model):
-            self.ensure([model])
+            yield Blocking(functools.partial(self.ensure, [model]), self._trio_lock)
 
     def _ensure_locked(self, models: list[str]) -> None:
         server = self.server

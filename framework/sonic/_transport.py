@@ -11,9 +11,10 @@ each at a 64-byte aligned offset of one region of the client's
 * Remote servers, calls with less than :data:`SHM_MIN_BYTES` of inputs, and tensors
   shared memory cannot carry (``BYTES``; outputs whose size the metadata leaves open,
   i.e. with a ``-1`` dim) use gRPC payloads.
-* A server restarted on the same address has forgotten the regions: the call fails with
-  "Unable to find shared memory region"; the pool then registers its regions again and
-  the failure is reported as UNAVAILABLE, so that the retry policy tries again.
+* A server restarted on the same address has forgotten the regions: the call fails; asked
+  (``get_system_shared_memory_status``), the server does not know the call's region; the
+  pool then registers its regions again and the failure is reported as a retryable
+  :class:`~framework.ExternalFailure`, so that the retry policy tries again.
 * A local server that refuses to register a region (one in a container, say) gets
   payloads from then on; a full ``/dev/shm`` gives the call payloads.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -31,23 +31,22 @@ from typing import Any
 
 import numpy as np
 
+from framework._errors import ExternalFailure
+
 from ._data import TensorSpec
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, is_same_host, remove_stale_regions_once
+from ._waits import grpc_status
 
 __all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport"]
 
 logger = logging.getLogger("pysonic.sonic")
 
-UNAVAILABLE = "StatusCode.UNAVAILABLE"
 SHM_MIN_BYTES = 64 * 1024
 """Calls with fewer input bytes use payloads even with a local server: the bookkeeping of
 a shared-memory call costs more than copying a small message (measured, tiny identity
 model, local server, 2 cores: 16 B and 16 KB inputs gave 10-15 % fewer calls/s through
 shared memory, 32-128 KB about the same, 256 KB twice as many)."""
-_NOT_REGISTERED = re.compile(
-    r"(unable to find|not found).*shared memory region|shared memory region.*not found", re.IGNORECASE
-)
 
 
 def _align(n: int) -> int:
@@ -240,7 +239,7 @@ class TensorTransport:
         from tritonclient.utils.shared_memory import SharedMemoryException
 
         if isinstance(exc, InferenceServerException):
-            if exc.status() in SERVER_GONE:
+            if grpc_status(exc) in SERVER_GONE:
                 return False
             with self._lock:
                 self._refused.add(server.name)
@@ -262,19 +261,26 @@ class TensorTransport:
             return True
         return False
 
-    def lost_registration(self, server: ServerInfo, exc: BaseException) -> BaseException | None:
-        """If ``exc`` says the server does not know our region (it restarted): forget the
-        registrations and return a recoverable (UNAVAILABLE) error to raise instead."""
+    def lost_registration(
+        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | ShmCall]
+    ) -> ExternalFailure | None:
+        """If the server answered ``exc`` to ``calls`` but no longer knows their shared-memory
+        region (it restarted on the same address): forget the pool's registrations and return
+        a retryable error to raise instead; else None. Asks the server, never reads its
+        message; call it before the calls end (their region is still registered)."""
         from tritonclient.utils import InferenceServerException
 
-        if not isinstance(exc, InferenceServerException) or not _NOT_REGISTERED.search(exc.message() or ""):
+        if not isinstance(exc, InferenceServerException) or grpc_status(exc) in SERVER_GONE:
             return None
-        pool = self.pools().get(server.name)
-        if pool is None:
+        call = next((c for c in calls if isinstance(c, ShmCall)), None)
+        if call is None or not call.pool.lost(call.region):
             return None
-        pool.forget_registrations()
-        return InferenceServerException(  # type: ignore[no-any-return]  # tritonclient is untyped
-            f"the server lost the shared-memory registrations ({exc.message()}); registering again", status=UNAVAILABLE
+        call.pool.forget_registrations()
+        return ExternalFailure(
+            f"the server lost the shared-memory registrations ({exc.message()}); registering again",
+            server=server.name,
+            status=grpc_status(exc),
+            retryable=True,
         )
 
     def failed_over(self, server_name: str) -> None:
