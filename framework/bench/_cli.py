@@ -2,7 +2,7 @@
 
     python -m framework.bench all [--quick] [--repeat N] [--out results/]
     python -m framework.bench EXPERIMENT [--quick] [--repeat N]   # one of EXPERIMENTS below: latency,
-        client-overhead, dynamic-batching, direct, overhead, source, miniaod, clients, servers, scale, shm
+        client-overhead, dynamic-batching, direct, overhead, source, miniaod, clients, servers, scale, shm, cpu
     python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
     python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
@@ -34,7 +34,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic
+from . import _exp_cpu, _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic
 from ._harness import SERVERS
 
 EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
@@ -49,6 +49,7 @@ EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
     "servers": _exp_servers.servers_per_model,
     "scale": _exp_scale.scale,
     "shm": _exp_shm.shared_memory_vs_payloads,
+    "cpu": _exp_cpu.cpu,
 }
 """Experiment name -> function(quick, repeat) -> result dict; ``all`` runs these."""
 
