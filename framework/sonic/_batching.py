@@ -304,10 +304,8 @@ class Batcher:
                 all_outputs=len(client.requested_outputs) == len(client.outputs),
             )
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
-            options = {**client.call_options(), "outputs": batch.call.outputs}
-            batch.context = batch.grpc_client.async_infer(
-                client.model_name, batch.call.inputs, callback=callback, **options
-            )
+            options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # the call's own
+            batch.context = batch.call.send(batch.grpc_client, client.model_name, options, callback)
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)
 

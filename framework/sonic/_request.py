@@ -286,7 +286,7 @@ class TritonRequest:
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
         calls: list[PayloadCall | ShmCall] = []
-        options = {**client.call_options(), "outputs": None}
+        options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # each call's own
 
         def cancel_all() -> None:
             for context in contexts:
@@ -298,14 +298,8 @@ class TritonRequest:
                 for chunk in chunks:
                     future = ThreadSafeFuture()
                     calls.append(call := self._call(server, grpc_client, chunk))
-                    options["outputs"] = call.outputs
                     contexts.append(
-                        grpc_client.async_infer(
-                            client.model_name,
-                            call.inputs,
-                            callback=functools.partial(_deliver, future),
-                            **options,
-                        )
+                        call.send(grpc_client, client.model_name, options, functools.partial(_deliver, future))
                     )
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
