@@ -31,7 +31,7 @@ import trio
 from framework._errors import ConfigurationError, ExternalFailure
 from framework.serving._server import LocalTritonServer, TritonServerError, default_model_repository
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
-from framework.sonic._waits import Blocking, Steps
+from framework.sonic._waits import Blocking, Steps, grpc_status
 
 __all__ = ["STOP_TIMEOUT", "FallbackServer"]
 
@@ -97,7 +97,7 @@ class FallbackServer:
         models = list(models)
         with self._lock:
             if self.error:
-                raise ExternalFailure(self.error)
+                raise ExternalFailure(self.error, server=FALLBACK_SERVER)
             try:
                 self._ensure_locked(models)
             except (TritonServerError, ExternalFailure) as err:  # ConfigurationError passes as it is
@@ -105,7 +105,7 @@ class FallbackServer:
                 if not message.startswith("TritonService"):
                     message = f"TritonService: fallback server for {', '.join(models)} did not start: {message}"
                 self.error = message
-                raise ExternalFailure(message) from err
+                raise ExternalFailure(message, server=FALLBACK_SERVER) from err
 
     def serve_steps(self, model: str) -> Steps[None]:
         """:meth:`ensure` for one model as a step of ``framework.sonic._waits``: none if it
@@ -182,7 +182,10 @@ class FallbackServer:
         except InferenceServerException as exc:
             raise ExternalFailure(
                 f"TritonService: the fallback server cannot load model '{model}': "
-                f"{exc.message()}; last lines of its log:\n{server.log_tail()}"
+                f"{exc.message()}; last lines of its log:\n{server.log_tail()}",
+                model=model,
+                server=FALLBACK_SERVER,
+                status=grpc_status(exc),
             ) from None
         finally:
             client.close()

@@ -303,14 +303,16 @@ class TritonClient:
     def new_request(self, event_id: Any = None) -> TritonRequest:
         """A fresh request for one event (inputs unset); ``event_id`` names it in logs and errors."""
         if self._client is None:
-            raise ExternalFailure(f"{self.what}: the client is not connected (TritonService begin_job has not run)")
+            raise ExternalFailure(
+                f"{self.what}: the client is not connected (TritonService begin_job has not run)", model=self.model_name
+            )
         return TritonRequest(self, event_id)
 
     @property
     def retry_policy(self) -> RetryPolicy:
         """How this client's requests are tried and retried (set by :meth:`connect`)."""
         if self._retry_policy is None:
-            raise ExternalFailure(f"{self.what}: the client is not connected")
+            raise ExternalFailure(f"{self.what}: the client is not connected", model=self.model_name)
         return self._retry_policy
 
     def call_options(self) -> dict[str, Any]:

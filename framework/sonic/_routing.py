@@ -175,7 +175,7 @@ class Routing:
         for name in [*self.served, FALLBACK_SERVER]:
             if model in self._served(name):
                 return name
-        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})")
+        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})", model=model)
 
     def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
         """The server for a new request of ``model``, from what is known now (no probe): the
@@ -235,7 +235,7 @@ class Routing:
         if name == FALLBACK_SERVER:
             info = self.fallback.info()
             if info is None:
-                raise ExternalFailure("TritonService: the fallback server is not running")
+                raise ExternalFailure("TritonService: the fallback server is not running", server=FALLBACK_SERVER)
             return info
         return self.servers[name]
 
