@@ -91,9 +91,40 @@ class FileReadError(FrameworkError):
 
 
 class ExternalFailure(FrameworkError):
-    """External work (an inference server call) failed or returned something unusable."""
+    """External work (an inference server call) failed or returned something unusable.
+
+    The message says it all in one line; the same facts are attributes, so that callers
+    (the retry policy, the shared-memory recovery, tests) never parse the message.
+
+    Attributes:
+        model: the model name, when about one model (None otherwise).
+        server: the name of the server that failed (None: not about one server).
+        status: the gRPC status name of the failure (``"UNAVAILABLE"``,
+            ``"DEADLINE_EXCEEDED"``, ...; Triton answers with gRPC status codes), or None
+            when no call failed (malformed outputs, configuration found at run time).
+        tries: the tries made before giving up (None: not a request's final error).
+        retryable: whether another try (here or elsewhere) may succeed.
+    """
 
     category = "ExternalFailure"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        server: str | None = None,
+        status: str | None = None,
+        tries: int | None = None,
+        retryable: bool = False,
+        category: str | None = None,
+    ) -> None:
+        super().__init__(message, category=category)
+        self.model = model
+        self.server = server
+        self.status = status
+        self.tries = tries
+        self.retryable = retryable
 
 
 class EventProcessingError(FrameworkError):

@@ -277,7 +277,7 @@ def test_direct_producers_equal_sonic_producers():
 # Every experiment on quick settings
 
 
-@pytest.mark.parametrize("name", list(_cli.EXPERIMENTS))
+@pytest.mark.parametrize("name", [n for n in _cli.EXPERIMENTS if n != "cpu"])  # cpu: its own test below
 def test_quick_experiment_writes_json_and_png(name, tmp_path):
     console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
     result = _cli.run_experiment(name, quick=True, repeat=1, out=tmp_path, console=console)
@@ -300,6 +300,24 @@ def test_an_experiment_reports_the_median_of_all_its_runs_and_keeps_them():
         assert row["wall_time"] == pytest.approx(statistics.median(times))
     opens = {row["reader"]: row["file_opens"] for row in result["rows"] if row["file_opens"] is not None}
     assert len(opens) == 4 and set(opens.values()) == {1}, opens
+
+
+def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
+    """cmsbench cpu --quick: the jobs' CPU from the OS, every run kept beside the medians."""
+    console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
+    _cli.run_experiment("cpu", quick=True, repeat=2, out=tmp_path, console=console)
+    saved = json.loads((tmp_path / "cpu.json").read_text())
+    (row,) = saved["rows"]
+    assert row["runs"] == 2 and len(row["all_runs"]) == 2 and len(row["loadavg"]) == 2
+    assert saved["machine"]["cpu_model"] and saved["machine"]["loadavg"]
+    for run in row["all_runs"]:
+        for variant in ("direct", "sonic", "sonic_batched", "none"):
+            low, high = run[variant]["jobs"]
+            assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
+        assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
+        assert run["none"]["calls_per_event"] == 0  # no inference at all
+    values = sorted(r["client_vs_bare"] for r in row["all_runs"])
+    assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
 
 
 def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):

@@ -265,9 +265,9 @@ def test_sonic_layers():
     the bottom, the requests below the router, nothing back up."""
     graph = import_graph("sonic")
     sonic = "framework.sonic."
-    for bottom in ("_server_info", "_data", "_client_stats"):
+    for bottom in ("_server_info", "_waits", "_data", "_client_stats"):
         assert not graph[sonic + bottom], f"{bottom} imports {graph[sonic + bottom]}"
-    assert graph[sonic + "_retry"] <= {sonic + "_server_info"}
+    assert graph[sonic + "_retry"] <= {sonic + "_server_info", sonic + "_waits"}
     for client_side in ("_client", "_request", "_retry", "_data", "_producer", "_shm", "_transport"):
         bad = graph[sonic + client_side] & {sonic + "_routing"}
         assert not bad, f"{client_side} imports {bad}"

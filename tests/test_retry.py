@@ -200,8 +200,16 @@ async def test_programming_errors_are_not_retried(connect):
         ExternalFailure,
         match=r"model 'flaky' \(module 'flakyUser'\), event 1:1:7 on server "
         r"'steady'.*StatusCode.INVALID_ARGUMENT: flaky$",
-    ):
+    ) as info:
         await flaky_infer(client, fail=1, code=1)
+    error = info.value  # the same facts as fields: nobody parses the message
+    assert (error.model, error.server, error.status, error.tries, error.retryable) == (
+        "flaky",
+        "steady",
+        "INVALID_ARGUMENT",
+        1,
+        False,
+    )
     stats = client.statistics()
     assert (stats.retries, stats.errors) == (0, 1)
 
@@ -213,8 +221,16 @@ async def test_exhausted_retries_name_the_tries_servers_and_policy(connect):
         ExternalFailure,
         match=r"UNAVAILABLE: flaky; gave up after 2 tries "
         r"\(servers: steady; Client.retries: sameServer x1\)",
-    ):
+    ) as info:
         await flaky_infer(client, fail=5)
+    error = info.value
+    assert (error.model, error.server, error.status, error.tries, error.retryable) == (
+        "flaky",
+        "steady",
+        "UNAVAILABLE",
+        2,
+        True,
+    )
     assert (client.statistics().retries, client.statistics().errors) == (1, 1)
 
 
@@ -304,6 +320,8 @@ def test_which_statuses_are_recoverable():
     for name in ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED", "UNAUTHENTICATED"):
         assert not is_recoverable(status(name)), name
     assert not is_recoverable(ExternalFailure("output 'y' is an EMPTY tensor"))
+    # our own failures say so by a field, not by their message
+    assert is_recoverable(ExternalFailure("no answer", status="DEADLINE_EXCEEDED", retryable=True))
 
 
 # ----------------------------------------------------------------------------------------

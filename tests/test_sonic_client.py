@@ -523,3 +523,48 @@ async def test_job_without_triton_service_gets_a_fallback_server(repository):
     (fallback,) = fallbacks.values()
     assert fallback is not None and not fallback.is_running()  # stopped by end_job
     assert job.services.services["TritonService"].assignment == {"double": "fallback"}
+
+
+@pytest.mark.parametrize("outputs", [None, ["y"]])
+def test_payload_calls_send_the_message_async_infer_builds(outputs):
+    """The reusable request message (RequestMessages) sends, byte for byte, what
+    tritonclient's async_infer would send for the same tensors, call after call."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc._utils import _get_inference_request, _grpc_compression_type
+
+    from framework.sonic._data import TensorSpec
+    from framework.sonic._transport import PayloadCall, RequestMessages
+
+    sent = []
+
+    class Stub:  # records what reaches gRPC
+        class ModelInfer:
+            @staticmethod
+            def future(request, metadata, timeout, compression):
+                sent.append((request.SerializeToString(), timeout, compression))
+
+                class Future:
+                    def add_done_callback(self, callback):
+                        pass
+
+                return Future()
+
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{free_port()}")  # never connects
+    grpc_client._client_stub = Stub()
+    specs = {
+        "x": TensorSpec("x", "FP32", np.dtype(np.float32), (-1,), True),
+        "n": TensorSpec("n", "INT64", np.dtype(np.int64), (1,), True),
+    }
+    messages = RequestMessages()
+    options = {"model_version": "1", "client_timeout": 2.5, "compression_algorithm": None}
+    expected = []
+    for rows in (3, 1, 5):  # shapes and contents change, the message is refilled
+        arrays = {"x": np.arange(rows * 4, dtype=np.float32).reshape(rows, 4), "n": np.full((rows, 1), rows)}
+        call = PayloadCall(specs, arrays, outputs, messages)
+        call.send(grpc_client, "m", options, callback=lambda result, error: None)
+        request = _get_inference_request("m", call.inputs, "1", "", call.outputs, 0, False, False, 0, None, None)
+        expected.append((request.SerializeToString(), 2.5, _grpc_compression_type(None)))
+    grpc_client.close()
+    assert sent == expected
+    (message,) = messages._messages.values()
+    assert len(message.raw_input_contents) == 0  # no tensor bytes kept between calls

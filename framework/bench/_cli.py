@@ -3,7 +3,7 @@
     python -m framework.bench all [--quick] [--repeat N] [--out results/]
     python -m framework.bench EXPERIMENT [--quick] [--repeat N]   # one of EXPERIMENTS below: latency,
         client-overhead, dynamic-batching, direct, overhead, source, miniaod, clients, servers, scale, shm,
-        wrapper
+        wrapper, cpu
     python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
     python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
@@ -37,7 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic, _exp_wrapper
+from . import _exp_cpu, _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic, _exp_wrapper
 from ._harness import SERVERS
 
 EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
@@ -53,6 +53,7 @@ EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
     "scale": _exp_scale.scale,
     "shm": _exp_shm.shared_memory_vs_payloads,
     "wrapper": _exp_wrapper.generated_vs_model_py,
+    "cpu": _exp_cpu.cpu,
 }
 """Experiment name -> function(quick, repeat) -> result dict; ``all`` runs these."""
 

@@ -179,12 +179,13 @@ class BenchStartBarrier(EDAnalyzer):
 
 
 class BenchInputDumper(EDAnalyzer):
-    """Saves every event's model inputs (a dict of arrays) to one ``.npz`` at ``end_job``.
+    """Saves every event's model inputs (a dict of arrays, or one array) to one ``.npz`` at ``end_job``.
 
     The file holds arrays named ``<i>/<input name>``, ``i`` counting the analyzed events
     from 0: the request format of the GPU benchmarks' load generator
     (``framework/bench/_load.py``), so that bare clients send real events' inputs.
-    Entries of the product that are not arrays (counts) are left out.
+    Entries of the product that are not arrays (counts) are left out; a product that is
+    one array is saved as ``<i>/array``.
     """
 
     @classmethod
@@ -200,6 +201,8 @@ class BenchInputDumper(EDAnalyzer):
 
     def analyze(self, event: Any) -> None:
         product = event.get(self.src)
+        if isinstance(product, np.ndarray):  # one array (FACILE's rows): named "array"
+            product = {"array": product}
         for name, value in product.items():
             if isinstance(value, np.ndarray):
                 self.arrays[f"{self.count}/{name}"] = np.array(value)

@@ -337,6 +337,43 @@ def _wrapper(result: dict[str, Any], plt: Any) -> Any:
     ax.set_ylabel("served requests/s")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
+
+
+def _cpu(result: dict[str, Any], plt: Any) -> Any:
+    import numpy as np
+
+    rows = result["rows"]
+    fig, (ax_job, ax_client) = plt.subplots(1, 2, figsize=(11, 4.2))
+    variants = (("direct", "direct"), ("sonic", "SONIC"), ("sonic_batched", "SONIC batched"), ("none", "no inference"))
+    x = np.arange(len(rows))
+    width = 0.8 / len(variants)
+    for i, (key, label) in enumerate(variants):
+        ax_job.bar(x + (i - 1.5) * width, [r[f"{key}_cpu_ms_per_event"] for r in rows], width, label=label)
+        ax_job.scatter(  # each run, beside its median
+            [xi + (i - 1.5) * width for xi, r in zip(x, rows, strict=True) for _ in r["all_runs"]],
+            [run[key]["cpu_ms_per_event"] for r in rows for run in r["all_runs"]],
+            s=6,
+            color="k",
+            zorder=3,
+        )
+    ax_job.set_xticks(x, [r["config"] for r in rows], fontsize=8)
+    ax_job.set_ylabel("job CPU per event [ms]")
+    ax_job.set_title("the job's own CPU (bars: medians; dots: runs)")
+    ax_job.legend(fontsize=7)
+    client = [
+        ("client_ms_per_request", "SONIC client per request"),
+        ("bare_cpu_ms_per_request", "bare async_infer per request"),
+        ("batched_client_ms_per_event", "SONIC batched client per event"),
+    ]
+    width = 0.8 / len(client)
+    for i, (key, label) in enumerate(client):
+        ax_client.bar(x + (i - 1) * width, [r[key] for r in rows], width, label=label)
+    ax_client.set_xticks(x, [r["config"] for r in rows], fontsize=8)
+    ax_client.set_ylabel("client CPU [ms]")
+    ax_client.set_title("the client's CPU vs a bare tritonclient loop")
+    ax_client.legend(fontsize=7)
+    for ax in (ax_job, ax_client):
+        ax.grid(axis="y", alpha=0.3)
     return fig
 
 
@@ -359,6 +396,7 @@ PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "plan": _plan,
     "scale": _scale,
     "shm": _shm,
+    "cpu": _cpu,
 }
 
 

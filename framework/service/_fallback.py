@@ -20,6 +20,7 @@ the trio thread never see a set change under them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import pathlib
 import threading
@@ -31,6 +32,7 @@ import trio
 from framework._errors import ConfigurationError, ExternalFailure
 from framework.serving._server import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
+from framework.sonic._waits import Blocking, Steps, grpc_status
 
 __all__ = ["DEFAULT_WAIT", "STOP_TIMEOUT", "FallbackParameters", "FallbackServer"]
 
@@ -149,7 +151,7 @@ class FallbackServer:
         models = list(models)
         with self._lock:
             if self.error:
-                raise ExternalFailure(self.error)
+                raise ExternalFailure(self.error, server=FALLBACK_SERVER)
             try:
                 self._ensure_locked(models)
             except (TritonServerError, ExternalFailure) as err:  # ConfigurationError passes as it is
@@ -158,22 +160,15 @@ class FallbackServer:
                 if not message.startswith("TritonService"):
                     message = f"TritonService: fallback server for {', '.join(models)} did not start: {message}"
                 self.error = message
-                raise ExternalFailure(message) from err
+                raise ExternalFailure(message, server=FALLBACK_SERVER) from err
 
-    async def serve(self, model: str) -> None:
-        """:meth:`ensure` for one model from trio: concurrent callers wait for one start.
-
-        The start runs on a worker thread and is not abandoned on cancellation.
-        """
+    def serve_steps(self, model: str) -> Steps[None]:
+        """:meth:`ensure` for one model as a step of ``framework.sonic._waits``: none if it
+        serves ``model`` already; in trio concurrent callers wait (in trio) for one start,
+        which runs on a worker thread and is not abandoned on cancellation; in Sync mode it
+        blocks the calling thread."""
         if not self.serves(model):
-            async with self._trio_lock:
-                if not self.serves(model):
-                    await trio.to_thread.run_sync(self.ensure, [model], abandon_on_cancel=False)
-
-    def serve_blocking(self, model: str) -> None:
-        """:meth:`serve` for Sync mode (blocks the calling thread while the server starts)."""
-        if not self.serves(model):
-            self.ensure([model])
+            yield Blocking(functools.partial(self.ensure, [model]), self._trio_lock)
 
     def _ensure_locked(self, models: list[str]) -> None:
         server = self.server
@@ -243,7 +238,10 @@ class FallbackServer:
         except InferenceServerException as exc:
             raise ExternalFailure(
                 f"TritonService: the fallback server cannot load model '{model}': "
-                f"{exc.message()}; last lines of its log:\n{server.log_tail()}"
+                f"{exc.message()}; last lines of its log:\n{server.log_tail()}",
+                model=model,
+                server=FALLBACK_SERVER,
+                status=grpc_status(exc),
             ) from None
         finally:
             client.close()

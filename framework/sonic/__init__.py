@@ -11,6 +11,10 @@ Files, in the direction of their imports: each imports only files listed before 
 
 * ``_server_info``: :class:`ServerInfo`, :class:`SslOptions` (where a server listens, how
   to open a channel), the fallback server's name;
+* ``_waits``: the waits of a request's path as steps (``Sleep``, ``Blocking``, ``Attempt``)
+  and the two drivers that do them, in trio or blocking: the retry loop, the routing's
+  probes and the fallback's start are written once, as generators of steps; the gRPC
+  status of an error (``grpc_status``);
 * ``_data``: :class:`TensorSpec`, :class:`TritonInputData` / :class:`TritonOutputData` and
   the maps :class:`TritonInputMap` / :class:`TritonOutputMap` (CMSSW's names);
 * ``_client_stats``: :class:`ClientStatistics` and the client's thread-safe counters;
@@ -23,8 +27,9 @@ Files, in the direction of their imports: each imports only files listed before 
   this host;
 * ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
   shared-memory region or as gRPC payloads;
-* ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop,
-  which drives the ``Router`` and the callables it is given;
+* ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
+  (one generator of steps for the three modes), which drives the ``Router`` and the
+  callables it is given;
 * ``_batching``: ``Client.batching``, cross-event batching: the :class:`Batcher` merging
   the requests of events in flight for one model into one call, and giving each its rows;
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its

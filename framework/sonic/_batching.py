@@ -47,7 +47,7 @@ import trio
 import trio.testing
 
 import framework.config as cms
-from framework._errors import ConfigurationError
+from framework._errors import ConfigurationError, ExternalFailure
 
 from ._data import TensorSpec, output_array
 from ._retry import DEADLINE_STATUS
@@ -198,8 +198,9 @@ class Batcher:
             requested output name -> this event's rows of it, ``(rows, *dims)`` views.
 
         Raises:
-            InferenceServerException: the call failed (or no answer within ``Client.timeout``
-                + 1 s: ``DEADLINE_EXCEEDED``); the caller's retry policy decides.
+            InferenceServerException: the call failed; the caller's retry policy decides.
+            ExternalFailure: no answer within ``Client.timeout`` + 1 s (``status``
+                ``DEADLINE_EXCEEDED``, ``retryable``); the caller's retry policy decides.
             ExternalFailure: the call's outputs do not match the model metadata.
             trio.Cancelled: propagated; this event's rows leave the call.
         """
@@ -234,11 +235,12 @@ class Batcher:
             raise
         if scope.cancelled_caught:
             self._drop(batch, slot)
-            from tritonclient.utils import InferenceServerException
-
-            raise InferenceServerException(
+            raise ExternalFailure(
                 f"no answer to a merged call within Client.timeout + {GRACE:g} s; the event gave up on it",
+                model=self.client.model_name,
+                server=server.name,
                 status=DEADLINE_STATUS,
+                retryable=True,
             )
         if slot.error is not None:
             raise slot.error
@@ -302,10 +304,8 @@ class Batcher:
                 all_outputs=len(client.requested_outputs) == len(client.outputs),
             )
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
-            options = {**client.call_options(), "outputs": batch.call.outputs}
-            batch.context = batch.grpc_client.async_infer(
-                client.model_name, batch.call.inputs, callback=callback, **options
-            )
+            options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # the call's own
+            batch.context = batch.call.send(batch.grpc_client, client.model_name, options, callback)
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)
 
@@ -322,7 +322,7 @@ class Batcher:
         try:
             if error is not None:
                 # A server restarted on the same port forgot our regions: recoverable.
-                raise client.transport.lost_registration(batch.server, error) or error
+                raise client.transport.lost_registration(batch.server, error, [call] if call else []) or error
             what = f"{client.what} (merged call of {len(slots)} events on {batch.server.describe()})"
             non_empty = all(a.size > 0 for slot in slots for a in slot.arrays)
             read = None if call is None else call.as_numpy

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
-from framework._paths import project_data_directory
 
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
@@ -48,11 +47,14 @@ from ._retry import (
     Router,
     SingleServer,
     cmssw_retry_description,
+    is_recoverable,
     parse_retries,
+    reason,
     retry_description,
 )
 from ._server_info import ServerInfo
 from ._transport import TensorTransport
+from ._waits import grpc_status
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
@@ -373,14 +375,16 @@ class TritonClient:
     def new_request(self, event_id: Any = None) -> TritonRequest:
         """A fresh request for one event (inputs unset); ``event_id`` names it in logs and errors."""
         if self._client is None:
-            raise ExternalFailure(f"{self.what}: the client is not connected (TritonService begin_job has not run)")
+            raise ExternalFailure(
+                f"{self.what}: the client is not connected (TritonService begin_job has not run)", model=self.model_name
+            )
         return TritonRequest(self, event_id)
 
     @property
     def retry_policy(self) -> RetryPolicy:
         """How this client's requests are tried and retried (set by :meth:`connect`)."""
         if self._retry_policy is None:
-            raise ExternalFailure(f"{self.what}: the client is not connected")
+            raise ExternalFailure(f"{self.what}: the client is not connected", model=self.model_name)
         return self._retry_policy
 
     def call_options(self) -> dict[str, Any]:
@@ -468,28 +472,35 @@ class TritonClient:
 
     def _failure(
         self, exc: BaseException, where: ServerInfo | None = None, what: str = "", during: str = "inference"
-    ) -> Exception:
-        """An ExternalFailure naming model (module, event), server, status and message for ``exc``.
+    ) -> ExternalFailure:
+        """An ExternalFailure naming model (module, event), server, status and message for
+        ``exc``, with its fields (``model``, ``server``, ``status``, ``retryable``) set.
 
         Also the retry policy's ``failure(exc, server, what)``.
         """
         from tritonclient.utils import InferenceServerException
 
-        if isinstance(exc, ExternalFailure):
+        server = where or self.server
+        server_name = None if server is None else server.name
+        status = grpc_status(exc)
+        if isinstance(exc, ExternalFailure) and status is None:  # it names the request already
+            exc.model = exc.model or self.model_name
+            exc.server = exc.server or server_name
             return exc
         what = what or self.what
-        if isinstance(exc, InferenceServerException):
-            if exc.status() == DEADLINE_STATUS:
-                return ExternalFailure(
-                    f"{what} on {self._where(where)}: deadline exceeded after "
-                    f"{self.timeout_text} (Client.timeout) during {during}"
-                )
-            detail = f"{exc.status() or 'error'}: {exc.message()}"
+        if status == DEADLINE_STATUS:
+            message = (
+                f"{what} on {self._where(where)}: deadline exceeded after "
+                f"{self.timeout_text} (Client.timeout) during {during}"
+            )
         else:
-            detail = f"{type(exc).__name__}: {exc}"
-        # One line: a Python-backend model's traceback comes with newlines ("At: ...").
-        detail = " ".join(detail.split())
-        return ExternalFailure(f"{what} on {self._where(where)}: {during} failed: {detail}")
+            known = isinstance(exc, (InferenceServerException, ExternalFailure))
+            detail = reason(exc) if known else f"{type(exc).__name__}: {exc}"
+            # One line: a Python-backend model's traceback comes with newlines ("At: ...").
+            message = f"{what} on {self._where(where)}: {during} failed: {' '.join(detail.split())}"
+        return ExternalFailure(
+            message, model=self.model_name, server=server_name, status=status, retryable=is_recoverable(exc)
+        )
 
     def __repr__(self) -> str:
         return f"<TritonClient {self.what}, {self.mode}, {self._where()}>"

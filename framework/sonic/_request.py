@@ -133,16 +133,18 @@ class TritonRequest:
         """What each gRPC call sends. Rectangular: row ranges (slices); batches above
         max_batch_size are split (as CMSSW does for its "many" batch mode) and the outputs
         joined again. Ragged: entry indices (ints), one call per entry, all issued together
-        (CMSSW's InferMulti)."""
+        (CMSSW's InferMulti). None at all for a batch of 0 rows."""
         missing = [name for name, tensor in self.input.items() if tensor.data is None and tensor.entries is None]
         if missing:
             raise ExternalFailure(f"{self.what}: input(s) {', '.join(missing)} not set (call to_server)")
+        rows = self.batch_size
+        if rows == 0:  # nothing to send (CMSSW's TritonClient skips the call too)
+            return []
         if self._ragged:
-            return list(range(self.batch_size))
+            return list(range(rows))
         limit = self.client.max_batch_size
         if limit == 0:
             return [slice(None)]
-        rows = self.batch_size
         return [slice(start, min(start + limit, rows)) for start in range(0, rows, limit)]
 
     def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | ShmCall:
@@ -268,7 +270,7 @@ class TritonRequest:
             trio.Cancelled: propagated unchanged.
         """
         chunks = self._chunks()
-        if self.batch_size == 0:
+        if not chunks:
             return self._finish_empty()
         batcher = self.client.batcher
         if batcher is not None and not self._ragged and len(chunks) == 1 and self.batch_size <= batcher.max_rows:
@@ -295,14 +297,12 @@ class TritonRequest:
         return self
 
     async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
-        from tritonclient.utils import InferenceServerException
-
         client = self.client
         self.tries += 1
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
         calls: list[PayloadCall | ShmCall] = []
-        options = {**client.call_options(), "outputs": None}
+        options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # each call's own
 
         def cancel_all() -> None:
             for context in contexts:
@@ -314,14 +314,8 @@ class TritonRequest:
                 for chunk in chunks:
                     future = ThreadSafeFuture()
                     calls.append(call := self._call(server, grpc_client, chunk))
-                    options["outputs"] = call.outputs
                     contexts.append(
-                        grpc_client.async_infer(
-                            client.model_name,
-                            call.inputs,
-                            callback=functools.partial(_deliver, future),
-                            **options,
-                        )
+                        call.send(grpc_client, client.model_name, options, functools.partial(_deliver, future))
                     )
                     futures.append(future)
                 results = [await future.wait(on_cancel=cancel_all) for future in futures]
@@ -330,9 +324,12 @@ class TritonRequest:
             raise self._failed_calls(server, calls, exc) from None
         if scope.cancelled_caught:  # wait() has cancelled the calls already
             _end_failed(calls)
-            raise InferenceServerException(
+            raise ExternalFailure(
                 f"no answer within {client.timeout_text} + {TIMEOUT_GRACE:g} s; the call was cancelled by the client",
+                model=client.model_name,
+                server=server.name,
                 status=DEADLINE_STATUS,
+                retryable=True,
             )
         return self._finish_calls(results, chunks, server, calls)
 
@@ -350,7 +347,7 @@ class TritonRequest:
             ExternalFailure: as :meth:`infer_async`.
         """
         chunks = self._chunks()
-        if self.batch_size == 0:
+        if not chunks:
             return self._finish_empty()
         client = self.client
         start = client.server_side_status() if client.verbose else {}
@@ -394,8 +391,9 @@ class TritonRequest:
     ) -> BaseException:
         """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
         recoverable one if the server lost our regions."""
+        lost = self.client.transport.lost_registration(server, exc, calls)  # before the regions go
         _end_failed(calls)
-        return self.client.transport.lost_registration(server, exc) or exc
+        return lost or exc
 
     async def infer_pseudo_async(self) -> TritonRequest:
         """``PseudoAsync``: each blocking try on a worker thread (CMSSW's SonicClientPseudoAsync).
@@ -405,7 +403,7 @@ class TritonRequest:
         before ``trio.Cancelled`` propagates.
         """
         chunks = self._chunks()
-        if self.batch_size == 0:
+        if not chunks:
             return self._finish_empty()
 
         async def attempt(server: ServerInfo, grpc_client: Any) -> TritonRequest:

@@ -33,7 +33,11 @@ tenacity (>= 8.4 detects trio) was considered; its model of one callable retried
 stop/wait rule does not express an ordered chain of actions each with its own target, and
 Sync mode needs the same policy without an event loop, so the policy is kept here, small.
 
-Direction: the loop knows servers (:class:`ServerInfo`) and nothing else of the package.
+The loop is written once, as a generator of steps (:meth:`RetryPolicy.steps`; the steps
+and their drivers are ``framework.sonic._waits``): the modes differ only in how they wait.
+
+Direction: the loop knows servers (:class:`ServerInfo`) and the steps, nothing else of the
+package.
 A :class:`RetryPolicy` is built once per client and hands the loop what it drives: a
 :class:`Router` (TritonService's routing, or :class:`SingleServer` for a client connected
 by hand) and the callables that count and describe failures. The try itself is a callable
@@ -48,12 +52,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import trio
-
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure
 
 from ._server_info import FALLBACK_SERVER, ServerInfo
+from ._waits import Attempt, Sleep, Steps, drive, drive_blocking, grpc_status, ready
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
@@ -80,19 +83,10 @@ __all__ = [
 logger = logging.getLogger("pysonic.sonic")
 
 ACTIONS = ("sameServer", "otherServer", "fallback")
-DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's status for a client timeout
+DEADLINE_STATUS = "DEADLINE_EXCEEDED"  # the gRPC status of a client timeout
 RECOVERABLE_STATUSES = frozenset(
-    f"StatusCode.{name}"
-    for name in (
-        "UNAVAILABLE",
-        "DEADLINE_EXCEEDED",
-        "INTERNAL",
-        "UNKNOWN",
-        "RESOURCE_EXHAUSTED",
-        "ABORTED",
-        "CANCELLED",
-    )
-)
+    ("UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+)  # gRPC status names (framework.sonic._waits.grpc_status)
 
 T = TypeVar("T")
 
@@ -236,18 +230,23 @@ def parse_retries(
 
 
 def is_recoverable(exc: BaseException) -> bool:
-    """Whether another try (here or elsewhere) may succeed after ``exc``."""
-    from tritonclient.utils import InferenceServerException
-
-    return isinstance(exc, InferenceServerException) and exc.status() in RECOVERABLE_STATUSES
+    """Whether another try (here or elsewhere) may succeed after ``exc``: an
+    :class:`ExternalFailure`'s ``retryable``; for tritonclient's ``InferenceServerException``,
+    whether its gRPC status is one of :data:`RECOVERABLE_STATUSES`."""
+    if isinstance(exc, ExternalFailure):
+        return exc.retryable
+    return grpc_status(exc) in RECOVERABLE_STATUSES
 
 
 def reason(exc: BaseException) -> str:
-    """A short cause for logs: ``"StatusCode.UNAVAILABLE: failed to connect..."``."""
+    """A short cause for logs: ``"StatusCode.UNAVAILABLE: failed to connect..."`` (the
+    status as gRPC prints it, then the message)."""
     from tritonclient.utils import InferenceServerException
 
     if isinstance(exc, InferenceServerException):
         return f"{exc.status() or 'error'}: {exc.message()}"
+    if isinstance(exc, ExternalFailure) and exc.status is not None:
+        return f"StatusCode.{exc.status}: {exc.args[0]}"
     return str(exc)
 
 
@@ -262,14 +261,12 @@ class Router(Protocol):
     a client connected by hand, by :class:`SingleServer`.
     """
 
-    async def route(self, model: str, preferred: str) -> ServerInfo: ...
-    def route_blocking(self, model: str, preferred: str) -> ServerInfo: ...
+    def route_steps(self, model: str, preferred: str) -> Steps[ServerInfo]: ...
     def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient: ...
     def may_retry(self, server_name: str, model: str) -> bool: ...
     def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None: ...
     def fallback_possible(self) -> bool: ...
-    async def fallback_server(self, model: str) -> ServerInfo | None: ...
-    def fallback_server_blocking(self, model: str) -> ServerInfo | None: ...
+    def fallback_steps(self, model: str) -> Steps[ServerInfo | None]: ...
     def record(self, server_name: str, ok: bool, why: str = "") -> None: ...
     def begin(self, server_name: str) -> None: ...
     def end(self, server_name: str, latency: float | None) -> None: ...
@@ -286,11 +283,8 @@ class SingleServer:
         self.server = server
         self._grpc_client = grpc_client
 
-    async def route(self, model: str, preferred: str) -> ServerInfo:
-        return self.server
-
-    def route_blocking(self, model: str, preferred: str) -> ServerInfo:
-        return self.server
+    def route_steps(self, model: str, preferred: str) -> Steps[ServerInfo]:
+        return ready(self.server)
 
     def grpc_client(self, server_name: str) -> grpcclient.InferenceServerClient:
         return self._grpc_client
@@ -304,11 +298,8 @@ class SingleServer:
     def fallback_possible(self) -> bool:
         return False
 
-    async def fallback_server(self, model: str) -> ServerInfo | None:
-        return None
-
-    def fallback_server_blocking(self, model: str) -> ServerInfo | None:
-        return None
+    def fallback_steps(self, model: str) -> Steps[ServerInfo | None]:
+        return ready(None)
 
     def record(self, server_name: str, ok: bool, why: str = "") -> None:
         pass
@@ -331,7 +322,7 @@ class RetryPolicy:
         count_retry: called with ``failover`` (a different server) for every retry.
         count_error: called once for every request that fails for good.
         failure: ``failure(exc, server, what)``: the ExternalFailure for the last error of a
-            request (``what`` names model, module and event).
+            request (``what`` names model, module and event), its fields set.
     """
 
     actions: tuple[RetryAction, ...]
@@ -340,31 +331,35 @@ class RetryPolicy:
     preferred: str
     count_retry: Callable[[bool], None]
     count_error: Callable[[], None]
-    failure: Callable[[BaseException, ServerInfo, str], Exception]
+    failure: Callable[[BaseException, ServerInfo, str], ExternalFailure]
 
-    async def run(self, what: str, attempt: Callable[[ServerInfo, Any], Awaitable[T]]) -> T:
-        """``await attempt(server, grpc_client)`` under this policy (trio).
+    def steps(self, what: str) -> Steps[Any]:
+        """The retry loop of one request, as a generator of steps (``framework.sonic._waits``):
+        route, then try (an :class:`Attempt` step) until a try succeeds, with the retries'
+        backoff (:class:`Sleep`) and the fallback server's start between; returns the
+        successful try's result. Written once for the three modes: :meth:`run` and
+        :meth:`run_blocking` only drive it.
 
         Args:
             what: names model, module and event, for logs and errors.
 
         Raises:
             ExternalFailure: a non-recoverable error, the tries are exhausted, or the fallback
-                server needed for a retry cannot start.
-            trio.Cancelled: propagated unchanged (the attempt cancels its calls).
+                server needed for a retry cannot start (``tries``, ``retryable`` and the last
+                error's ``server`` and ``status`` set).
+            trio.Cancelled: thrown in by the driver, propagated unchanged (the try's
+                ``end`` is still recorded).
         """
         router = self.router
         retrier: _Retrier | None = None  # made on the first failure only: the fast path needs none
-        server = await router.route(self.model, self.preferred)
+        server = yield from router.route_steps(self.model, self.preferred)
         while True:
             router.begin(server.name)
             started = time.perf_counter()
             latency = None
             try:
-                result = await attempt(server, router.grpc_client(server.name))
+                result = yield Attempt(server, router.grpc_client(server.name))
                 latency = time.perf_counter() - started
-            except trio.Cancelled:
-                raise
             except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
                 retrier = retrier or _Retrier(self, what)
                 step = retrier.failed_on(server, exc)
@@ -373,45 +368,25 @@ class RetryPolicy:
                 return result
             finally:
                 router.end(server.name, latency)
-            assert retrier is not None  # only a failed try gets here
             while step.target is _FALLBACK:
                 try:
-                    target = await router.fallback_server(self.model)
+                    target = yield from router.fallback_steps(self.model)
                 except ExternalFailure as err:
                     raise retrier.fallback_failed(err) from None
                 step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
-            await trio.sleep(step.delay)
+            yield Sleep(step.delay)  # also 0: a checkpoint between tries
             server = step.target
 
+    async def run(self, what: str, attempt: Callable[[ServerInfo, Any], Awaitable[T]]) -> T:
+        """:meth:`steps` in trio, ``await attempt(server, grpc_client)`` for each try
+        (``Async``; ``PseudoAsync`` passes an attempt that runs on a worker thread)."""
+        result: T = await drive(self.steps(what), attempt)
+        return result
+
     def run_blocking(self, what: str, attempt: Callable[[ServerInfo, Any], T]) -> T:
-        """:meth:`run` for Sync mode: the same policy, blocking (``time.sleep``)."""
-        router = self.router
-        retrier: _Retrier | None = None
-        server = router.route_blocking(self.model, self.preferred)
-        while True:
-            router.begin(server.name)
-            started = time.perf_counter()
-            latency = None
-            try:
-                result = attempt(server, router.grpc_client(server.name))
-                latency = time.perf_counter() - started
-            except Exception as exc:  # noqa: BLE001 - classified: retried or raised as ExternalFailure
-                retrier = retrier or _Retrier(self, what)
-                step = retrier.failed_on(server, exc)
-            else:
-                router.record(server.name, True)
-                return result
-            finally:
-                router.end(server.name, latency)
-            assert retrier is not None  # only a failed try gets here
-            while step.target is _FALLBACK:
-                try:
-                    target = router.fallback_server_blocking(self.model)
-                except ExternalFailure as err:
-                    raise retrier.fallback_failed(err) from None
-                step = retrier.skip() if target is None else _Step(step.action, target, step.delay)
-            time.sleep(step.delay)
-            server = step.target
+        """:meth:`steps` on the calling thread (``Sync``): tries and backoff block."""
+        result: T = drive_blocking(self.steps(what), attempt)
+        return result
 
 
 _FALLBACK = object()  # a step whose server the router must provide (maybe start) first
@@ -497,28 +472,39 @@ class _Retrier:
             step.delay,
         )
 
-    def _final(self, recoverable: bool) -> Exception:
+    def _final(self, recoverable: bool) -> ExternalFailure:
         assert self.last is not None  # set by the failure that led here
         server, exc = self.last
         self.policy.count_error()
         error = self.policy.failure(exc, server, self.what)
         actions = self.policy.actions
         if not recoverable or self.tries == 1 and not actions:
+            error.tries = self.tries
             return error
         servers = ", ".join(dict.fromkeys(self.failed))
         policy = ", ".join(a.describe() for a in actions) or "none"
-        return ExternalFailure(
-            f"{error.args[0]}; gave up after {self.tries} tries (servers: {servers}; Client.retries: {policy})"
+        return self._error(
+            f"{error.args[0]}; gave up after {self.tries} tries (servers: {servers}; Client.retries: {policy})", True
         )
 
     def fallback_failed(self, err: ExternalFailure) -> ExternalFailure:
         """The final error when the fallback server needed for a retry cannot serve."""
         assert self.last is not None  # set by the failure that led here
-        _, exc = self.last
         self.policy.count_error()
-        return ExternalFailure(
+        return self._error(
             f"{self.what}: failover to the fallback server after {self.tries} "
-            f"failed tries (last: {reason(exc)}) is impossible: {err.args[0]}"
+            f"failed tries (last: {reason(self.last[1])}) is impossible: {err.args[0]}",
+            False,
+        )
+
+    def _error(self, message: str, retryable: bool) -> ExternalFailure:
+        """A final error about the last failure, with its fields."""
+        assert self.last is not None  # set by the failure that led here
+        server, exc = self.last
+        status = grpc_status(exc)
+        model = self.policy.model
+        return ExternalFailure(
+            message, model=model, server=server.name, status=status, tries=self.tries, retryable=retryable
         )
 
 

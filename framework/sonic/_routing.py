@@ -2,8 +2,10 @@
 
 CMSSW counterpart: the server choice of ``TritonService`` (HeterogeneousCore/SonicTriton).
 :class:`Routing` is the clients' :class:`~framework.sonic._retry.Router`; its one verb
-is **route**: :meth:`Routing.route` (trio), :meth:`Routing.route_blocking` (``Sync`` mode)
-and :meth:`Routing.route_nowait` (no probe, never blocks). A model's *home* server
+is **route**: :meth:`Routing.route_steps` (the steps of ``framework.sonic._waits``: a due
+probe is a :class:`~framework.sonic._waits.Blocking` step), driven by :meth:`Routing.route`
+(trio) or :meth:`Routing.route_blocking` (``Sync`` mode, begin_job), and
+:meth:`Routing.route_nowait` (no probe, never blocks). A model's *home* server
 (:meth:`Routing.home`) is its module's ``preferredServer`` if that serves the model, else
 the one assigned at begin_job (the first configured server that serves it, else the
 fallback). A request goes to its home server while it is in service, else to another in
@@ -30,16 +32,16 @@ replaces the health map and the shared clients rather than mutating them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
-
 from framework._errors import ExternalFailure
 
 from ._server_info import FALLBACK_SERVER, ServerInfo
+from ._waits import Blocking, Steps, drive, drive_blocking
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
@@ -74,11 +76,9 @@ class Fallback(Protocol):
     def serves(self, model: str) -> bool:
         """Whether it runs and serves ``model``."""
 
-    async def serve(self, model: str) -> None:
-        """Make it serve ``model`` (start, restart or load on demand), waiting in trio."""
-
-    def serve_blocking(self, model: str) -> None:
-        """:meth:`serve` for ``Sync`` mode: blocks the calling thread."""
+    def serve_steps(self, model: str) -> Steps[None]:
+        """The steps that make it serve ``model`` (start, restart or load on demand: a
+        :class:`~framework.sonic._waits.Blocking` step); none if it does already."""
 
 
 FallbackFactory = Callable[[Callable[[], None]], Fallback]
@@ -175,7 +175,7 @@ class Routing:
         for name in [*self.served, FALLBACK_SERVER]:
             if model in self._served(name):
                 return name
-        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})")
+        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})", model=model)
 
     def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
         """The server for a new request of ``model``, from what is known now (no probe): the
@@ -193,28 +193,26 @@ class Routing:
                 return self.server(name)
         return self.server(home)
 
-    async def route(self, model: str, preferred: str = "") -> ServerInfo:
+    def route_steps(self, model: str, preferred: str = "") -> Steps[ServerInfo]:
         """:meth:`route_nowait`, after probing an out-of-service server whose probe is due
-        (on a worker thread; see the module docstring)."""
+        (a :class:`~framework.sonic._waits.Blocking` step; see the module docstring)."""
         probe = self._probe_due(model, preferred)
         if probe is not None:
             ok = False
             try:
-                ok = await trio.to_thread.run_sync(_probe, self.grpc_client(probe), model, self.probe_timeout)
+                ok = yield Blocking(functools.partial(_probe, self.grpc_client(probe), model, self.probe_timeout))
             finally:
                 self._probed(probe, ok)
         return self.route_nowait(model, preferred)
 
+    async def route(self, model: str, preferred: str = "") -> ServerInfo:
+        """:meth:`route_steps` in trio (a probe on a worker thread)."""
+        server: ServerInfo = await drive(self.route_steps(model, preferred))
+        return server
+
     def route_blocking(self, model: str, preferred: str = "") -> ServerInfo:
-        """:meth:`route` for Sync mode (a probe blocks the calling thread)."""
-        probe = self._probe_due(model, preferred)
-        if probe is not None:
-            ok = False
-            try:
-                ok = _probe(self.grpc_client(probe), model, self.probe_timeout)
-            finally:
-                self._probed(probe, ok)
-        return self.route_nowait(model, preferred)
+        """:meth:`route_steps` on the calling thread (a probe blocks it)."""
+        return drive_blocking(self.route_steps(model, preferred))
 
     def candidates(self, model: str) -> list[str]:
         """Servers that serve ``model``: configured ones in order, then a running fallback."""
@@ -237,7 +235,7 @@ class Routing:
         if name == FALLBACK_SERVER:
             info = self.fallback.info()
             if info is None:
-                raise ExternalFailure("TritonService: the fallback server is not running")
+                raise ExternalFailure("TritonService: the fallback server is not running", server=FALLBACK_SERVER)
             return info
         return self.servers[name]
 
@@ -288,8 +286,9 @@ class Routing:
             return False
         return not fallback.is_running() or self.healthy(FALLBACK_SERVER)
 
-    async def fallback_server(self, model: str) -> ServerInfo | None:
-        """The fallback server, made to serve ``model`` (started or loaded on demand).
+    def fallback_steps(self, model: str) -> Steps[ServerInfo | None]:
+        """The steps that give the fallback server, made to serve ``model`` (started or
+        loaded on demand).
 
         Concurrent callers wait for one start. Returns None if the fallback is disabled or
         running but out of service (hung).
@@ -299,17 +298,7 @@ class Routing:
         """
         if not self.fallback.enabled:
             return None
-        await self.fallback.serve(model)
-        return self._fallback_if_healthy()
-
-    def fallback_server_blocking(self, model: str) -> ServerInfo | None:
-        """:meth:`fallback_server` for Sync mode (blocks the calling thread while the server starts)."""
-        if not self.fallback.enabled:
-            return None
-        self.fallback.serve_blocking(model)
-        return self._fallback_if_healthy()
-
-    def _fallback_if_healthy(self) -> ServerInfo | None:
+        yield from self.fallback.serve_steps(model)
         return self.server(FALLBACK_SERVER) if self.healthy(FALLBACK_SERVER) else None
 
     def _fallback_started(self) -> None:

@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from ._server_info import FALLBACK_SERVER, ServerInfo
+from ._waits import grpc_status
 
 __all__ = [
     "ALIGN",
@@ -56,7 +57,7 @@ SHM_DIR = pathlib.Path("/dev/shm")
 ALIGN = 64  # bytes: each tensor starts at a multiple (cache line; numpy's SIMD loads)
 MIN_REGION_BYTES = 1 << 16  # 64 KiB: smaller regions would be regrown for the first real event
 UNREGISTER_TIMEOUT = 1.0  # seconds per unregister call at the end or on failover (server may be hung)
-SERVER_GONE = frozenset({"StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED"})  # unreachable or hung
+SERVER_GONE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})  # gRPC statuses of an unreachable or hung server
 _counter = itertools.count()
 _stale_checked = False
 
@@ -217,6 +218,22 @@ class ShmPool:
         for region in idle:
             self._discard(region)
 
+    def lost(self, region: _Region) -> bool:
+        """Whether the server no longer has ``region``, which we registered (it restarted on
+        the same address). Asks it (``get_system_shared_memory_status``, blocking, at most
+        :data:`UNREGISTER_TIMEOUT` s); False when it does not answer (nothing to tell)."""
+        from tritonclient.utils import InferenceServerException
+
+        if not region.registered:
+            return False
+        try:
+            status = self.grpc_client.get_system_shared_memory_status(
+                region.name, as_json=True, client_timeout=UNREGISTER_TIMEOUT
+            )
+        except InferenceServerException as exc:
+            return grpc_status(exc) not in SERVER_GONE  # it answered: it does not know the region
+        return region.name not in status.get("regions", {})
+
     def forget_registrations(self) -> None:
         """The server lost our registrations (restarted): register each region again on next use."""
         with self._lock:
@@ -269,7 +286,7 @@ class ShmPool:
         try:
             self.grpc_client.unregister_system_shared_memory(name, client_timeout=UNREGISTER_TIMEOUT)
         except InferenceServerException as exc:
-            if exc.status() in SERVER_GONE:  # gone or hung: it forgets the region with its process
+            if grpc_status(exc) in SERVER_GONE:  # gone or hung: it forgets the region with its process
                 logger.debug("unregistering %s from %s failed: %s", name, self.server.describe(), exc)
             else:  # "in use" by a call still running there: later
                 with self._lock:

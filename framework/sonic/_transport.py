@@ -11,9 +11,10 @@ each at a 64-byte aligned offset of one region of the client's
 * Remote servers, calls with less than :data:`SHM_MIN_BYTES` of inputs, and tensors
   shared memory cannot carry (``BYTES``; outputs whose size the metadata leaves open,
   i.e. with a ``-1`` dim) use gRPC payloads.
-* A server restarted on the same address has forgotten the regions: the call fails with
-  "Unable to find shared memory region"; the pool then registers its regions again and
-  the failure is reported as UNAVAILABLE, so that the retry policy tries again.
+* A server restarted on the same address has forgotten the regions: the call fails; asked
+  (``get_system_shared_memory_status``), the server does not know the call's region; the
+  pool then registers its regions again and the failure is reported as a retryable
+  :class:`~framework.ExternalFailure`, so that the retry policy tries again.
 * A local server that refuses to register a region (one in a container, say) gets
   payloads from then on; a full ``/dev/shm`` gives the call payloads.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -31,23 +31,28 @@ from typing import Any
 
 import numpy as np
 
+from framework._errors import ExternalFailure
+
 from ._data import TensorSpec
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, is_same_host, remove_stale_regions_once
+from ._waits import grpc_status
 
-__all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport"]
+__all__ = ["SHM_MIN_BYTES", "PayloadCall", "RequestMessages", "ShmCall", "TensorTransport"]
 
 logger = logging.getLogger("pysonic.sonic")
 
-UNAVAILABLE = "StatusCode.UNAVAILABLE"
 SHM_MIN_BYTES = 64 * 1024
 """Calls with fewer input bytes use payloads even with a local server: the bookkeeping of
 a shared-memory call costs more than copying a small message. The value is a judgement,
 not a measured crossing point: ``cmsbench shm`` measures both transports from 16 kB to
 2 MB (``docs/performance.md``)."""
-_NOT_REGISTERED = re.compile(
-    r"(unable to find|not found).*shared memory region|shared memory region.*not found", re.IGNORECASE
-)
+
+
+def _async_infer(
+    grpc_client: Any, model_name: str, call: PayloadCall | ShmCall, options: dict[str, Any], callback: Any
+) -> Any:
+    return grpc_client.async_infer(model_name, call.inputs, callback=callback, **options, outputs=call.outputs)
 
 
 def _align(n: int) -> int:
@@ -55,19 +60,49 @@ def _align(n: int) -> int:
 
 
 class PayloadCall:
-    """One gRPC call whose tensors travel in the request and response messages."""
+    """One gRPC call whose tensors travel in the request and response messages.
+
+    Sent by :meth:`send`: through the client's reusable request message
+    (:class:`RequestMessages`) when ``grpc_client`` is tritonclient's own
+    ``InferenceServerClient``, else by its ``async_infer`` (``inputs``, built on demand).
+    """
 
     def __init__(
-        self, specs: Mapping[str, TensorSpec], arrays: Mapping[str, np.ndarray[Any, Any]], outputs: Sequence[str] | None
+        self,
+        specs: Mapping[str, TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any]],
+        outputs: Sequence[str] | None,
+        messages: RequestMessages | None = None,
     ) -> None:
+        self._specs = specs
+        self.arrays = arrays
+        self.output_names = outputs
+        self._messages = messages
+
+    @property
+    def inputs(self) -> list[Any]:
+        """tritonclient's ``InferInput`` of each input (for ``infer``/``async_infer``)."""
         import tritonclient.grpc as grpcclient
 
-        self.inputs = []
-        for name, data in arrays.items():
-            grpc_input = grpcclient.InferInput(name, list(data.shape), specs[name].datatype)
+        inputs = []
+        for name, data in self.arrays.items():
+            grpc_input = grpcclient.InferInput(name, list(data.shape), self._specs[name].datatype)
             grpc_input.set_data_from_numpy(data)
-            self.inputs.append(grpc_input)
-        self.outputs = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
+            inputs.append(grpc_input)
+        return inputs
+
+    @property
+    def outputs(self) -> list[Any] | None:
+        """tritonclient's ``InferRequestedOutput`` of each requested output (None: all)."""
+        import tritonclient.grpc as grpcclient
+
+        return None if self.output_names is None else [grpcclient.InferRequestedOutput(n) for n in self.output_names]
+
+    def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
+        """Start the call (``async_infer``'s meaning and callback); its ``CallContext``."""
+        if self._messages is not None and self._messages.usable(grpc_client):
+            return self._messages.send(grpc_client, model_name, self, options, callback)
+        return _async_infer(grpc_client, model_name, self, options, callback)
 
     def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """The output array (a view of the response), None if missing; ValueError if malformed."""
@@ -76,6 +111,89 @@ class PayloadCall:
 
     def done(self, ok: bool) -> None:
         pass
+
+
+class RequestMessages:
+    """A client's ``ModelInferRequest`` messages, built once per model and inputs and refilled.
+
+    tritonclient's ``async_infer`` builds a new message from ``InferInput`` objects for
+    every call (a quarter of its Python time); the message names, datatypes and requested
+    outputs do not change within a job, so only the shapes and the raw contents are set
+    per call. gRPC serializes the message before ``future()`` returns, so one message per
+    model serves every call of the thread that sends them (the trio thread: ``Async``
+    mode only). What is sent is what ``async_infer`` sends (``tests/test_sonic_client.py``).
+    """
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[Any, ...], Any] = {}
+        self._client_type: type | None = None
+
+    def usable(self, grpc_client: Any) -> bool:
+        """Whether ``grpc_client`` is tritonclient's own client (not a stand-in or wrapper)."""
+        if self._client_type is None:
+            import tritonclient.grpc as grpcclient
+
+            self._client_type = grpcclient.InferenceServerClient
+        return type(grpc_client) is self._client_type
+
+    def send(self, grpc_client: Any, model_name: str, call: PayloadCall, options: dict[str, Any], callback: Any) -> Any:
+        """``grpc_client.async_infer(model_name, call's tensors, callback, **options)``."""
+        import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
+        from tritonclient.grpc import InferResult
+        from tritonclient.grpc._client import CallContext
+        from tritonclient.grpc._utils import (
+            _grpc_compression_type,
+            get_cancelled_error,
+            get_error_grpc,
+            raise_error_grpc,
+        )
+
+        arrays = call.arrays
+        version = options.get("model_version", "")
+        key = (model_name, version, *arrays, None if call.output_names is None else tuple(call.output_names))
+        message = self._messages.get(key)
+        if message is None:
+            message = self._messages[key] = self._new_message(model_name, version, call)
+        for tensor, array in zip(message.inputs, arrays.values(), strict=True):
+            del tensor.shape[:]
+            tensor.shape.extend(array.shape)
+        message.raw_input_contents.extend([array.tobytes() for array in arrays.values()])
+
+        def wrapped_callback(call_future: Any) -> None:  # as tritonclient's async_infer
+            error = result = None
+            try:
+                result = InferResult(call_future.result())
+            except grpc.RpcError as rpc_error:
+                error = get_error_grpc(rpc_error)
+            except grpc.FutureCancelledError:
+                error = get_cancelled_error()
+            callback(result=result, error=error)
+
+        try:
+            future = grpc_client._client_stub.ModelInfer.future(  # noqa: SLF001 - tritonclient's stub
+                request=message,
+                metadata=grpc_client._get_metadata(None),  # noqa: SLF001 - its channel's headers
+                timeout=options.get("client_timeout"),
+                compression=_grpc_compression_type(options.get("compression_algorithm")),
+            )
+        except grpc.RpcError as rpc_error:
+            raise_error_grpc(rpc_error)
+        finally:
+            del message.raw_input_contents[:]  # serialized already: the bytes are not kept
+        future.add_done_callback(wrapped_callback)
+        return CallContext(future)
+
+    @staticmethod
+    def _new_message(model_name: str, version: str, call: PayloadCall) -> Any:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.grpc import service_pb2
+
+        message = service_pb2.ModelInferRequest(model_name=model_name, model_version=version)
+        for name in call.arrays:
+            message.inputs.add(name=name, datatype=call._specs[name].datatype)  # noqa: SLF001 - same module
+        for name in call.output_names or ():
+            message.outputs.extend([grpcclient.InferRequestedOutput(name)._get_tensor()])  # noqa: SLF001
+        return message
 
 
 class ShmCall:
@@ -127,6 +245,10 @@ class ShmCall:
             self.outputs.append(output)
         self._out_places = out_places
 
+    def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
+        """Start the call (``async_infer``); its ``CallContext``."""
+        return _async_infer(grpc_client, model_name, self, options, callback)
+
     def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """A COPY of the output (the region is reused), None if missing; ValueError if malformed."""
         place = self._out_places.get(name)
@@ -170,6 +292,7 @@ class TensorTransport:
         self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
         self._refused: set[str] = set()  # servers that cannot map our regions: payloads
         self._lock = threading.Lock()
+        self.messages = RequestMessages()  # the payload calls' reusable request messages
         self.shm_calls = 0  # calls whose inputs went through shared memory
         self.payload_calls = 0  # calls with gRPC payloads
         if use_shared_memory:
@@ -227,7 +350,7 @@ class TensorTransport:
                 return call
         with self._lock:
             self.payload_calls += 1
-        return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs])
+        return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs], self.messages)
 
     def _use_payloads_after(self, server: ServerInfo, exc: Exception) -> bool:
         """Whether a failure to set up shared memory leaves the call to gRPC payloads.
@@ -240,7 +363,7 @@ class TensorTransport:
         from tritonclient.utils.shared_memory import SharedMemoryException
 
         if isinstance(exc, InferenceServerException):
-            if exc.status() in SERVER_GONE:
+            if grpc_status(exc) in SERVER_GONE:
                 return False
             with self._lock:
                 self._refused.add(server.name)
@@ -262,19 +385,26 @@ class TensorTransport:
             return True
         return False
 
-    def lost_registration(self, server: ServerInfo, exc: BaseException) -> BaseException | None:
-        """If ``exc`` says the server does not know our region (it restarted): forget the
-        registrations and return a recoverable (UNAVAILABLE) error to raise instead."""
+    def lost_registration(
+        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | ShmCall]
+    ) -> ExternalFailure | None:
+        """If the server answered ``exc`` to ``calls`` but no longer knows their shared-memory
+        region (it restarted on the same address): forget the pool's registrations and return
+        a retryable error to raise instead; else None. Asks the server, never reads its
+        message; call it before the calls end (their region is still registered)."""
         from tritonclient.utils import InferenceServerException
 
-        if not isinstance(exc, InferenceServerException) or not _NOT_REGISTERED.search(exc.message() or ""):
+        if not isinstance(exc, InferenceServerException) or grpc_status(exc) in SERVER_GONE:
             return None
-        pool = self.pools().get(server.name)
-        if pool is None:
+        call = next((c for c in calls if isinstance(c, ShmCall)), None)
+        if call is None or not call.pool.lost(call.region):
             return None
-        pool.forget_registrations()
-        return InferenceServerException(  # type: ignore[no-any-return]  # tritonclient is untyped
-            f"the server lost the shared-memory registrations ({exc.message()}); registering again", status=UNAVAILABLE
+        call.pool.forget_registrations()
+        return ExternalFailure(
+            f"the server lost the shared-memory registrations ({exc.message()}); registering again",
+            server=server.name,
+            status=grpc_status(exc),
+            retryable=True,
         )
 
     def failed_over(self, server_name: str) -> None:

@@ -3,23 +3,26 @@
     cmsrun framework/bench/configs/models_cfg.py backend=direct            # onnxruntime in-process
     cmsrun framework/bench/configs/models_cfg.py backend=sonic [server=127.0.0.1:PORT]
     cmsrun framework/bench/configs/models_cfg.py models=facile source=empty events=2000 streams=16
+    cmsrun framework/bench/configs/models_cfg.py backend=none     # the input producers, no model producer
 
 ``models`` chooses among particlenet, deepmet, deeptau, facile (ParticleNet AK4, DeepMET,
 DeepTau, FACILE); each gets its input producer and its model producer, which is the
 direct (``backend=direct``) or the SONIC (``backend=sonic``) twin with the SAME
-``Client`` PSet. ``cpuTime`` adds a fixed CPU cost per event (the MiniAOD demonstrator:
-the models are ~10 % of the event). Input: ``pfnano.root`` repeated ``repeat`` times
-(``noDuplicateCheck``), or ``source=empty`` (FACILE only: its inputs are synthesized).
-DeepTau uses ``minTaus=3`` jet-seeded candidates (pfnano.root stores no taus; see
-``modules/deeptau_inputs.py``). Without ``server`` the SONIC modules use the fallback
-local server on ``data/models``.
+``Client`` PSet; ``backend=none`` runs the input producers alone, so that a job's CPU
+without any inference is measured (``cmsbench cpu``); ``batchRows`` turns on the SONIC
+producers' cross-event batching (``Client.batching``). ``cpuTime`` adds a fixed CPU cost
+per event (the MiniAOD demonstrator: the models are ~10 % of the event). Input:
+``pfnano.root`` repeated ``repeat`` times (``noDuplicateCheck``), or ``source=empty``
+(FACILE only: its inputs are synthesized). DeepTau uses ``minTaus=3`` jet-seeded
+candidates (pfnano.root stores no taus; see ``modules/deeptau_inputs.py``). Without
+``server`` the SONIC modules use the fallback local server on ``data/models``.
 """
 
 import framework.config as cms
 
 V = cms.VarParsing
 options = V()
-options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic")
+options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic | none")
 options.register(
     "models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string, "models to run"
 )
@@ -32,6 +35,10 @@ options.register(
     V.varType.bool,
     "Client.useSharedMemory (shared memory with a local server)",
 )
+options.register(
+    "batchRows", 0, V.multiplicity.singleton, V.varType.int, "Client.batching.maxRows: cross-event batching (0 = off)"
+)
+options.register("batchDelay", 100, V.multiplicity.singleton, V.varType.int, "Client.batching.maxDelay, microseconds")
 options.register("source", "pfnano", V.multiplicity.singleton, V.varType.string, "pfnano | empty")
 options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input files (default: pfnano.root)")
 options.register("repeat", 10, V.multiplicity.singleton, V.varType.int, "times the file list is read")
@@ -57,14 +64,21 @@ options.register(
     V.varType.string,
     "save the first model's inputs of every event to this .npz ('' = no)",
 )
+options.register(
+    "dumpFolder",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "save each model's inputs of every event to <dumpFolder>/<model>.npz ('' = no)",
+)
 options.parseArguments()
 
 KNOWN = ("particlenet", "deepmet", "deeptau", "facile")
 for name in options.models:
     if name not in KNOWN:
         raise ValueError(f"models_cfg.py: unknown model '{name}' (known: {', '.join(KNOWN)})")
-if options.backend not in ("direct", "sonic"):
-    raise ValueError(f"models_cfg.py: backend '{options.backend}' is not direct or sonic")
+if options.backend not in ("direct", "sonic", "none"):
+    raise ValueError(f"models_cfg.py: backend '{options.backend}' is not direct, sonic or none")
 
 process = cms.Process("BENCH")
 if options.source == "empty":
@@ -106,6 +120,9 @@ def client(model_name):
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(120),
         useSharedMemory=cms.untracked.bool(options.sharedMemory),
+        batching=cms.untracked.PSet(
+            maxRows=cms.untracked.uint32(options.batchRows), maxDelay=cms.untracked.uint32(options.batchDelay)
+        ),
     )
 
 
@@ -154,6 +171,9 @@ for name in options.models:
     input_producer, model_type, model_name = producers[name]
     model_name = options.modelName or model_name
     setattr(process, f"{name}Inputs", input_producer)
+    if options.backend == "none":  # the inputs made (on the Path: nothing consumes them), no inference
+        path.append(getattr(process, f"{name}Inputs"))
+        continue
     setattr(process, name, cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name)))
     inputs.append(getattr(process, f"{name}Inputs"))
     path.append(getattr(process, name))
@@ -164,5 +184,14 @@ if options.dumpInputs:
         fileName=cms.untracked.string(options.dumpInputs),
     )
     path.append(process.dump)
+if options.dumpFolder:
+    for name in options.models:
+        dumper = cms.EDAnalyzer(
+            "modules.bench:BenchInputDumper",
+            src=cms.InputTag(f"{name}Inputs"),
+            fileName=cms.untracked.string(f"{options.dumpFolder}/{name}.npz"),
+        )
+        setattr(process, f"{name}Dump", dumper)
+        path.append(dumper)
 process.inputsTask = cms.Task(*inputs)
 process.p = cms.Path(*path, process.inputsTask)

@@ -1,0 +1,413 @@
+"""``cmsbench cpu``: the job's own CPU per event, direct vs SONIC, and the client's CPU against a bare loop.
+
+Every job is a ``cmsrun`` child process of ``framework/bench/configs/models_cfg.py`` (4 streams, 1
+thread); its CPU time (user + system, all its threads) comes from the OS when it exits
+(``os.wait4``). Start-up (imports, config, begin_job, sessions, channels) is removed by
+running each job at two event counts and taking the difference:
+
+    CPU per event = (cpu(events_2) - cpu(events_1)) / (events_2 - events_1)
+
+The variants, on the same events and the same server (a ``LocalTritonServer`` of
+``data/models`` in its own process):
+
+* ``direct``: the model producers run onnxruntime in the job (one intra-op thread);
+* ``sonic``: the SONIC producers, one request per event and model (batching off);
+* ``sonic_batched``: the same with cross-event batching (``Client.batching``);
+* ``none``: the same job with the input producers only, no model producer: what is
+  left when no inference is done. The client's CPU per event is measured as
+  ``sonic - none`` (not derived from the direct job);
+* ``bare``: a bare ``tritonclient.grpc`` ``async_infer`` loop (``python -m
+  framework.bench._exp_cpu``, a child process too) replaying the job's own tensors
+  (dumped from the same events by ``models_cfg.py dumpFolder=``), one request per event
+  and model, event by event, with as many requests in flight as the job has streams,
+  all outputs requested; its CPU per request is taken the same way (two event counts).
+
+Both the SONIC jobs and the bare loop send the tensors as gRPC payloads
+(``Client.useSharedMemory = false``): the same transport on both sides of the ratio.
+Also the server's CPU per event (the ``tritonserver`` process and its Python-backend
+stubs, from ``/proc``), so that the job's plus the local server's CPU is reported too.
+
+Two configs: the four models alone, and the MiniAOD-like job (``cpuTime``: CPU work
+per event nine times the direct inference's, so the models are ~10 % of the event).
+Every figure is the median of ``repeat`` runs; every run is kept in the JSON with the
+load average at its start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ._exp_sonic import _env
+from ._harness import CONFIGS, SERVERS, config_args
+
+MS = 1e3
+US = 1e6
+STREAMS = 4
+MODELS = ("particlenet", "deepmet", "deeptau", "facile")
+TRITON_NAMES = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
+VARIANTS = ("direct", "sonic", "sonic_batched", "none")
+BATCH_ROWS = 64  # Client.batching.maxRows of sonic_batched (maxDelay: the config's default)
+
+
+def _cmsrun(summary: pathlib.Path | None = None, **options: Any) -> list[str]:
+    """The command of a ``cmsrun framework/bench/configs/models_cfg.py`` child with ``options``."""
+    command = [sys.executable, "-m", "framework._cmsrun", str(CONFIGS / "models_cfg.py"), *config_args(**options)]
+    return [*command, "--no-progress", *(["--summary-json", str(summary)] if summary else [])]
+
+
+def _child(command: list[str], folder: pathlib.Path, what: str, timeout: float = 900.0) -> tuple[float, float]:
+    """Run ``command``; its (CPU seconds, user + system of all its threads, wall seconds).
+
+    Raises:
+        RuntimeError: it failed (with the end of its stderr) or ran past ``timeout``.
+    """
+    err_path = folder / "stderr.txt"
+    with err_path.open("w") as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(
+            command, cwd=folder, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=_env()
+        )
+        deadline = time.monotonic() + timeout
+        while True:  # os.wait4: this child's own resource usage, nothing else's
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                os.wait4(process.pid, 0)
+                raise RuntimeError(f"cmsbench cpu: {what} ran past {timeout:g} s")
+            time.sleep(0.01)
+        wall = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        tail = " | ".join(err_path.read_text(errors="replace").strip()[-800:].splitlines())
+        raise RuntimeError(f"cmsbench cpu: {what} failed ({process.returncode}): {tail}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds so far of process ``pid`` and its children (the server's Python-backend
+    stubs), from ``/proc`` (0 where unreadable)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state (field 3 of proc(5)); ppid is field 4, utime/stime 14/15
+        if int(stat.parent.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _job(
+    variant: str, events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], cpu_time: float
+) -> dict[str, Any]:
+    """One cmsrun of ``variant`` on ``events`` events: its CPU, wall, the server's CPU, its summary."""
+    backend = {"sonic_batched": "sonic"}.get(variant, variant)
+    options: dict[str, Any] = dict(
+        backend=backend,
+        models=list(models),
+        server=server.grpc_address,
+        events=events,
+        repeat=events,  # pfnano.root holds 10 events: list it often enough (opened once)
+        streams=STREAMS,
+        threads=1,
+        sharedMemory=False,
+        cpuTime=cpu_time,
+        batchRows=BATCH_ROWS if variant == "sonic_batched" else 0,
+    )
+    summary = folder / f"{variant}_{events}.json"
+    server_before = _tree_cpu(server.pid)
+    cpu, wall = _child(_cmsrun(summary, **options), folder, f"{variant} job on {events} events")
+    out = {"cpu_s": cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
+    clients = json.loads(summary.read_text()).get("services", {}).get("TritonService", {}).get("clients", {})
+    out["calls"] = sum(c.get("calls", 0) for c in clients.values())
+    out["requests"] = sum(c.get("requests", c.get("calls", 0)) for c in clients.values())
+    return out
+
+
+def _bare(events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...]) -> dict[str, Any]:
+    """The bare replay of the dumped tensors of ``events`` events, as a child process."""
+    command = [
+        sys.executable,
+        "-m",
+        "framework.bench._exp_cpu",
+        server.grpc_address,
+        str(folder / "tensors"),
+        "--models",
+        ",".join(models),
+        "--events",
+        str(events),
+        "--in-flight",
+        str(STREAMS),
+    ]
+    server_before = _tree_cpu(server.pid)
+    cpu, wall = _child(command, folder, f"bare loop on {events} events")
+    return {"cpu_s": cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
+
+
+def _per_event(low: dict[str, Any], high: dict[str, Any], events: tuple[int, int], key: str) -> float:
+    return (high[key] - low[key]) / (events[1] - events[0])
+
+
+def _one_run(
+    server: Any, folder: pathlib.Path, models: tuple[str, ...], events: tuple[int, int], cpu_time: float
+) -> dict[str, Any]:
+    """Every variant and the bare loop once, at both event counts; per-event figures."""
+    run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
+    for variant in VARIANTS:
+        low, high = (_job(variant, n, server, folder, models, cpu_time) for n in events)
+        run[variant] = {
+            "cpu_ms_per_event": _per_event(low, high, events, "cpu_s") * MS,
+            "server_cpu_ms_per_event": _per_event(low, high, events, "server_cpu_s") * MS,
+            "calls_per_event": _per_event(low, high, events, "calls"),
+            "requests_per_event": _per_event(low, high, events, "requests"),
+            "jobs": [low, high],
+        }
+    low, high = (_bare(n, server, folder, models) for n in events)
+    requests = len(models)  # per event: one request per model
+    run["bare"] = {
+        "cpu_ms_per_request": _per_event(low, high, events, "cpu_s") / requests * MS,
+        "server_cpu_ms_per_request": _per_event(low, high, events, "server_cpu_s") / requests * MS,
+        "jobs": [low, high],
+    }
+    sonic, none, bare = run["sonic"], run["none"], run["bare"]
+    run["client_ms_per_event"] = sonic["cpu_ms_per_event"] - none["cpu_ms_per_event"]
+    run["client_ms_per_request"] = run["client_ms_per_event"] / max(sonic["calls_per_event"], 1e-9)
+    run["batched_client_ms_per_event"] = run["sonic_batched"]["cpu_ms_per_event"] - none["cpu_ms_per_event"]
+    run["client_vs_bare"] = run["client_ms_per_request"] / bare["cpu_ms_per_request"]
+    run["batched_client_vs_bare"] = run["batched_client_ms_per_event"] / requests / bare["cpu_ms_per_request"]
+    run["direct_inference_ms_per_event"] = run["direct"]["cpu_ms_per_event"] - none["cpu_ms_per_event"]
+    run["sonic_vs_direct"] = sonic["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    run["batched_vs_direct"] = run["sonic_batched"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    run["client_vs_inference"] = run["client_ms_per_event"] / run["direct_inference_ms_per_event"]
+    return run
+
+
+ROW_KEYS = (
+    "client_ms_per_event",
+    "client_ms_per_request",
+    "batched_client_ms_per_event",
+    "client_vs_bare",
+    "batched_client_vs_bare",
+    "direct_inference_ms_per_event",
+    "sonic_vs_direct",
+    "batched_vs_direct",
+    "client_vs_inference",
+)
+
+
+def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians over ``runs`` of every reported figure (all runs kept beside them)."""
+
+    def median(get: Any) -> float:
+        return float(statistics.median(get(r) for r in runs))
+
+    row: dict[str, Any] = {"config": config, "cpu_time_ms": cpu_time, "runs": len(runs)}
+    for variant in VARIANTS:
+        for key in ("cpu_ms_per_event", "server_cpu_ms_per_event"):
+            row[f"{variant}_{key}"] = median(lambda r, v=variant, k=key: r[v][k])
+        row[f"{variant}_total_ms_per_event"] = median(
+            lambda r, v=variant: r[v]["cpu_ms_per_event"] + r[v]["server_cpu_ms_per_event"]
+        )
+    row["rows_per_call_batched"] = median(
+        lambda r: r["sonic_batched"]["requests_per_event"] / max(r["sonic_batched"]["calls_per_event"], 1e-9)
+    )
+    row["bare_cpu_ms_per_request"] = median(lambda r: r["bare"]["cpu_ms_per_request"])
+    for key in ROW_KEYS:
+        row[key] = median(lambda r, k=key: r[k])
+        values = [r[key] for r in runs]
+        row[f"{key}_spread"] = [min(values), max(values)]
+    row["loadavg"] = [r["loadavg"][0] for r in runs]
+    row["all_runs"] = runs
+    return row
+
+
+def cpu(quick: bool, repeat: int) -> dict[str, Any]:
+    """The job's CPU per event for direct, SONIC (unbatched, batched) and no inference, and the
+    client's CPU against a bare tritonclient loop; the four-model and the MiniAOD-like configs."""
+    models = ("deepmet",) if quick else MODELS
+    events = (2, 6) if quick else (10, 310)
+    server = SERVERS.models_server()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pysonic-bench-cpu-") as name:
+        folder = pathlib.Path(name)
+        (folder / "tensors").mkdir()
+        # The job's own tensors, from the same events (also warms the server's models up).
+        dump = _cmsrun(
+            backend="sonic",
+            models=list(models),
+            server=server.grpc_address,
+            events=events[1],
+            repeat=events[1],
+            streams=STREAMS,
+            threads=1,
+            dumpFolder=folder / "tensors",
+        )
+        _child(dump, folder, "the tensor dump")
+        runs = [_one_run(server, folder, models, events, 0.0) for _ in range(max(1, repeat))]
+        rows.append(_row("four models", 0.0, runs))
+        if not quick:  # --quick: the smoke test's minute; the MiniAOD-like job adds nothing to it
+            # MiniAOD-like: the rest of the event costs nine times the direct inference.
+            cpu_time = 9 * max(rows[0]["direct_inference_ms_per_event"], 0.1)
+            runs = [_one_run(server, folder, models, events, cpu_time) for _ in range(max(1, repeat))]
+            rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs))
+    four = rows[0]
+    return {
+        "experiment": "cpu",
+        "title": "The job's CPU per event: direct vs SONIC, and the client's CPU vs a bare tritonclient loop",
+        "settings": {
+            "models": list(models),
+            "events": list(events),
+            "streams": STREAMS,
+            "threads": 1,
+            "transport": "gRPC payloads (Client.useSharedMemory = false; the bare loop too)",
+            "batching": f"sonic_batched: Client.batching maxRows {BATCH_ROWS}",
+            "server": "LocalTritonServer of data/models, its own process",
+            "quick": quick,
+            "repeat": repeat,
+        },
+        "rows": rows,
+        "columns": [
+            ("config", "config", "s"),
+            ("direct_cpu_ms_per_event", "direct [ms/ev]", ".2f"),
+            ("sonic_cpu_ms_per_event", "SONIC [ms/ev]", ".2f"),
+            ("sonic_batched_cpu_ms_per_event", "batched [ms/ev]", ".2f"),
+            ("none_cpu_ms_per_event", "no inference [ms/ev]", ".2f"),
+            ("client_ms_per_event", "client [ms/ev]", ".3f"),
+            ("client_ms_per_request", "client [ms/req]", ".3f"),
+            ("bare_cpu_ms_per_request", "bare [ms/req]", ".3f"),
+            ("client_vs_bare", "client/bare", ".2f"),
+            ("batched_client_vs_bare", "batched/bare", ".2f"),
+            ("rows_per_call_batched", "rows/call", ".1f"),
+            ("sonic_vs_direct", "SONIC/direct", ".2f"),
+            ("sonic_total_ms_per_event", "SONIC+server [ms/ev]", ".2f"),
+            ("runs", "runs", "d"),
+        ],
+        "targets": [
+            {
+                "name": "client CPU per request / bare loop's (batching off)",
+                "value": four["client_vs_bare"],
+                "target": 1.0,
+                "met": four["client_vs_bare"] <= 1.0,
+                "note": "client = SONIC job - the job without inference",
+            },
+            {
+                "name": "client CPU per event (batched) / bare loop's per request",
+                "value": four["batched_client_vs_bare"],
+                "target": 0.3,
+                "met": four["batched_client_vs_bare"] <= 0.3,
+                "note": f"{four['rows_per_call_batched']:.1f} rows per call",
+            },
+            {
+                "name": "SONIC / direct job CPU per event (four models)",
+                "value": four["sonic_vs_direct"],
+                "target": 0.55,
+                "met": four["sonic_vs_direct"] <= 0.55,
+                "note": "direct: onnxruntime, one intra-op thread",
+            },
+            {
+                "name": "client CPU / the direct inference it replaces",
+                "value": four["client_vs_inference"],
+                "target": 0.15,
+                "met": four["client_vs_inference"] <= 0.15,
+                "note": "inference = direct job - the job without inference",
+            },
+        ],
+        "notes": [
+            "CPU from the OS (os.wait4 of each cmsrun child), start-up removed by two event counts",
+            "the server runs on the same cores: the job's CPU saved is not the machine's (SONIC+server column)",
+            "medians of all runs; every run with its load average in all_runs",
+        ],
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# The bare loop (a child process of the experiment)
+
+
+def bare_replay(address: str, folder: pathlib.Path, models: list[str], events: int, in_flight: int) -> int:
+    """Replay the dumped tensors of the first ``events`` events: for each event, one
+    ``async_infer`` per model (all its outputs), ``in_flight`` at most in flight.
+
+    Every dumped event is loaded whatever ``events`` is, so that loading is start-up (it
+    cancels in the difference of two event counts). Returns the failed requests.
+    """
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    from ._load import load_requests
+
+    client = grpcclient.InferenceServerClient(address)
+    plan = []
+    for model in models:
+        triton = TRITON_NAMES[model]
+        metadata = client.get_model_metadata(triton, as_json=True)
+        names = [i["name"] for i in metadata["inputs"]]
+        requests = [
+            {n: np.ascontiguousarray(r[n] if n in r else r["array"]) for n in names}  # "array": the product's one
+            for r in load_requests(folder / f"{model}.npz")
+        ]
+        outputs = [o["name"] for o in metadata["outputs"]]
+        plan.append((triton, requests, outputs))
+    slots = threading.Semaphore(in_flight)
+    failures: list[Any] = []
+
+    def done(result: Any, error: Any) -> None:
+        if error is not None:
+            failures.append(error)
+        slots.release()
+
+    try:
+        for event in range(events):
+            for triton, requests, outputs in plan:
+                inputs = []
+                for name, array in requests[event % len(requests)].items():
+                    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                    tensor.set_data_from_numpy(array)
+                    inputs.append(tensor)
+                slots.acquire()
+                client.async_infer(
+                    triton,
+                    inputs,
+                    done,
+                    outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
+                    client_timeout=120,
+                )
+        for _ in range(in_flight):
+            slots.acquire()
+    finally:
+        client.close()
+    if failures:
+        print(f"bare loop: {len(failures)} failed requests, first: {failures[0]}", file=sys.stderr)
+    return len(failures)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m framework.bench._exp_cpu", description=bare_replay.__doc__)
+    parser.add_argument("address")
+    parser.add_argument("tensors", type=pathlib.Path, help="folder of <model>.npz (models_cfg.py dumpFolder=)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--events", type=int, required=True)
+    parser.add_argument("--in-flight", type=int, default=STREAMS)
+    ns = parser.parse_args(argv)
+    failed = bare_replay(ns.address, ns.tensors, ns.models.split(","), ns.events, ns.in_flight)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
