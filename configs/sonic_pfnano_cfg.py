@@ -89,7 +89,7 @@ process.TritonService = cms.Service(
 def client(model_name):
     return cms.PSet(
         modelName=cms.string(model_name),
-        modelConfigPath=cms.string(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
+        modelConfigPath=cms.FileInPath(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(30),
         timeoutUnit=cms.untracked.string("seconds"),

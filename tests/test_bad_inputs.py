@@ -399,7 +399,8 @@ process.TritonService = cms.Service(
 process.sender = cms.EDProducer("sonic_sender:Sender", width=cms.uint32({width}), dtype=cms.string({dtype!r}),
                                 Client=cms.PSet(modelName=cms.string({model!r}), timeout=cms.untracked.uint32(20),
                                                 mode=cms.string("Async"),
-                                                modelConfigPath=cms.string({repository!r} + "/{model}/config.pbtxt")))
+                                                modelConfigPath=cms.FileInPath(
+                                                    {repository!r} + "/{model}/config.pbtxt")))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"))
 process.p = cms.Path(process.sender)
 process.e = cms.EndPath(process.out)

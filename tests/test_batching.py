@@ -58,9 +58,17 @@ MODEL_PY = textwrap.dedent("""
             return pb_utils.InferenceResponse([pb_utils.Tensor("y", y.astype(np.float32))])
 """)
 
-# The Client keys CMSSW requires (the path is unused by a client connected by hand), and the
-# mode these tests mean (CMSSW's default is PseudoAsync).
-REQUIRED = {"modelConfigPath": "double/config.pbtxt", "timeout": 10, "mode": "Async"}
+REPOSITORY: list[pathlib.Path] = []  # this module's model repository, once written
+
+
+def required(model: str) -> dict:
+    """The Client keys CMSSW requires (modelConfigPath: the model's config in this module's
+    repository) and the mode these tests mean (CMSSW's default is PseudoAsync)."""
+    # A client never connected (configuration checks) may name any existing config.
+    config = str(REPOSITORY[0] / model / "config.pbtxt") if REPOSITORY else "models/facile/config.pbtxt"
+    return {"modelConfigPath": config, "timeout": 10, "mode": "Async"}
+
+
 N_EVENTS = 48
 STREAMS = 16
 WIDE = 4096  # float32 columns of the "wide" model: one event's row (16 KiB) stays under the
@@ -81,6 +89,7 @@ def write_model(repo: pathlib.Path, name: str, width: int = 4) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, left_behind):
     repo = tmp_path_factory.mktemp("batching_models")
+    REPOSITORY[:] = [repo]  # the models' configs (Client.modelConfigPath)
     for name in ("double", "count", "solo"):
         write_model(repo, name)
     write_model(repo, "wide", WIDE)  # y = 2x, 16 KiB per row
@@ -153,7 +162,7 @@ def batching_process(
         producer,
         Client=cms.PSet(
             modelName=cms.string(model),
-            modelConfigPath=cms.string(f"{model}/config.pbtxt"),  # unused: no fallback
+            modelConfigPath=cms.FileInPath(str(REPOSITORY[0] / model / "config.pbtxt")),
             mode=cms.string("Async"),  # cross-event batching is Async's
             timeout=cms.untracked.uint32(20),
             useSharedMemory=cms.untracked.bool(shared_memory),
@@ -261,7 +270,8 @@ async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory
 
 def connected(server: LocalTritonServer, model: str, max_rows: int, max_delay_us: int) -> TritonClient:
     params = client_description().validate(
-        {"modelName": model, **REQUIRED, "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}}, "test client"
+        {"modelName": model, **required(model), "batching": {"maxRows": max_rows, "maxDelay": max_delay_us}},
+        "test client",
     )
     client = TritonClient(params, debug_name="batcher")
     client.connect(ServerInfo("local", server.grpc_address))
@@ -381,7 +391,7 @@ async def test_batching_where_it_cannot_apply(server, caplog):
     from framework._errors import ConfigurationError
 
     params = client_description().validate(
-        {"modelName": "double", **REQUIRED, "mode": "Sync", "batching": {"maxRows": 8}}, "c"
+        {"modelName": "double", **required("double"), "mode": "Sync", "batching": {"maxRows": 8}}, "c"
     )
     client = TritonClient(params, debug_name="syncUser")
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
@@ -390,7 +400,7 @@ async def test_batching_where_it_cannot_apply(server, caplog):
     assert client.batcher is None
     assert any("Client.batching is ignored" in r.getMessage() and "mode Sync" in r.getMessage() for r in caplog.records)
     too_long = client_description().validate(
-        {"modelName": "double", **REQUIRED, "batching": {"maxDelay": 20_000_000}}, "c"
+        {"modelName": "double", **required("double"), "batching": {"maxDelay": 20_000_000}}, "c"
     )
     with pytest.raises(
         ConfigurationError,

@@ -37,12 +37,12 @@ process.particleNetInputs = cms.EDProducer("ParticleNetInputProducer")
 process.particleNetAK4 = cms.EDProducer("ParticleNetSonicProducer", src=cms.InputTag("particleNetInputs"),
                                         Client=cms.PSet(modelName=cms.string("particlenet_ak4"),
                                                         mode=cms.string("Async"),
-                                                        modelConfigPath=cms.string("models/particlenet_ak4/config.pbtxt"),
+                                                        modelConfigPath=cms.FileInPath("models/particlenet_ak4/config.pbtxt"),
                                                         timeout=cms.untracked.uint32(10)))
 process.deepMETInputs = cms.EDProducer("DeepMETInputProducer")
 process.deepMET = cms.EDProducer("DeepMETSonicProducer", src=cms.InputTag("deepMETInputs"),
                                  Client=cms.PSet(modelName=cms.string("deepmet"), mode=cms.string("Async"),
-                                                 modelConfigPath=cms.string("models/deepmet/config.pbtxt"),
+                                                 modelConfigPath=cms.FileInPath("models/deepmet/config.pbtxt"),
                                                  timeout=cms.untracked.uint32(10)))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"),
                                outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep particleNetAK4_*",

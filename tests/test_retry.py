@@ -87,6 +87,7 @@ MODEL_PY = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
     repo = tmp_path_factory.mktemp("models")  # x -> y, FP32 (batch, -1), batch <= 8
+    REPOSITORY[:] = [repo]  # the models' configs, for client_params
     write_python_model(repo, "double", MODEL_PY)
     write_python_model(repo, "flaky", MODEL_PY)
     return repo
@@ -124,12 +125,16 @@ def primary(repository, left_behind):
 # The retry policy on one server (the flaky model: exact counts, no timing)
 
 
+REPOSITORY: list[pathlib.Path] = []  # this module's model repository, once written
+UNUSED_CONFIG = "models/facile/config.pbtxt"  # a FileInPath that exists (data/), for clients never connected
+
+
 def client_params(model: str, **params):
     # Required as in CMSSW: modelConfigPath (unused by a client connected by hand), timeout;
     # these tests mean Async and pysonic's recommended retries unless they say otherwise
     # (CMSSW's defaults: PseudoAsync, no retry).
     required = {
-        "modelConfigPath": f"{model}/config.pbtxt",
+        "modelConfigPath": str(REPOSITORY[0] / model / "config.pbtxt") if REPOSITORY else UNUSED_CONFIG,
         "timeout": 10,
         "mode": "Async",
         "retries": retries_pset(RECOMMENDED_RETRIES),
@@ -291,10 +296,10 @@ async def test_a_call_that_never_answers_is_cancelled_by_the_client(steady, auto
 
 
 def test_retry_configuration():
-    required = {"modelName": "m", "modelConfigPath": "m/config.pbtxt", "timeout": 1}
+    required = {"modelName": "m", "modelConfigPath": UNUSED_CONFIG, "timeout": 1}
     assert TritonClient(client_description().validate(required, "c")).retries == DEFAULT_RETRIES == ()  # CMSSW's
     with pytest.raises(ConfigurationError, match="Client.retries and Client.allowedTries both ask for retries"):
-        TritonClient(client_params("m", allowedTries=2))
+        TritonClient(client_params("m", modelConfigPath=UNUSED_CONFIG, allowedTries=2))
     # Later CMSSW releases' Retry VPSet reads as the same actions.
     later = [{"retryType": "RetrySameServerAction", "allowedTries": 3}, {"retryType": "RetryActionDiffServer"}]
     assert TritonClient(client_description().validate({**required, "Retry": later}, "c")).retries == (
@@ -306,7 +311,11 @@ def test_retry_configuration():
         match=r"Client.retries\[1\].action 'elsewhere' is not one of "
         "sameServer, otherServer, fallback",
     ):
-        TritonClient(client_params("m", retries=[{"action": "sameServer"}, {"action": "elsewhere"}]))
+        TritonClient(
+            client_params(
+                "m", modelConfigPath=UNUSED_CONFIG, retries=[{"action": "sameServer"}, {"action": "elsewhere"}]
+            )
+        )
 
 
 def test_which_statuses_are_recoverable():

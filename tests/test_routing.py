@@ -156,7 +156,7 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
         "testDoubler",
         Client=cms.PSet(
             modelName=cms.string("double"),
-            modelConfigPath=cms.string("double/config.pbtxt"),  # unused: no fallback
+            modelConfigPath=cms.FileInPath(str(servers[0].repository / "double" / "config.pbtxt")),
             mode=cms.string("Async"),
             timeout=cms.untracked.uint32(10),
             retries=recommended_retries(),  # a killed server's requests fail over (CMSSW's default: no retry)

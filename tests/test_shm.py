@@ -58,9 +58,17 @@ MODEL_PY = textwrap.dedent("""
             return out
 """)
 
-# The Client keys CMSSW requires (the path is unused by a client connected by hand), and the
-# mode these tests mean (CMSSW's default is PseudoAsync).
-REQUIRED = {"modelConfigPath": "double/config.pbtxt", "timeout": 10, "mode": "Async"}
+REPOSITORY: list[pathlib.Path] = []  # this module's model repository, once written
+
+
+def required(model: str) -> dict:
+    """The Client keys CMSSW requires (modelConfigPath: the model's config in this module's
+    repository) and the mode these tests mean (CMSSW's default is PseudoAsync)."""
+    # A client never connected (configuration checks) may name any existing config.
+    config = str(REPOSITORY[0] / model / "config.pbtxt") if REPOSITORY else "models/facile/config.pbtxt"
+    return {"modelConfigPath": config, "timeout": 10, "mode": "Async"}
+
+
 OWN = f"{_shm.PREFIX}{os.getpid()}_"  # the regions of this process
 
 
@@ -79,6 +87,7 @@ def write_model(repo: pathlib.Path, name: str, x_dims: str, y_dims: str, mode: s
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
     repo = tmp_path_factory.mktemp("models")
+    REPOSITORY[:] = [repo]  # the models' configs (Client.modelConfigPath)
     write_model(repo, "affine", "300", "300", "affine")  # fixed sizes: inputs AND outputs in shared memory
     write_model(repo, "vaffine", "-1", "-1", "affine")  # output size open: inputs only
     write_model(repo, "total", "-1", "2", "total")  # variable input, fixed output
@@ -122,7 +131,8 @@ def connect(server):
 
     def make(model: str, address: str | None = None, **params) -> TritonClient:
         client = TritonClient(
-            client_description().validate({"modelName": model, **REQUIRED, **params}, "Client"), debug_name="shmTest"
+            client_description().validate({"modelName": model, **required(model), **params}, "Client"),
+            debug_name="shmTest",
         )
         client.connect(ServerInfo("local", address or server.grpc_address))
         clients.append(client)
@@ -244,7 +254,9 @@ def test_stale_regions_of_dead_jobs_are_removed_at_the_next_start(monkeypatch):
     live.write_bytes(b"\0" * 64)
     try:
         monkeypatch.setattr(_shm, "_stale_checked", False)
-        TritonClient(client_description().validate({"modelName": "affine", **REQUIRED}, "Client"), debug_name="next")
+        TritonClient(
+            client_description().validate({"modelName": "affine", **required("affine")}, "Client"), debug_name="next"
+        )
         assert not stale.exists() and live.exists()
     finally:
         stale.unlink(missing_ok=True)
@@ -274,7 +286,7 @@ async def test_failover_releases_the_regions_on_the_old_server(repository, serve
                 client_description().validate(
                     {
                         "modelName": "affine",
-                        **REQUIRED,
+                        **required("affine"),
                         "preferredServer": "doomed",
                         "retries": [{"action": "otherServer"}],
                     },
@@ -351,7 +363,7 @@ async def test_a_cancelled_job_leaves_no_region(server):
         "testShmAffine",
         Client=cms.PSet(
             modelName=cms.string("affine"),
-            modelConfigPath=cms.string("affine/config.pbtxt"),  # unused: no fallback
+            modelConfigPath=cms.FileInPath(str(REPOSITORY[0] / "affine" / "config.pbtxt")),
             mode=cms.string("Async"),
             timeout=cms.untracked.uint32(10),
         ),
@@ -425,7 +437,7 @@ async def test_compression_gives_identical_results(connect, compression):
 def test_bad_values_are_one_line_configuration_errors(key, value):
     with pytest.raises(ConfigurationError) as info:
         TritonClient(
-            client_description().validate({"modelName": "affine", **REQUIRED, key: value}, "Client"),
+            client_description().validate({"modelName": "affine", **required("affine"), key: value}, "Client"),
             debug_name="badModule",
         )
     message = str(info.value)

@@ -72,6 +72,7 @@ MODEL_PY = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> pathlib.Path:
     repo = tmp_path_factory.mktemp("models")  # default tensors: x -> y, FP32 (batch, -1), batch <= 8
+    REPOSITORY[:] = [repo]  # the models' configs, for client_params
     write_python_model(repo, "double", MODEL_PY, parameters={"mode": "double"})  # y = 2x
     write_python_model(repo, "spare", MODEL_PY, parameters={"mode": "double"})
     write_python_model(repo, "slow", MODEL_PY, parameters={"mode": "double", "sleep_s": str(SLOW_SECONDS)})
@@ -101,10 +102,15 @@ def server(repository, start_server):
     return start_server(repository, SERVED)
 
 
+REPOSITORY: list[pathlib.Path] = []  # this module's model repository, once written
+
+
 def client_params(model: str, **params):
-    # Required as in CMSSW: modelConfigPath (unused by a client connected by hand), timeout;
-    # these tests mean Async unless they say otherwise (CMSSW's default is PseudoAsync).
-    required = {"modelConfigPath": f"{model}/config.pbtxt", "timeout": 10, "mode": "Async"}
+    # Required as in CMSSW: modelConfigPath (a FileInPath: the model's config in this module's
+    # repository), timeout; these tests mean Async unless they say otherwise (CMSSW's default
+    # is PseudoAsync).
+    config = str(REPOSITORY[0] / model / "config.pbtxt")
+    required = {"modelConfigPath": config, "timeout": 10, "mode": "Async"}
     return client_description().validate({"modelName": model, **required, **params}, f"test client of '{model}'")
 
 
@@ -284,7 +290,7 @@ async def test_output_before_inference_is_an_error(connect):
 
 
 async def test_unknown_model_at_connect(server):
-    client = TritonClient(client_params("nope"))
+    client = TritonClient(client_params("nope", modelConfigPath=str(REPOSITORY[0] / "double" / "config.pbtxt")))
     with pytest.raises(ExternalFailure, match=f"model 'nope' on server 'local' \\({server.grpc_address}\\)"):
         client.connect(ServerInfo("local", server.grpc_address))
     client.close()
@@ -462,7 +468,8 @@ for _cls in (SonicDoubler, SonicNonEmpty, Collect):
     framework.register_type("test" + _cls.__name__, _cls)
 
 
-def sonic_process(mode: str, model_config: str = "double/config.pbtxt") -> cms.Process:
+def sonic_process(mode: str, model_config: str = "") -> cms.Process:
+    model_config = model_config or str(REPOSITORY[0] / "double" / "config.pbtxt")
     process = cms.Process("SONIC")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = 8

@@ -26,7 +26,7 @@ import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
 from framework._builder import build_job
 from framework._scheduler import run_job
-from framework.serving._server import GrpcSsl
+from framework.serving._server import GrpcSsl, LocalTritonServer
 from framework.serving.testing import write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, SslOptions
 
@@ -180,7 +180,8 @@ framework.register_type("tlsDoubler", TlsDoubler)
 framework.register_type("tlsRecorder", TlsRecorder)
 
 
-def tls_process(port: int, pki: pathlib.Path, use_ssl: bool = True) -> cms.Process:
+def tls_process(server: LocalTritonServer, pki: pathlib.Path, use_ssl: bool = True) -> cms.Process:
+    port = server.ports["grpc"]
     process = cms.Process("TLS")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = 4
@@ -204,7 +205,7 @@ def tls_process(port: int, pki: pathlib.Path, use_ssl: bool = True) -> cms.Proce
         "tlsDoubler",
         Client=cms.PSet(
             modelName=cms.string("double"),
-            modelConfigPath=cms.string("double/config.pbtxt"),  # unused: no fallback
+            modelConfigPath=cms.FileInPath(str(server.repository / "double" / "config.pbtxt")),
             mode=cms.string("Async"),
             timeout=cms.untracked.uint32(10),
             verbose=cms.untracked.bool(True),
@@ -227,7 +228,7 @@ async def test_job_over_mutual_tls_leaks_no_key(tls_server, pki, caplog):
     from rich.console import Console
 
     TlsRecorder.seen = {}
-    process = tls_process(tls_server.ports["grpc"], pki)
+    process = tls_process(tls_server, pki)
     process.validate_()
     job = build_job(process)
     with caplog.at_level(logging.DEBUG):
@@ -248,7 +249,7 @@ async def test_job_over_mutual_tls_leaks_no_key(tls_server, pki, caplog):
 
 
 async def test_plain_text_config_cannot_use_a_tls_server(tls_server, pki, caplog):
-    process = tls_process(tls_server.ports["grpc"], pki, use_ssl=False)
+    process = tls_process(tls_server, pki, use_ssl=False)
     process.validate_()
     job = build_job(process)
     error = r"model\(s\) double .* by no server \(tried 'secure' at 127.0.0.1:\d+: unreachable\)"

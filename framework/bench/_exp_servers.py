@@ -80,6 +80,7 @@ def servers_per_model(quick: bool, repeat: int) -> dict[str, Any]:
                         "tiny_sonic_cfg.py",
                         warmup=streams,
                         server=address,
+                        modelConfig=repository / "tiny" / "config.pbtxt",
                         events=events,
                         streams=streams,
                         cpuTime=0,

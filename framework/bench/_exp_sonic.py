@@ -96,6 +96,7 @@ def latency_hiding(quick: bool, repeat: int) -> dict[str, Any]:
                                 "tiny_sonic_cfg.py",
                                 warmup=n,
                                 server=address,
+                                modelConfig=server.repository / "tiny" / "config.pbtxt",
                                 events=events,
                                 streams=n,
                                 cpuTime=cpu_ms,
@@ -224,12 +225,20 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
     streams = (1, 16, 64) if quick else (1, 4, 16, 64)
     events = 100 if quick else 3000
     rows = []
-    address = SERVERS.tiny_server().grpc_address
+    server = SERVERS.tiny_server()
+    address, config = server.grpc_address, server.repository / "tiny" / "config.pbtxt"
     for n in streams:
 
         def job(n: int = n, **batching: int) -> dict[str, Any]:
             return run_config(
-                "tiny_sonic_cfg.py", warmup=n, server=address, events=events, streams=n, cpuTime=0, **batching
+                "tiny_sonic_cfg.py",
+                warmup=n,
+                server=address,
+                modelConfig=config,
+                events=events,
+                streams=n,
+                cpuTime=0,
+                **batching,
             )
 
         sonic = median_of(repeat, job)

@@ -105,9 +105,9 @@ def generated_vs_model_py(quick: bool, repeat: int) -> dict[str, Any]:
                 inputs = _inputs(name, rng)
                 clients = {}
                 for form, model in (("generated", name), ("model_py", f"{name}_model_py")):
-                    # the former config has no checksum agent: no local config to check against
+                    # each form's own config (the former one has no checksum agent)
                     params = client_description().validate(
-                        {"modelName": model, "timeout": 120, "modelConfigPath": str(folder / "none.pbtxt")},
+                        {"modelName": model, "timeout": 120, "modelConfigPath": str(sources[model] / "config.pbtxt")},
                         "Client",
                     )
                     clients[form] = TritonClient(params, debug_name=f"{form}Bench")

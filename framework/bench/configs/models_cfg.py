@@ -116,7 +116,7 @@ process.TritonService = cms.Service(
 def client(model_name):
     return cms.PSet(
         modelName=cms.string(model_name),
-        modelConfigPath=cms.string(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
+        modelConfigPath=cms.FileInPath(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(120),
         useSharedMemory=cms.untracked.bool(options.sharedMemory),

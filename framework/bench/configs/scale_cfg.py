@@ -77,7 +77,7 @@ if options.sonic:
         "framework.bench._modules:TinySonicProducer",
         Client=cms.PSet(
             modelName=cms.string("tiny"),
-            modelConfigPath=cms.string(f"{options.repository}/tiny/config.pbtxt"),
+            modelConfigPath=cms.FileInPath(f"{options.repository}/tiny/config.pbtxt"),
             mode=cms.string("Async"),
             timeout=cms.untracked.uint32(60),
         ),

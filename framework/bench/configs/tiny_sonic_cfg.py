@@ -21,6 +21,13 @@ options.register(
     V.varType.string,
     "host:port of the Triton server (required); several, comma-separated: servers of the same model",
 )
+options.register(
+    "modelConfig",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "the served tiny model's config.pbtxt (Client.modelConfigPath)",
+)
 options.register("events", 1000, V.multiplicity.singleton, V.varType.int, "events (EmptySource)")
 options.register("streams", 1, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
 options.register("threads", 1, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
@@ -63,7 +70,7 @@ process.tiny = cms.EDProducer(
     width=cms.uint32(options.width),
     Client=cms.PSet(
         modelName=cms.string("tiny"),
-        modelConfigPath=cms.string("tiny/config.pbtxt"),  # the bench server's model (no fallback here)
+        modelConfigPath=cms.FileInPath(options.modelConfig),  # the bench server's model (no fallback here)
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(60),
         batching=cms.untracked.PSet(
