@@ -15,18 +15,36 @@ on EmptySource events, a SONIC ``double`` model (y = 2x) behind the doubler. A t
   ``JobState.records``, in completion order (duplicates kept, for the test to find).
 
 Registered by name as ``testGate``, ``testDoubler``, ``testRecorder``.
+
+:data:`CMS_MODELS` is where CMS's own models are, in CMSSW's data layout (for
+``CMSSW_SEARCH_PATH``): ``$PYSONIC_CMS_MODELS``, else ``../shared/models`` beside the
+checkout (as CI lays it out); :func:`cms_models` gives it or skips the test.
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 from typing import Any
 
 import numpy as np
+import pytest
 import trio
 
 import framework
 from framework import EDAnalyzer, EDFilter, ExternalWork
 from framework.sonic import SonicEDProducer
+
+CMS_MODELS = pathlib.Path(
+    os.environ.get("PYSONIC_CMS_MODELS", pathlib.Path(__file__).resolve().parents[2] / "shared" / "models")
+)
+
+
+def cms_models() -> pathlib.Path:
+    """:data:`CMS_MODELS`, or skip the test where CMS's models are not on this machine."""
+    if not (CMS_MODELS / "RecoBTag").is_dir():
+        pytest.skip(f"CMS's models are not in {CMS_MODELS} (set PYSONIC_CMS_MODELS to a CMSSW data layout)")
+    return CMS_MODELS
 
 
 class JobState:

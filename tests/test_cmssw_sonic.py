@@ -37,6 +37,8 @@ from framework.sonic import TritonClient, client_description
 from modules.deepmet import DeepMETSonicProducer
 from modules.sonic_tests import BATCH_SIZES, RAGGED_ENTRIES
 
+from support import cms_models
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # CMSSW's Client PSet: name -> (type as pysonic names it, tracked, default or "required").
@@ -44,7 +46,7 @@ CMSSW_CLIENT = {
     "mode": ("string", True, "PseudoAsync"),
     "modelName": ("string", True, "required"),
     "modelVersion": ("string", True, ""),
-    "modelConfigPath": ("string", True, "required"),  # FileInPath in CMSSW (cms.FileInPath: another branch)
+    "modelConfigPath": ("FileInPath", True, "required"),
     "preferredServer": ("string", False, ""),
     "timeout": ("uint32", False, "required"),
     "timeoutUnit": ("string", False, "seconds"),
@@ -88,12 +90,13 @@ def test_the_client_pset_is_cmssws():
     assert not described["Retry"].extension and described["Retry"].type_name == "VPSet"
 
 
-def test_the_client_defaults_are_cmssws():
+def test_the_client_defaults_are_cmssws(monkeypatch):
     params = client_description().validate(
-        {"modelName": "m", "modelConfigPath": "m/config.pbtxt", "timeout": cms.untracked.uint32(5)}, "c"
+        {"modelName": "m", "modelConfigPath": "models/facile/config.pbtxt", "timeout": cms.untracked.uint32(5)}, "c"
     )
     client = TritonClient(params)
     assert (client.mode, client.retries, client.compression, client.timeout) == ("PseudoAsync", (), None, 5.0)
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", str(cms_models()))  # ragged_io's config, as CMSSW finds it
     # CMSSW's tritonTest_cfg.py spelling: mode and modelVersion tracked, compression "" = none.
     cmssw_spelling = cms.PSet(
         mode=cms.string("Async"),
@@ -405,3 +408,34 @@ async def test_triton_identity_producer_sends_ragged_entries_and_reads_them_back
     assert messages.count("server-side statistics of the call") == sum(1 for s in sizes if s)
     assert "Successful request count: " in messages and "compute infer" in messages
     assert "output 1 (4): 4 4 4 4" in messages  # the module's own log, as CMSSW's
+
+
+async def test_triton_identity_producer_with_cmssws_ragged_io_on_the_fallback(monkeypatch, tmp_path):
+    """CMSSW's own ragged_io (ONNX, checksum agent, ragged batching), found as CMSSW finds it
+    and served unchanged by the fallback server: every entry comes back as sent."""
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", str(cms_models()))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the generated models, not the user's cache
+    process = cms.Process("tritonTest", cms.Modifier())
+    process.source = cms.Source("EmptySource")
+    process.maxEvents.input = 8
+    process.options.numberOfStreams = 4
+    process.TritonService = cms.Service("TritonService", fallback=cms.PSet(enable=cms.untracked.bool(True)))
+    process.TritonIdentityProducer = cms.EDProducer(
+        "TritonIdentityProducer",
+        Client=cms.PSet(
+            mode=cms.string("PseudoAsync"),
+            timeout=cms.untracked.uint32(60),
+            modelName=cms.string("ragged_io"),
+            modelVersion=cms.string(""),
+            modelConfigPath=cms.FileInPath("HeterogeneousCore/SonicTriton/data/models/ragged_io/config.pbtxt"),
+        ),
+    )
+    process.received = cms.EDAnalyzer("testIdentityReceived")
+    process.p = cms.Path(process.TritonIdentityProducer + process.received)
+    Received.entries = []
+    await run_job(build_job(process))
+    sizes = sorted(len(entries) for entries in Received.entries)  # streams finish in any order
+    assert sizes == sorted(BATCH_SIZES[i % len(BATCH_SIZES)] for i in range(8))
+    for entries in Received.entries:
+        for got, sent in zip(entries, RAGGED_ENTRIES, strict=False):
+            np.testing.assert_array_equal(got, np.asarray(sent, np.float32))

@@ -60,7 +60,8 @@ def tree_digest(folder: pathlib.Path) -> dict[str, str]:
 
 
 def client_params(model: str, **params):
-    return client_description().validate({"modelName": model, **params}, f"test client of '{model}'")
+    # Required as in CMSSW: timeout (and modelConfigPath, given by each test).
+    return client_description().validate({"modelName": model, "timeout": 10, **params}, f"test client of '{model}'")
 
 
 def write_onnx_model(path: pathlib.Path, batch: bool, factor: float = 2.0) -> None:

@@ -365,6 +365,7 @@ PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
         double,
         _bool,
         string,
+        FileInPath,
         InputTag,
         vint32,
         vuint32,

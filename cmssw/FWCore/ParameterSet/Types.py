@@ -4,6 +4,7 @@ from framework.config import (  # noqa: F401 - re-exported names
     ESInputTag,
     EventID,
     EventRange,
+    FileInPath,
     InputTag,
     LuminosityBlockID,
     LuminosityBlockRange,
