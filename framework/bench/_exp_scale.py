@@ -108,7 +108,13 @@ def scale(quick: bool, repeat: int) -> dict[str, Any]:
         server = SERVERS.tiny_server()
         configs = {
             "cpu": {"cpuTime": cpu_ms, "keep": "PFCands_*"},
-            "sonic": {"cpuTime": cpu_ms / 4, "sonic": 1, "server": server.grpc_address, "streams": 4},
+            "sonic": {
+                "cpuTime": cpu_ms / 4,
+                "sonic": 1,
+                "server": server.grpc_address,
+                "repository": str(server.repository),  # the tiny model's config (Client.modelConfigPath)
+                "streams": 4,
+            },
         }
         for name, options in configs.items():
             base = None

@@ -337,6 +337,7 @@ def _wrapper(result: dict[str, Any], plt: Any) -> Any:
     ax.set_ylabel("served requests/s")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
+    return fig
 
 
 def _cpu(result: dict[str, Any], plt: Any) -> Any:

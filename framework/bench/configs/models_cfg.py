@@ -113,10 +113,12 @@ process.TritonService = cms.Service(
 )
 
 
-def client(model_name):
+def client(model_name, config_name):
     return cms.PSet(
         modelName=cms.string(model_name),
-        modelConfigPath=cms.FileInPath(f"models/{model_name}/config.pbtxt"),  # found in the project's data/
+        # the stand-in's own config (found in the project's data/); a renamed variant
+        # (modelName) serves the same files, so ModelVersioning's sums agree
+        modelConfigPath=cms.FileInPath(f"models/{config_name}/config.pbtxt"),
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(120),
         useSharedMemory=cms.untracked.bool(options.sharedMemory),
@@ -168,13 +170,17 @@ if options.cpuTime > 0:
 if options.modelName and len(options.models) != 1:
     raise ValueError("models_cfg.py: modelName needs exactly one model")
 for name in options.models:
-    input_producer, model_type, model_name = producers[name]
-    model_name = options.modelName or model_name
+    input_producer, model_type, own_name = producers[name]
+    model_name = options.modelName or own_name
     setattr(process, f"{name}Inputs", input_producer)
     if options.backend == "none":  # the inputs made (on the Path: nothing consumes them), no inference
         path.append(getattr(process, f"{name}Inputs"))
         continue
-    setattr(process, name, cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name)))
+    setattr(
+        process,
+        name,
+        cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name, own_name)),
+    )
     inputs.append(getattr(process, f"{name}Inputs"))
     path.append(getattr(process, name))
 if options.dumpInputs:
@@ -187,7 +193,7 @@ if options.dumpInputs:
 if options.dumpFolder:
     for name in options.models:
         dumper = cms.EDAnalyzer(
-            "modules.bench:BenchInputDumper",
+            "framework.bench._modules:BenchInputDumper",
             src=cms.InputTag(f"{name}Inputs"),
             fileName=cms.untracked.string(f"{options.dumpFolder}/{name}.npz"),
         )
