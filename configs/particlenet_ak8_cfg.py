@@ -7,11 +7,13 @@ The models and their preprocess.json are CMS's own files, found as CMSSW finds t
 on ``CMSSW_SEARCH_PATH`` (a CMSSW data area, e.g. ``$CMSSW_RELEASE_BASE/external/.../data``,
 or a folder holding clones of the cms-data repositories ``RecoBTag-Combined`` as
 ``RecoBTag/Combined/data``). The chain is CMSSW's pfParticleNet_cff: tag infos, JetTags
-(direct onnxruntime, or SONIC with ``sonic=1``; later the ``particleNetSonicTriton``
-process modifier), discriminators as NanoAOD stores them. Writes ``particlenet_ak8.root``
+(direct onnxruntime, or SONIC under CMSSW's ``particleNetSonicTriton`` process modifier,
+which ``sonic=1`` turns on), discriminators as NanoAOD stores them. Writes ``particlenet_ak8.root``
 (``FatJet_pt/eta/phi`` and the eleven ``FatJet_particleNet*`` scores, the input's fat
 jets in order) and prints the agreement with the scores CMSSW stored in the input.
 """
+
+import copy
 
 import framework.config as cms
 
@@ -63,30 +65,30 @@ else:
 
     input_files = [str(locate_sample("pfnano.root"))]
 
-process = cms.Process("PNET")
+# SONIC or direct is chosen as CMSSW chooses it: the particleNetSonicTriton process modifier
+# replaces the JetTags producers by their SONIC twins (sonic=1 asks for it, with
+# enableSonicTriton, which turns TritonService's fallback server on).
+from Configuration.ProcessModifiers.enableSonicTriton_cff import enableSonicTriton  # noqa: E402
+from Configuration.ProcessModifiers.particleNetSonicTriton_cff import particleNetSonicTriton  # noqa: E402
+
+modifiers = (enableSonicTriton, particleNetSonicTriton) if options.sonic else ()
+process = cms.Process("PNET", *modifiers)
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
 process.maxEvents.input = options.maxEvents
 process.options.numberOfStreams = 2
 process.options.numberOfThreads = 2
 
-if options.sonic:
-    servers = []
-    if options.server:
-        address, _, port = options.server.rpartition(":")
-        servers.append(
-            cms.PSet(
-                name=cms.untracked.string("remote"),
-                address=cms.untracked.string(address),
-                port=cms.untracked.uint32(int(port)),
-            )
+process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
+if options.server:
+    address, _, port = options.server.rpartition(":")
+    process.TritonService.servers.append(
+        cms.PSet(
+            name=cms.untracked.string("remote"),
+            address=cms.untracked.string(address),
+            port=cms.untracked.uint32(int(port)),
         )
-    process.TritonService = cms.Service(
-        "TritonService",
-        servers=cms.untracked.VPSet(*servers),
-        fallback=cms.untracked.PSet(enable=cms.untracked.bool(True), device=cms.untracked.string("cpu")),
     )
 
-JET_TAGS = "ParticleNetSonicJetTagsProducer" if options.sonic else "BoostedJetONNXJetTagsProducer"
 QCD = ["probQCDbb", "probQCDcc", "probQCDb", "probQCDc", "probQCDothers"]
 
 
@@ -94,7 +96,7 @@ def client(model_name):
     return cms.PSet(
         modelName=cms.string(model_name),
         modelConfigPath=cms.FileInPath(f"RecoBTag/Combined/data/models/{model_name}/config.pbtxt"),
-        mode=cms.untracked.string("Async"),
+        mode=cms.string("Async"),
         timeout=cms.untracked.uint32(60),
     )
 
@@ -106,8 +108,15 @@ process.pfParticleNetTagInfos = cms.EDProducer(
     use_puppiP4=cms.bool(False),
     min_puppi_wgt=cms.double(0.01),
 )
-process.pfParticleNetJetTags = cms.EDProducer(
-    JET_TAGS,
+
+
+def jet_tags(type_name, **params):
+    """CMSSW's JetTags producer of one model: ``type_name`` is the direct or the SONIC twin
+    (each gets its own copy of the parameters)."""
+    return cms.EDProducer(type_name, **copy.deepcopy(params))
+
+
+GENERAL = dict(
     src=cms.InputTag("pfParticleNetTagInfos"),
     preprocess_json=cms.FileInPath("RecoBTag/Combined/data/ParticleNetAK8/General/V01/preprocess.json"),
     flav_names=cms.vstring(
@@ -130,12 +139,19 @@ process.pfParticleNetJetTags = cms.EDProducer(
     ),  # fmt: skip
     Client=client("particlenet"),
 )
-process.pfMassDecorrelatedParticleNetJetTags = cms.EDProducer(
-    JET_TAGS,
+MASS_DECORRELATED = dict(
     src=cms.InputTag("pfParticleNetTagInfos"),
     preprocess_json=cms.FileInPath("RecoBTag/Combined/data/ParticleNetAK8/MD-2prong/V01/preprocess.json"),
     flav_names=cms.vstring("probXbb", "probXcc", "probXqq", *QCD),
     Client=client("particlenet_AK8_MD-2prong"),
+)
+process.pfParticleNetJetTags = jet_tags("BoostedJetONNXJetTagsProducer", **GENERAL)
+process.pfMassDecorrelatedParticleNetJetTags = jet_tags("BoostedJetONNXJetTagsProducer", **MASS_DECORRELATED)
+particleNetSonicTriton.toReplaceWith(
+    process.pfParticleNetJetTags, jet_tags("ParticleNetSonicJetTagsProducer", **GENERAL)
+)
+particleNetSonicTriton.toReplaceWith(
+    process.pfMassDecorrelatedParticleNetJetTags, jet_tags("ParticleNetSonicJetTagsProducer", **MASS_DECORRELATED)
 )
 
 

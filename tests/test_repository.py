@@ -311,11 +311,12 @@ def test_local_config_disagreeing_with_the_server_is_one_line(btag_server, tmp_p
 def test_outputs_subset_and_unknown_name(btag_server):
     from framework._errors import ConfigurationError
 
-    client = TritonClient(client_params("particlenet", outputs=["softmax"]))
+    config = str(btag_repository() / "particlenet" / "config.pbtxt")
+    client = TritonClient(client_params("particlenet", modelConfigPath=config, outputs=["softmax"]))
     try:
         client.connect(btag_server.grpc_address)
         assert client.requested_outputs == ("softmax",)
-        bad = TritonClient(client_params("particlenet", outputs=["probabilities"]))
+        bad = TritonClient(client_params("particlenet", modelConfigPath=config, outputs=["probabilities"]))
         with pytest.raises(ConfigurationError, match="probabilities"):
             bad.connect(btag_server.grpc_address)
         bad.close()
