@@ -279,7 +279,15 @@ def test_the_dashboard_line_only_with_a_dashboard(cluster, tmp_path):
     assert f"Dask scheduler {bare.scheduler_address}, 1 worker(s)" in line and "dashboard" not in line
 
 
+def wait_for_both_workers(address: str) -> None:
+    """The shared cluster's 2 workers, both up: a worker SIGKILLed by an earlier test is
+    restarted by its nanny, which takes a few seconds."""
+    with distributed.Client(address, timeout=60) as client:
+        client.wait_for_workers(2, timeout=60)
+
+
 def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkeypatch, left_behind):
+    wait_for_both_workers(cluster)
     fileset = write_fileset(tmp_path, {"S": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
     assert (
         run(
