@@ -97,3 +97,21 @@ class Recorder(EDAnalyzer):
 
 for _cls in (Gate, Doubler, Recorder):
     framework.register_type("test" + _cls.__name__, _cls)
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Live processes whose environment carries ``PYSONIC_TEST_MARKER=marker``.
+
+    The fallback tritonserver inherits cmsrun's environment, so this finds it (even once
+    reparented) without counting servers that other jobs on the machine run.
+    """
+    needle = f"PYSONIC_TEST_MARKER={marker}".encode()
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found

@@ -26,6 +26,8 @@ from framework.samples import locate_sample
 from modules.deepmet_inputs import build_deepmet_inputs, met_from_weights
 from modules.particlenet_inputs import PARTICLENET_CLASSES, build_particlenet_inputs
 
+from support import processes_with_marker
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sonic_pfnano_cfg.py"
 MODELS = ROOT / "data" / "models"
@@ -41,24 +43,6 @@ def cmsrun(*args: str, cwd: Path, timeout: float = 300, marker: str = "") -> sub
         text=True,
         timeout=timeout,
     )
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Live processes whose environment carries ``PYSONIC_TEST_MARKER=marker``.
-
-    The fallback tritonserver inherits cmsrun's environment, so this finds it (even once
-    reparented) without counting servers that other jobs on the machine run.
-    """
-    needle = f"PYSONIC_TEST_MARKER={marker}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture(scope="module")

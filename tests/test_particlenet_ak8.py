@@ -31,6 +31,8 @@ import uproot
 from framework.samples import locate_sample
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
+from support import processes_with_marker
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "particlenet_ak8_cfg.py"
 CMS_MODELS = Path(os.environ.get("PYSONIC_CMS_MODELS", ROOT.parent / "shared" / "models"))
@@ -47,20 +49,6 @@ def cmsrun(*args: str, cwd: Path, marker: str = "") -> subprocess.CompletedProce
     env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
     command = [sys.executable, "-m", "framework._cmsrun", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Live processes whose environment has ``PYSONIC_TEST_MARKER=marker`` (the fallback server inherits it)."""
-    needle = f"PYSONIC_TEST_MARKER={marker}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-    return found
 
 
 pytestmark = pytest.mark.skipif(
