@@ -273,6 +273,30 @@ def test_direct_producers_equal_sonic_producers():
     assert len(direct[next(iter(direct))]["deeptau"]["probtau"]) == 3  # minTaus = 3 on pfnano.root
 
 
+def test_noinference_backend_converts_as_direct_without_calling_onnxruntime(monkeypatch):
+    """backend=noinference (the direct twins with runInference = False): the same products
+    as the direct job, field by field and shape by shape, made from zeros; onnxruntime's
+    session is never run."""
+    from framework.serving.onnx_backend import OnnxRunner
+
+    address = SERVERS.models_server().grpc_address
+    direct = _products("direct", address)
+
+    def never(self, arrays):
+        raise AssertionError("runInference = False ran onnxruntime")
+
+    monkeypatch.setattr(OnnxRunner, "__call__", never)
+    zeros = _products("noinference", address)
+    assert zeros.keys() == direct.keys()
+    for event_id, products in direct.items():
+        for label, product in products.items():
+            for field, value in product.items():
+                other = zeros[event_id][label][field]
+                assert np.shape(other) == np.shape(value), f"{label}.{field}"
+    assert not np.any(zeros[event_id]["facile"]["energy"])  # zeros, not the model's energies
+    assert np.any(direct[event_id]["facile"]["energy"])
+
+
 # ----------------------------------------------------------------------------------------
 # Every experiment on quick settings
 
@@ -311,11 +335,11 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
     assert row["runs"] == 2 and len(row["all_runs"]) == 2 and len(row["loadavg"]) == 2
     assert saved["machine"]["cpu_model"] and saved["machine"]["loadavg"]
     for run in row["all_runs"]:
-        for variant in ("direct", "sonic", "sonic_batched", "none"):
+        for variant in ("direct", "sonic", "sonic_batched", "noinference"):
             low, high = run[variant]["jobs"]
             assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
         assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
-        assert run["none"]["calls_per_event"] == 0  # no inference at all
+        assert run["noinference"]["calls_per_event"] == 0  # no inference at all
     values = sorted(r["client_vs_bare"] for r in row["all_runs"])
     assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
 

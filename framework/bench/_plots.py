@@ -345,7 +345,12 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
 
     rows = result["rows"]
     fig, (ax_job, ax_client) = plt.subplots(1, 2, figsize=(11, 4.2))
-    variants = (("direct", "direct"), ("sonic", "SONIC"), ("sonic_batched", "SONIC batched"), ("none", "no inference"))
+    variants = (
+        ("direct", "direct"),
+        ("sonic", "SONIC"),
+        ("sonic_batched", "SONIC batched"),
+        ("noinference", "no inference"),
+    )
     x = np.arange(len(rows))
     width = 0.8 / len(variants)
     for i, (key, label) in enumerate(variants):

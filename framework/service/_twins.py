@@ -99,7 +99,10 @@ class OnnxDirectProducer(ModelConversion):
     The model is ``<repository>/<Client.modelName>/<version>/<onnx_file>``, where the
     repository holds ``Client.modelConfigPath`` (default: ``data/models``) and the version
     is ``Client.modelVersion`` or the highest numbered folder. Batching models only. An
-    event with batch 0 makes no call and gets empty outputs, as with SONIC.
+    event with batch 0 makes no call and gets empty outputs, as with SONIC. With
+    ``runInference = False`` (a pysonic extension for benchmarks) every output is zeros of
+    shape ``(batch, *dims)`` (variable dims 1) and onnxruntime is never called: the same
+    job's CPU without inference (``cmsbench cpu``).
 
     Raises (construction):
         ConfigurationError: no config or ONNX file; a model without batch dimension; config
@@ -116,6 +119,12 @@ class OnnxDirectProducer(ModelConversion):
             "as the SONIC twin; modelName, modelVersion, modelConfigPath locate the ONNX file",
         )
         desc.add("intraOpThreads", cms.untracked.uint32(1), "onnxruntime intra-op threads (as the server's model)")
+        desc.add(
+            "runInference",
+            cms.untracked.bool(True),
+            "pysonic: False = the same conversion with zeros for outputs, no onnxruntime call "
+            "(the job's CPU without inference, as cmsbench cpu measures it)",
+        )
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
@@ -140,6 +149,7 @@ class OnnxDirectProducer(ModelConversion):
         self.what = f"model '{self.spec.name}' (module '{self.label}', direct)"
         self._inputs = [_tensor_spec(t) for t in self.spec.inputs]
         self._outputs = [_tensor_spec(t) for t in self.spec.outputs]
+        self.run_inference = params.runInference
 
     def produce(self, event: Event) -> None:
         what = f"{self.what}, event {event.id}"
@@ -147,10 +157,13 @@ class OnnxDirectProducer(ModelConversion):
         inputs = TritonInputMap(what, {s.name: TritonInputData(s, what, rows) for s in self._inputs})
         self.fill_inputs(event, inputs)
         arrays = check_inputs(self.spec, {name: t.data for name, t in inputs.items()})
-        if len(next(iter(arrays.values()))):
+        batch = len(next(iter(arrays.values())))
+        if batch and self.run_inference:
             results = cast_outputs(self.spec, self.runner(arrays))
-        else:  # as the SONIC client: no call for an empty batch, empty outputs
-            results = {s.name: np.zeros((0, *(max(d, 0) for d in s.dims)), s.dtype) for s in self._outputs}
+        else:  # as the SONIC client: no call for an empty batch, empty outputs; or zeros (runInference)
+            results = {
+                s.name: np.zeros((batch, *(max(d, 1 if batch else 0) for d in s.dims)), s.dtype) for s in self._outputs
+            }
         outputs = TritonOutputMap(what, {s.name: TritonOutputData(s, what, True) for s in self._outputs})
         for name, tensor in outputs.items():
             tensor.data = results[name]

@@ -3,13 +3,14 @@
     cmsrun framework/bench/configs/models_cfg.py backend=direct            # onnxruntime in-process
     cmsrun framework/bench/configs/models_cfg.py backend=sonic [server=127.0.0.1:PORT]
     cmsrun framework/bench/configs/models_cfg.py models=facile source=empty events=2000 streams=16
-    cmsrun framework/bench/configs/models_cfg.py backend=none     # the input producers, no model producer
+    cmsrun framework/bench/configs/models_cfg.py backend=noinference   # the same job, zeros for outputs
 
 ``models`` chooses among particlenet, deepmet, deeptau, facile (ParticleNet AK4, DeepMET,
 DeepTau, FACILE); each gets its input producer and its model producer, which is the
 direct (``backend=direct``) or the SONIC (``backend=sonic``) twin with the SAME
-``Client`` PSet; ``backend=none`` runs the input producers alone, so that a job's CPU
-without any inference is measured (``cmsbench cpu``); ``batchRows`` turns on the SONIC
+``Client`` PSet; ``backend=noinference`` runs the direct twin with ``runInference =
+False`` (the same conversion of inputs and outputs, zeros instead of the onnxruntime
+call), so that a job's CPU without any inference is measured (``cmsbench cpu``); ``batchRows`` turns on the SONIC
 producers' cross-event batching (``Client.batching``). ``cpuTime`` adds a fixed CPU cost
 per event (the MiniAOD demonstrator: the models are ~10 % of the event). Input:
 ``pfnano.root`` repeated ``repeat`` times (``noDuplicateCheck``), or ``source=empty``
@@ -22,7 +23,7 @@ import framework.config as cms
 
 V = cms.VarParsing
 options = V()
-options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic | none")
+options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string, "direct | sonic | noinference")
 options.register(
     "models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string, "models to run"
 )
@@ -77,8 +78,8 @@ KNOWN = ("particlenet", "deepmet", "deeptau", "facile")
 for name in options.models:
     if name not in KNOWN:
         raise ValueError(f"models_cfg.py: unknown model '{name}' (known: {', '.join(KNOWN)})")
-if options.backend not in ("direct", "sonic", "none"):
-    raise ValueError(f"models_cfg.py: backend '{options.backend}' is not direct, sonic or none")
+if options.backend not in ("direct", "sonic", "noinference"):
+    raise ValueError(f"models_cfg.py: backend '{options.backend}' is not direct, sonic or noinference")
 
 process = cms.Process("BENCH")
 if options.source == "empty":
@@ -173,14 +174,10 @@ for name in options.models:
     input_producer, model_type, own_name = producers[name]
     model_name = options.modelName or own_name
     setattr(process, f"{name}Inputs", input_producer)
-    if options.backend == "none":  # the inputs made (on the Path: nothing consumes them), no inference
-        path.append(getattr(process, f"{name}Inputs"))
-        continue
-    setattr(
-        process,
-        name,
-        cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name, own_name)),
-    )
+    producer = cms.EDProducer(model_type, src=cms.InputTag(f"{name}Inputs"), Client=client(model_name, own_name))
+    if options.backend == "noinference":  # the direct twin, zeros instead of onnxruntime
+        producer.runInference = cms.untracked.bool(False)
+    setattr(process, name, producer)
     inputs.append(getattr(process, f"{name}Inputs"))
     path.append(getattr(process, name))
 if options.dumpInputs:
