@@ -405,6 +405,35 @@ async def test_service_discovery_fallback_and_stop(server, repository, caplog):
         assert header in text
 
 
+def test_end_of_job_statistics_wait_for_triton_to_count_the_last_requests(monkeypatch):
+    """Triton counts a request when it releases it, possibly just after the client got its
+    response: the end snapshot is taken again until the server counts what the clients saw
+    answered, and gives up (returning what it has) after SETTLE_TIMEOUT."""
+    from framework.service import _service_stats
+
+    monkeypatch.setattr(_service_stats, "SETTLE_INTERVAL", 0.001)
+    counts = iter([3, 3, 4])  # the server's success counter at each call: lags by one, then catches up
+
+    class Server:
+        calls = 0
+
+        def get_inference_statistics(self, model, as_json, client_timeout):
+            Server.calls += 1
+            count = next(counts, 4)
+            return {"model_stats": [{"inference_stats": {"success": {"count": str(count)}}}]}
+
+    begin = {("double", "local"): {**_service_stats._ZERO, "requests": 1}}
+    end = _service_stats.settled_snapshot(lambda name: Server(), [("double", "local")], begin, {("double", "local"): 3})
+    assert end[("double", "local")]["requests"] == 4 and Server.calls == 3
+    # a server that never catches up: the last snapshot, after the timeout
+    Server.calls = 0
+    start = time.monotonic()
+    end = _service_stats.settled_snapshot(
+        lambda name: Server(), [("double", "local")], begin, {("double", "local"): 5}, timeout=0.05
+    )
+    assert end[("double", "local")]["requests"] == 4 and Server.calls > 1 and time.monotonic() - start < 1.0
+
+
 async def test_service_with_fallback_disabled_names_the_model(server):
     svc = service(servers=[server_entry("local", server.grpc_address)], fallback={"enable": False})
     svc.add_model("spare", "spareUser")

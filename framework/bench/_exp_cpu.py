@@ -30,7 +30,10 @@ stubs, from ``/proc``), so that the job's plus the local server's CPU is reporte
 
 Two configs: the four models alone (events 10 and 310), and the MiniAOD-like job
 (``cpuTime``: CPU work per event nine times the direct inference's, so the models are
-~10 % of the event; events 10 and 60, since each event costs ten times more). Every
+~10 % of the event; events 10 and 80, since each event costs ten times more). Its CPU
+work is the same number of SHA-256 chunks in every job (``cpuChunks``, calibrated once
+here): a calibration per job differs by a few per cent, as much as the client costs. The
+bare loop runs at 10 and 310 events in both (it does no CPU work of its own). Every
 figure is the median of ``repeat`` runs (the variants of one run side by side, in
 turn); every run is kept in the JSON with the load average at its start. On a 2-core
 machine ``--repeat 5`` takes about 15 minutes.
@@ -54,6 +57,7 @@ import numpy as np
 
 from ._exp_sonic import _env
 from ._harness import CONFIGS, SERVERS, config_args
+from ._modules import chunks_for
 
 MS = 1e3
 US = 1e6
@@ -117,7 +121,7 @@ def _tree_cpu(pid: int) -> float:
 
 
 def _job(
-    variant: str, events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], cpu_time: float
+    variant: str, events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], cpu_chunks: int
 ) -> dict[str, Any]:
     """One cmsrun of ``variant`` on ``events`` events: its CPU, wall, the server's CPU, its summary."""
     backend = {"sonic_batched": "sonic"}.get(variant, variant)  # noinference: a backend of models_cfg.py
@@ -130,7 +134,8 @@ def _job(
         streams=STREAMS,
         threads=1,
         sharedMemory=False,
-        cpuTime=cpu_time,
+        cpuTime=1.0 if cpu_chunks else 0.0,  # the work is cpuChunks, the same in every job
+        cpuChunks=cpu_chunks,
         batchRows=BATCH_ROWS if variant == "sonic_batched" else 0,
     )
     summary = folder / f"{variant}_{events}.json"
@@ -168,12 +173,18 @@ def _per_event(low: dict[str, Any], high: dict[str, Any], events: tuple[int, int
 
 
 def _one_run(
-    server: Any, folder: pathlib.Path, models: tuple[str, ...], events: tuple[int, int], cpu_time: float
+    server: Any,
+    folder: pathlib.Path,
+    models: tuple[str, ...],
+    events: tuple[int, int],
+    cpu_chunks: int,
+    bare_events: tuple[int, int],
 ) -> dict[str, Any]:
-    """Every variant and the bare loop once, at both event counts; per-event figures."""
+    """Every variant at ``events`` and the bare loop at ``bare_events`` (it does no CPU
+    work of its own: the same counts for both configs), once each; per-event figures."""
     run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
     for variant in VARIANTS:
-        low, high = (_job(variant, n, server, folder, models, cpu_time) for n in events)
+        low, high = (_job(variant, n, server, folder, models, cpu_chunks) for n in events)
         run[variant] = {
             "cpu_ms_per_event": _per_event(low, high, events, "cpu_s") * MS,
             "server_cpu_ms_per_event": _per_event(low, high, events, "server_cpu_s") * MS,
@@ -181,11 +192,11 @@ def _one_run(
             "requests_per_event": _per_event(low, high, events, "requests"),
             "jobs": [low, high],
         }
-    low, high = (_bare(n, server, folder, models) for n in events)
+    low, high = (_bare(n, server, folder, models) for n in bare_events)
     requests = len(models)  # per event: one request per model
     run["bare"] = {
-        "cpu_ms_per_request": _per_event(low, high, events, "cpu_s") / requests * MS,
-        "server_cpu_ms_per_request": _per_event(low, high, events, "server_cpu_s") / requests * MS,
+        "cpu_ms_per_request": _per_event(low, high, bare_events, "cpu_s") / requests * MS,
+        "server_cpu_ms_per_request": _per_event(low, high, bare_events, "server_cpu_s") / requests * MS,
         "jobs": [low, high],
     }
     sonic, noinf, bare = run["sonic"], run["noinference"], run["bare"]
@@ -245,7 +256,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
     client's CPU against a bare tritonclient loop; the four-model and the MiniAOD-like configs."""
     models = ("deepmet",) if quick else MODELS
     events = (2, 6) if quick else (10, 310)
-    events_miniaod = (10, 60)  # ten times the CPU per event: as precise in a fifth of the events
+    events_miniaod = (10, 80)  # ten times the CPU per event: the jobs take as long as with 310
     server = SERVERS.models_server()
     rows = []
     with tempfile.TemporaryDirectory(prefix="pysonic-bench-cpu-") as name:
@@ -263,13 +274,16 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             dumpFolder=folder / "tensors",
         )
         _child(dump, folder, "the tensor dump")
-        runs = [_one_run(server, folder, models, events, 0.0) for _ in range(max(1, repeat))]
+        runs = [_one_run(server, folder, models, events, 0, events) for _ in range(max(1, repeat))]
         rows.append(_row("four models", 0.0, runs))
         if not quick:  # --quick: the smoke test's minute; the MiniAOD-like job adds nothing to it
             # MiniAOD-like: the rest of the event costs nine times the direct inference.
+            # The same bytes hashed in every job (calibrated here, once): a calibration per
+            # job differs by a few per cent, as much as the client's whole cost.
             cpu_time = 9 * max(rows[0]["direct_inference_ms_per_event"], 0.1)
-            runs = [_one_run(server, folder, models, events_miniaod, cpu_time) for _ in range(max(1, repeat))]
-            rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs))
+            chunks = chunks_for(cpu_time * 1e-3)
+            runs = [_one_run(server, folder, models, events_miniaod, chunks, events) for _ in range(max(1, repeat))]
+            rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs) | {"cpu_chunks": chunks})
     four = rows[0]
     return {
         "experiment": "cpu",
@@ -278,6 +292,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             "models": list(models),
             "events": list(events),
             "events_miniaod": list(events_miniaod),
+            "bare_events": list(events),
             "streams": STREAMS,
             "threads": 1,
             "transport": "gRPC payloads (Client.useSharedMemory = false; the bare loop too)",

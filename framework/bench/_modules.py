@@ -48,14 +48,22 @@ def hash_rate() -> float:
     return _calibration["rate"]
 
 
+def chunks_for(cpu_time: float) -> int:
+    """64 KiB chunks whose SHA-256 takes ``cpu_time`` seconds here (at least 1)."""
+    return max(1, round(cpu_time * hash_rate() / _CHUNK))
+
+
 class BenchCPUProducer(EDProducer):
     """A fixed CPU cost per event: ``cpuTime`` milliseconds of SHA-256 hashing.
 
     The amount of work (bytes hashed) is calibrated once per process at ``begin_job``, so
     every event costs the same CPU; a busy machine stretches it in wall time, as it would
-    real reconstruction code. hashlib releases the GIL, so with ``numberOfThreads`` > 1
-    two events burn in parallel on two cores. ``mode = "sleep"`` sleeps ``cpuTime``
-    instead: CPU work that happens elsewhere (many client jobs on a 2-core machine).
+    real reconstruction code. ``chunks`` > 0 fixes the work instead (64 KiB chunks per
+    event): jobs compared by their CPU (``cmsbench cpu``) then do exactly the same work,
+    which a calibration per process (a few per cent apart) would not give. hashlib
+    releases the GIL, so with ``numberOfThreads`` > 1 two events burn in parallel on two
+    cores. ``mode = "sleep"`` sleeps ``cpuTime`` instead: CPU work that happens elsewhere
+    (many client jobs on a 2-core machine).
     Product: int, the number of 64 KiB chunks hashed (0 when sleeping).
     """
 
@@ -65,6 +73,7 @@ class BenchCPUProducer(EDProducer):
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         desc.add("cpuTime", cms.double(5.0), "CPU time per event, milliseconds")
         desc.add("mode", cms.untracked.string("burn"), "burn | sleep")
+        desc.add("chunks", cms.untracked.uint32(0), "64 KiB chunks hashed per event (0: calibrated from cpuTime)")
 
     def __init__(self, params: Any) -> None:
         if params.mode not in ("burn", "sleep"):
@@ -72,11 +81,15 @@ class BenchCPUProducer(EDProducer):
         self.cpu_time = params.cpuTime * 1e-3
         self.sleep = params.mode == "sleep"
         self.chunks = 0
+        self._fixed_chunks = params.chunks
         self._buffer = bytes(_CHUNK)
         self.produces(doc="chunks hashed")
 
     def begin_job(self) -> None:
-        self.chunks = 0 if self.sleep else max(1, round(self.cpu_time * hash_rate() / _CHUNK))
+        if self.sleep:
+            self.chunks = 0
+        else:
+            self.chunks = self._fixed_chunks or chunks_for(self.cpu_time)
 
     def produce(self, event: Any) -> None:
         if self.sleep:

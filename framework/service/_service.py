@@ -42,7 +42,7 @@ from framework.sonic._routing import Routing, ServerHealth, ready_models
 from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
 
 from ._fallback import FallbackParameters, FallbackServer
-from ._service_stats import Snapshot, report_tables, snapshot, statistics
+from ._service_stats import Snapshot, report_tables, settled_snapshot, snapshot, statistics
 
 __all__ = ["ServerHealth", "TritonService"]
 
@@ -298,8 +298,13 @@ class TritonService(Service):
         """Take the statistics, close the connections, stop the fallback server. Never raises."""
         try:
             if self.assignment:
+                answered: dict[tuple[str, str], int] = {}
+                for client in self._clients:
+                    for server_name, calls in client.calls_by_server().items():
+                        pair = (client.model_name, server_name)
+                        answered[pair] = answered.get(pair, 0) + calls
                 self._stats_end = await trio.to_thread.run_sync(
-                    snapshot, self.routing.grpc_client, self._stats_pairs(end=True)
+                    settled_snapshot, self.routing.grpc_client, self._stats_pairs(end=True), self._stats_begin, answered
                 )
         except Exception as exc:  # noqa: BLE001 - statistics are a nicety, the stop is not
             logger.warning("TritonService: no end-of-job statistics: %s", exc)

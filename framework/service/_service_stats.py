@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from framework.sonic._client import TritonClient
 
-__all__ = ["Snapshot", "report_tables", "snapshot", "statistics"]
+__all__ = ["Snapshot", "report_tables", "settled_snapshot", "snapshot", "statistics"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 STATS_TIMEOUT = 5.0  # seconds per get_inference_statistics call
+SETTLE_TIMEOUT = 1.0  # seconds the end-of-job snapshot waits for Triton to count the last requests
+SETTLE_INTERVAL = 0.02  # seconds between two snapshots while it waits
 
 # Triton's per-model statistics counters (``get_inference_statistics``, JSON form).
 _DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
@@ -52,6 +55,36 @@ def snapshot(grpc_client: Callable[[str], Any], pairs: list[tuple[str, str]]) ->
             continue
         result[(model, server_name)] = _sum_model_stats(stats.get("model_stats", []))
     return result
+
+
+def settled_snapshot(
+    grpc_client: Callable[[str], Any],
+    pairs: list[tuple[str, str]],
+    begin: Snapshot,
+    answered: Mapping[tuple[str, str], int],
+    timeout: float = SETTLE_TIMEOUT,
+) -> Snapshot:
+    """The end-of-job :func:`snapshot`, taken again while Triton lags behind the clients.
+
+    Triton counts a request as successful when it releases it, which can be just after its
+    response reached the client: a snapshot taken at once may miss the job's last requests.
+    While a (model, server) pair shows fewer successful requests since ``begin`` than the
+    job's clients saw answered there (``answered``: gRPC calls), the snapshot is taken again
+    every ``SETTLE_INTERVAL`` s, ``timeout`` s at most; then the last one is returned as it is.
+    A server whose counters went down (restarted during the job) counts from zero.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        end = snapshot(grpc_client, pairs)
+
+        def counted(pair: tuple[str, str]) -> int:
+            now, then = end[pair]["requests"], begin.get(pair, _ZERO)["requests"]
+            return now - then if now >= then else now
+
+        behind = [pair for pair, calls in answered.items() if pair in end and counted(pair) < calls]
+        if not behind or time.monotonic() >= deadline:
+            return end
+        time.sleep(SETTLE_INTERVAL)
 
 
 def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:

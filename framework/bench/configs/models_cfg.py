@@ -48,6 +48,7 @@ options.register("streams", 2, V.multiplicity.singleton, V.varType.int, "numberO
 options.register("threads", 2, V.multiplicity.singleton, V.varType.int, "numberOfThreads")
 options.register("cpuTime", 0.0, V.multiplicity.singleton, V.varType.float, "CPU work per event, ms")
 options.register("cpuMode", "burn", V.multiplicity.singleton, V.varType.string, "burn | sleep (CPU work elsewhere)")
+options.register("cpuChunks", 0, V.multiplicity.singleton, V.varType.int, "64 KiB chunks hashed per event (0: cpuTime)")
 options.register("nChannels", 16000, V.multiplicity.singleton, V.varType.int, "FACILE rows per event")
 options.register("minTaus", 3, V.multiplicity.singleton, V.varType.int, "DeepTau candidates per event (at least)")
 options.register("barrier", "", V.multiplicity.singleton, V.varType.string, "start-barrier folder ('' = none)")
@@ -166,6 +167,7 @@ if options.cpuTime > 0:
         "framework.bench._modules:BenchCPUProducer",
         cpuTime=cms.double(options.cpuTime),
         mode=cms.untracked.string(options.cpuMode),
+        chunks=cms.untracked.uint32(options.cpuChunks),
     )
     path.append(process.cpu)
 if options.modelName and len(options.models) != 1:
