@@ -76,15 +76,16 @@ def settled_snapshot(
     deadline = time.monotonic() + timeout
     while True:
         end = snapshot(grpc_client, pairs)
-
-        def counted(pair: tuple[str, str]) -> int:
-            now, then = end[pair]["requests"], begin.get(pair, _ZERO)["requests"]
-            return now - then if now >= then else now
-
-        behind = [pair for pair, calls in answered.items() if pair in end and counted(pair) < calls]
+        behind = [pair for pair, calls in answered.items() if pair in end and _counted(begin, end, pair) < calls]
         if not behind or time.monotonic() >= deadline:
             return end
         time.sleep(SETTLE_INTERVAL)
+
+
+def _counted(begin: Snapshot, end: Snapshot, pair: tuple[str, str]) -> int:
+    """Successful requests of ``pair`` between two snapshots (from zero after a restart)."""
+    now, then = end[pair]["requests"], begin.get(pair, _ZERO)["requests"]
+    return now - then if now >= then else now
 
 
 def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
