@@ -134,8 +134,7 @@ def _job(
         streams=STREAMS,
         threads=1,
         sharedMemory=False,
-        cpuTime=1.0 if cpu_chunks else 0.0,  # the work is cpuChunks, the same in every job
-        cpuChunks=cpu_chunks,
+        cpuChunks=cpu_chunks,  # the MiniAOD-like work: the same chunks in every job (0: none)
         batchRows=BATCH_ROWS if variant == "sonic_batched" else 0,
     )
     summary = folder / f"{variant}_{events}.json"

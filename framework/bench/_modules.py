@@ -86,10 +86,7 @@ class BenchCPUProducer(EDProducer):
         self.produces(doc="chunks hashed")
 
     def begin_job(self) -> None:
-        if self.sleep:
-            self.chunks = 0
-        else:
-            self.chunks = self._fixed_chunks or chunks_for(self.cpu_time)
+        self.chunks = 0 if self.sleep else (self._fixed_chunks or chunks_for(self.cpu_time))
 
     def produce(self, event: Any) -> None:
         if self.sleep:

@@ -76,16 +76,22 @@ def settled_snapshot(
     deadline = time.monotonic() + timeout
     while True:
         end = snapshot(grpc_client, pairs)
-        behind = [pair for pair, calls in answered.items() if pair in end and _counted(begin, end, pair) < calls]
+        behind = [
+            pair
+            for pair, calls in answered.items()
+            if pair in end and _job_share(begin.get(pair), end[pair])["requests"] < calls
+        ]
         if not behind or time.monotonic() >= deadline:
             return end
         time.sleep(SETTLE_INTERVAL)
 
 
-def _counted(begin: Snapshot, end: Snapshot, pair: tuple[str, str]) -> int:
-    """Successful requests of ``pair`` between two snapshots (from zero after a restart)."""
-    now, then = end[pair]["requests"], begin.get(pair, _ZERO)["requests"]
-    return now - then if now >= then else now
+def _job_share(begin: dict[str, int] | None, end: dict[str, int]) -> dict[str, int]:
+    """One (model, server) pair's counters between begin_job and end_job: ``end - begin``,
+    or ``end`` itself where there was no begin (a server started during the job) or the
+    counters went down (the server restarted during the job: they began again)."""
+    start = begin if begin is not None and end["requests"] >= begin["requests"] else _ZERO
+    return {key: end[key] - start[key] for key in _ZERO}
 
 
 def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
@@ -111,12 +117,10 @@ def _model_entry(
         return entry
     total, servers = dict(_ZERO), {}
     for srv, counters in end.items():
-        start = begin.get(srv, _ZERO)
-        if counters["requests"] < start["requests"]:
-            start = _ZERO  # the server restarted during the job: its counters began again
+        share = _job_share(begin.get(srv), counters)
         for key in total:
-            total[key] += counters[key] - start[key]
-        servers[srv] = counters["requests"] - start["requests"]
+            total[key] += share[key]
+        servers[srv] = share["requests"]
     requests = total["requests"]
     entry.update(
         servers=servers,

@@ -12,7 +12,8 @@ direct (``backend=direct``) or the SONIC (``backend=sonic``) twin with the SAME
 False`` (the same conversion of inputs and outputs, zeros instead of the onnxruntime
 call), so that a job's CPU without any inference is measured (``cmsbench cpu``); ``batchRows`` turns on the SONIC
 producers' cross-event batching (``Client.batching``). ``cpuTime`` adds a fixed CPU cost
-per event (the MiniAOD demonstrator: the models are ~10 % of the event). Input:
+per event (the MiniAOD demonstrator: the models are ~10 % of the event); ``cpuChunks``
+fixes that work as SHA-256 chunks, the same in every job. Input:
 ``pfnano.root`` repeated ``repeat`` times (``noDuplicateCheck``), or ``source=empty``
 (FACILE only: its inputs are synthesized). DeepTau uses ``minTaus=3`` jet-seeded
 candidates (pfnano.root stores no taus; see ``modules/deeptau_inputs.py``). Without
@@ -162,7 +163,7 @@ if options.barrier:
         "framework.bench._modules:BenchStartBarrier", directory=cms.untracked.string(options.barrier)
     )
     path.append(process.barrier)
-if options.cpuTime > 0:
+if options.cpuTime > 0 or options.cpuChunks > 0:
     process.cpu = cms.EDProducer(
         "framework.bench._modules:BenchCPUProducer",
         cpuTime=cms.double(options.cpuTime),
