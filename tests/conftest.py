@@ -20,6 +20,7 @@ import contextlib
 import os
 import pathlib
 import time
+from collections.abc import Generator
 
 import pytest
 
@@ -28,6 +29,17 @@ from framework.serving.testing import serving
 
 SESSION_TAG = f"pytest{os.getpid()}"
 SETTLE = 10.0  # seconds for processes of the last test to exit before they count as left behind
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's report as ``item.report_setup``, ``report_call``, ``report_teardown``: a
+    fixture's teardown can then tell a failed test (pytest's documented recipe)."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
 
 
 def left_behind(text: str) -> tuple[list[str], list[str]]:

@@ -5,7 +5,11 @@ The XRootD server serves a copy of the real ``pfnano.root`` as ``/store/mc/pfnan
 It listens on a socket bound here to 127.0.0.1 and handed to it through systemd's socket
 activation (``LISTEN_FDS``; xrootd itself would listen on every interface), so a test can
 stop the server and start another one on the same port. As root it must run as another
-user (``-R nobody``): its folders are made readable and writable for that user. Tests
+user (``-R nobody``): its folders are made readable and writable for that user. Tests that
+freeze, kill or restart it have a server (and port) of their own (``own_xrootd``), so that
+neither the server nor this process's XRootD client connection to it carries what they did
+into the next test; a start waits for that start's own "initialization completed" line;
+a failed test shows the running servers' last log lines. Tests
 that need it are skipped, saying so, only where the ``xrootd`` binary is missing (``.ci/run``
 installs it).
 
@@ -25,6 +29,7 @@ and counted; the XRootD client missing gives one line saying what to install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,6 +65,8 @@ needs_xrootd = pytest.mark.skipif(
 LFN = "/store/mc/pfnano.root"
 SIGNAL_BOUND = 5.0  # seconds from SIGTERM to cmsrun's exit (the issue's bound)
 SLACK = 3.0  # seconds on top of a configured timeout: XRootD checks its timeouts every second
+# The server's last line of a start, after every part's own ("------ xrootd anon@vm:1094 ...").
+INITIALIZED = re.compile(r"^------ xrootd \S+ initialization (completed|failed)", re.MULTILINE)
 
 JOB = """
 import framework.config as cms
@@ -120,6 +127,10 @@ class XRootDServer:
             shutil.chown(run, "nobody")
 
     def start(self) -> None:
+        """Start xrootd and return once *this* start logged its initialization as completed
+        (the log is appended to by every start, so only what follows its current end counts);
+        fails the test with the log's last lines if it failed, exited or took 20 s."""
+        offset = self.log.stat().st_size if self.log.exists() else 0
         fd = self.listener.fileno()
         user = ["-R", "nobody"] if os.geteuid() == 0 else []
         # systemd's socket activation: the socket as fd 3, LISTEN_PID = the server's own pid.
@@ -133,12 +144,29 @@ class XRootDServer:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20
-        while "initialization completed" not in (self.log.read_text() if self.log.exists() else ""):
+        while (outcome := self._initialization(offset)) is None:
             if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                log = self.log.read_text() if self.log.exists() else "no log"
-                pytest.fail(f"xrootd did not start: {' '.join(log.splitlines()[-5:])}")
+                break
             time.sleep(0.05)
+        if outcome != "completed":
+            self.stop()
+            pytest.fail(f"xrootd did not start on port {self.port}: {' | '.join(self.tail(8))}")
+
+    def _initialization(self, offset: int) -> str | None:
+        """'completed' or 'failed' once the server's own last initialization line is in the
+        log past ``offset`` ("------ xrootd anon@host:port initialization completed."; the
+        lines of its parts, such as the checkpoints', say "initialization completed" earlier)."""
+        if not self.log.exists():
+            return None
+        with self.log.open("rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+        found = INITIALIZED.search(text)
+        return found.group(1) if found else None
+
+    def tail(self, lines: int = 20) -> list[str]:
+        """The log's last ``lines`` lines (logins, errors: what to read when a test failed)."""
+        return self.log.read_text(errors="replace").splitlines()[-lines:] if self.log.exists() else ["no log"]
 
     def stop(self) -> None:
         if self.process is not None:
@@ -161,8 +189,10 @@ def pfnano() -> pathlib.Path:
         pytest.skip(f"no local pfnano.root ({exc}); 'python -m framework.samples pfnano.root' fetches it")
 
 
-@pytest.fixture(scope="module")
-def xrootd(pfnano: pathlib.Path) -> Iterator[XRootDServer]:
+@contextlib.contextmanager
+def xrootd_server(pfnano: pathlib.Path) -> Iterator[XRootDServer]:
+    """A started :class:`XRootDServer` serving a copy of ``pfnano`` as :data:`LFN`; stopped
+    and its folder removed after."""
     if XROOTD is None:
         pytest.skip("the xrootd server binary is not installed (apt-get install xrootd-server; .ci/run does it)")
     # Not pytest's tmp_path: its folders are private to root, and the server runs as nobody.
@@ -175,12 +205,49 @@ def xrootd(pfnano: pathlib.Path) -> Iterator[XRootDServer]:
         path.chmod(0o755)
     store.chmod(0o644)
     server = XRootDServer(folder)
-    server.start()
+    RUNNING.add(server)
     try:
+        server.start()
         yield server
     finally:
+        RUNNING.discard(server)
         server.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+RUNNING: set[XRootDServer] = set()  # whose logs a failed test shows
+
+
+@pytest.fixture(scope="module")
+def xrootd(pfnano: pathlib.Path) -> Iterator[XRootDServer]:
+    """The module's server, for tests that leave it as they found it."""
+    with xrootd_server(pfnano) as server:
+        yield server
+
+
+@pytest.fixture
+def own_xrootd(pfnano: pathlib.Path) -> Iterator[XRootDServer]:
+    """A server (and port) of the test's own, for tests that stop, freeze or restart it: what
+    that does to the server, or to the XRootD client's connection to its port in this
+    process, stays with the test."""
+    with xrootd_server(pfnano) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def xrootd_logs_of_a_failed_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a failed test, the running XRootD servers' last log lines (in the report's
+    captured stderr): whether the server started, saw the client's login, or gave an error."""
+    yield
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        for server in RUNNING:
+            print(
+                f"xrootd on port {server.port}, last lines of {server.log}:",
+                *server.tail(),
+                sep="\n  ",
+                file=sys.stderr,
+            )
 
 
 class Silent:
@@ -533,8 +600,8 @@ def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
 
 
 @needs_xrootd
-def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
-    url = f"{xrootd.url}store/mc/pfnano.root"
+def test_sigterm_during_a_hanging_read_stops_cmsrun(own_xrootd, job, tmp_path):
+    url = f"{own_xrootd.url}store/mc/pfnano.root"
     process = subprocess.Popen(
         [sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}", "timeout=600", "--no-progress"],
         cwd=tmp_path,
@@ -548,7 +615,7 @@ def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
             line = process.stderr.readline()
             assert line, f"cmsrun ended before opening its input: {log}"
             log += line
-        os.kill(xrootd.process.pid, signal.SIGSTOP)
+        os.kill(own_xrootd.process.pid, signal.SIGSTOP)
         time.sleep(1.0)
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
@@ -558,7 +625,7 @@ def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
             pytest.fail(f"cmsrun still running {SIGNAL_BOUND} s after SIGTERM")
         assert time.monotonic() - sent < SIGNAL_BOUND
     finally:
-        os.kill(xrootd.process.pid, signal.SIGCONT)
+        os.kill(own_xrootd.process.pid, signal.SIGCONT)
         if process.poll() is None:
             process.kill()
             process.wait()
@@ -567,21 +634,21 @@ def test_sigterm_during_a_hanging_read_stops_cmsrun(xrootd, job, tmp_path):
 
 
 @needs_xrootd
-def test_a_read_from_a_server_that_stops_answering_fails_within_the_timeout(xrootd):
-    source = make_source(f"{xrootd.url}store/mc/pfnano.root", timeout=2.0)
+def test_a_read_from_a_server_that_stops_answering_fails_within_the_timeout(own_xrootd):
+    source = make_source(f"{own_xrootd.url}store/mc/pfnano.root", timeout=2.0)
     source.collections()  # opened while the server answers
-    os.kill(xrootd.process.pid, signal.SIGSTOP)
+    os.kill(own_xrootd.process.pid, signal.SIGSTOP)
     try:
         start = time.monotonic()
         with pytest.raises(FileReadError) as info:
             read_jets(source)
         elapsed = time.monotonic() - start
     finally:
-        os.kill(xrootd.process.pid, signal.SIGCONT)
+        os.kill(own_xrootd.process.pid, signal.SIGCONT)
     message = str(info.value)
     assert message.startswith(
         f"[FileReadError] cannot read entries [0, 10) of tree 'Events' in input file "
-        f"'{xrootd.url}store/mc/pfnano.root' from 127.0.0.1:{xrootd.port}: no answer within "
+        f"'{own_xrootd.url}store/mc/pfnano.root' from 127.0.0.1:{own_xrootd.port}: no answer within "
         "timeout = 2 s"
     ), message
     assert "\n" not in message
@@ -589,12 +656,12 @@ def test_a_read_from_a_server_that_stops_answering_fails_within_the_timeout(xroo
 
 
 @needs_xrootd
-def test_a_server_restarted_between_reads_is_read_again(xrootd, pfnano):
+def test_a_server_restarted_between_reads_is_read_again(own_xrootd, pfnano):
     expected = read_jets(make_source(str(pfnano), eventsPerRead=5))
-    source = make_source(f"{xrootd.url}store/mc/pfnano.root", eventsPerRead=5)
+    source = make_source(f"{own_xrootd.url}store/mc/pfnano.root", eventsPerRead=5)
     source.collections()
-    xrootd.stop()  # the client's connection breaks; the same port serves again below
-    xrootd.start()
+    own_xrootd.stop()  # the client's connection breaks; the same port serves again below
+    own_xrootd.start()
     # XRootD's client reconnects and opens the file again by itself (its file state
     # recovery); PoolSource's own retry is for what it gives up on (tested over HTTP below).
     assert read_jets(source) == expected
