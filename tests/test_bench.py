@@ -342,6 +342,8 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
         assert run["noinference"]["calls_per_event"] == 0  # no inference at all
     values = sorted(r["client_vs_bare"] for r in row["all_runs"])
     assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
+    clients = [r["client_ms_per_event"] for r in row["all_runs"]]
+    assert row["client_resolved"] == (min(clients) > 0)  # flagged where the runs disagree on its sign
 
 
 def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):

@@ -245,6 +245,9 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         row[key] = median(lambda r, k=key: r[k])
         values = [r[key] for r in runs]
         row[f"{key}_spread"] = [min(values), max(values)]
+    # The client is the difference of two jobs' CPU: where the runs disagree on its sign,
+    # the jobs' own noise is larger than it and its figures say nothing (reported, flagged).
+    row["client_resolved"] = row["client_ms_per_event_spread"][0] > 0
     row["loadavg"] = [r["loadavg"][0] for r in runs]
     row["all_runs"] = runs
     return row
