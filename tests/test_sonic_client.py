@@ -595,6 +595,29 @@ def test_payload_calls_send_the_message_async_infer_builds(outputs):
     assert sent == expected
 
 
+def test_payload_calls_of_bytes_tensors_send_what_async_infer_sends():
+    """A BYTES input's raw contents are tritonclient's length-prefixed serialization, not
+    the object array's bytes: such calls go through async_infer itself."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc._utils import _get_inference_request
+
+    from framework.sonic._data import TensorSpec
+    from framework.sonic._transport import PayloadCall, RequestMessages
+
+    sent = []
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{free_port()}")  # never connects
+    grpc_client._client_stub = RecordingStub(lambda request, timeout, compression: sent.append(request))
+    specs = {"s": TensorSpec("s", "BYTES", np.dtype(object), (-1,), True)}
+    arrays = {"s": np.array([[b"ab"], [b"cde"]], dtype=object)}
+    call = PayloadCall(specs, arrays, None, RequestMessages())
+    call.send(grpc_client, "m", {"client_timeout": None}, callback=lambda result, error: None)
+    grpc_client.close()
+    expected = _get_inference_request("m", call.inputs, "", "", None, 0, False, False, 0, None, None)
+    (request,) = sent
+    assert request.SerializeToString() == expected.SerializeToString()
+    assert request.raw_input_contents[0] == b"\x02\x00\x00\x00ab\x03\x00\x00\x00cde"
+
+
 class RecordingStub:
     """tritonclient's gRPC stub as far as a payload call uses it: ``record(request,
     timeout, compression)`` gets what would reach gRPC; the call never completes."""
