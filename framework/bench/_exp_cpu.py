@@ -224,6 +224,13 @@ ROW_KEYS = (
 )
 
 
+def client_resolved(row: dict[str, Any]) -> bool:
+    """Whether a row's client figures mean anything. The client is the difference of two
+    jobs' CPU: where the runs disagree on its sign, the jobs' own noise is larger than it
+    (reported, flagged, not drawn)."""
+    return bool(row["client_ms_per_event_spread"][0] > 0)
+
+
 def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The medians over ``runs`` of every reported figure (all runs kept beside them)."""
 
@@ -245,9 +252,7 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         row[key] = median(lambda r, k=key: r[k])
         values = [r[key] for r in runs]
         row[f"{key}_spread"] = [min(values), max(values)]
-    # The client is the difference of two jobs' CPU: where the runs disagree on its sign,
-    # the jobs' own noise is larger than it and its figures say nothing (reported, flagged).
-    row["client_resolved"] = row["client_ms_per_event_spread"][0] > 0
+    row["client_resolved"] = client_resolved(row)
     row["loadavg"] = [r["loadavg"][0] for r in runs]
     row["all_runs"] = runs
     return row

@@ -372,9 +372,11 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
         ("batched_client_ms_per_event", "SONIC batched client per event"),
     ]
     width = 0.8 / len(client)
+    from ._exp_cpu import client_resolved
+
     # A client figure whose runs disagree on its sign (the jobs' noise is larger: the
     # MiniAOD-like config) is not drawn; the bare loop's is.
-    resolved = [r.get("client_resolved", r["client_ms_per_event_spread"][0] > 0) for r in rows]
+    resolved = [client_resolved(r) for r in rows]
     for i, (key, label) in enumerate(client):
         heights = [r[key] if ok or key.startswith("bare") else 0.0 for r, ok in zip(rows, resolved, strict=True)]
         ax_client.bar(x + (i - 1) * width, heights, width, label=label)
