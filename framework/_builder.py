@@ -93,6 +93,20 @@ class Job:
     activity: ActivityRegistry = field(default_factory=ActivityRegistry)
     begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
 
+    def declared_outputs(self) -> list[tuple[str, str]]:
+        """Every file the job's modules and services write, as configured:
+        ``(who, path)`` with ``who`` naming the parameter ("OutputModule 'out' (type
+        NanoAODOutputModule): parameter 'fileName'"); checked by ``framework.io.check_outputs``."""
+        outputs = [
+            (f"{w.describe()}: parameter '{name}'", str(path))
+            for w in self.workers.values()
+            for name, path in w.module.declared_outputs().items()
+        ]
+        for service in self.services.services.values():
+            who = f"Service '{service.label}' (type {service.type_name})"
+            outputs += [(f"{who}: parameter '{name}'", str(path)) for name, path in service.declared_outputs().items()]
+        return outputs
+
     def reset_counters(self) -> None:
         """Zero the TrigReport counters and module timings (between work units, so that each
         unit's report counts its own events)."""

@@ -40,6 +40,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -53,7 +54,16 @@ from ._progress import progress_bar
 from ._registry import available_types, find_type
 from ._scheduler import JobReport, run_job
 from ._summary import print_summary
-from .io import DEFAULT_CHUNK_SIZE, dataset_output_path, output_naming
+from .io import (
+    DEFAULT_CHUNK_SIZE,
+    atomic_write,
+    check_outputs,
+    dataset_output_path,
+    output_folders,
+    output_naming,
+    output_path,
+    remove_stale_temporaries,
+)
 
 log = logging.getLogger("pysonic")
 
@@ -197,6 +207,7 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         return 0
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+        _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
     if ns.executor == "dask":
@@ -235,8 +246,19 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         )
         summary_json = dataset_output_path(ns.summary_json, dataset.name) if ns.summary_json else None
         with output_naming(dataset=dataset.name):  # trio.run below runs in a copy of this context
+            _check_outputs(job, summary_json, [u.file for u in units])
             _run_job(job, ns, console, f"{process.name_()} {dataset.name}", entries, summary_json)
     return 0
+
+
+def _check_outputs(job: Any, summary_json: str | os.PathLike[str] | None, inputs: Any) -> None:
+    """Before the first event: remove what killed jobs left in the output folders, then
+    check every output path (``framework.io.check_outputs``: raises ConfigurationError)."""
+    outputs = [(who, output_path(path)) for who, path in job.declared_outputs()]
+    if summary_json:
+        outputs.append(("--summary-json", Path(summary_json)))
+    remove_stale_temporaries(output_folders(outputs))
+    check_outputs(outputs, inputs)
 
 
 def _run_job(
@@ -278,8 +300,8 @@ def _run_job(
     if summary_json:
         from ._summary import summary_dict  # computed once per job: FastTimerService may have
 
-        with open(summary_json, "w") as f:
-            json.dump(summary_dict(job, report), f, indent=2)
+        with atomic_write(Path(summary_json)) as temp:
+            temp.write_text(json.dumps(summary_dict(job, report), indent=2))
     console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
     return report
 

@@ -325,7 +325,10 @@ def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
     (tmp_path / "a_file").write_text("a regular file\n")
     result = cmsrun(file_job(tmp_path, inputs["good"], out=out), cwd=tmp_path)
     assert result.code == 1
-    assert f"OutputModule 'out': cannot create output file '{out}' (FileNotFoundError: {problem})" in result.message
+    assert (
+        f"OutputModule 'out' (type NanoAODOutputModule): parameter 'fileName': cannot write '{out}' ({problem})"
+        in result.message
+    )
     assert not (tmp_path / "no_folder").exists(), "the missing folder was created"
     assert not list(tmp_path.rglob("*.tmp-*"))
 
