@@ -8,6 +8,7 @@ naming the module label and type.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,12 +250,15 @@ def build_job(
     options = process.options_()
     threads = threads if threads is not None else options["numberOfThreads"]
     streams = streams if streams is not None else options["numberOfStreams"]
-    if streams == 0:  # CMSSW's default: as many streams as threads
+    if threads < 0 or streams < 0 or (max_events is not None and max_events < -1):
+        raise ConfigurationError(
+            f"build_job: threads {threads} and streams {streams} must be >= 0 (0: CMSSW's default), "
+            f"max_events {max_events} >= -1 (-1: all)"
+        )
+    if threads == 0:  # CMSSW's cmsRun: numberOfThreads 0 = one thread per available core
+        threads = available_cores()
+    if streams == 0:  # CMSSW's EventProcessor: numberOfStreams 0 = as many streams as threads
         streams = threads
-    if streams < 1:
-        raise ConfigurationError(f"numberOfStreams must be >= 1, got {streams}")
-    if threads < 1:
-        raise ConfigurationError(f"numberOfThreads must be >= 1, got {threads}")
     limiter = trio.CapacityLimiter(threads) if threads > 1 else None
 
     registry = ServiceRegistry()
@@ -302,6 +306,13 @@ def build_job(
     for service in registry.services.values():
         service.subscribe(job.activity)
     return job
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` elsewhere)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _exception_actions(options: dict[str, Any]) -> dict[str, str]:

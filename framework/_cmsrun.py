@@ -49,7 +49,7 @@ from rich.logging import RichHandler
 
 from . import config as cms
 from ._builder import build_job
-from ._errors import FrameworkError
+from ._errors import FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
 from ._scheduler import JobReport, run_job
@@ -341,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cmsrun`` console script; returns the exit code."""
     parser = _parser()
     own, config_args = _split_arguments(parser, sys.argv[1:] if argv is None else list(argv))
-    ns = parser.parse_args(own)
+    try:
+        ns = parser.parse_args(own)
+    except SystemExit as exc:  # argparse's usage error (2) or --help (0): returned, not raised
+        return exc.code if isinstance(exc.code, int) else 2
     ns.args = config_args
     console = Console(stderr=True)
     if not console.is_terminal:
@@ -363,49 +366,17 @@ def main(argv: list[str] | None = None) -> int:
         if ns.describe:
             _describe(ns.describe, console)
             return 0
-        if not ns.config:
+        usage = _usage_problem(ns)
+        if usage:
             _parser().print_usage(sys.stderr)
-            print("cmsrun: error: a configuration file is required", file=sys.stderr)
-            return 2
-        if ns.executor == "dask" and ns.max_events is not None:
-            print(
-                "cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
-                "files: use --chunk-size, or a fileset's steps)",
-                file=sys.stderr,
-            )
-            return 2
-        dask_only = [
-            o
-            for o, v in (
-                ("--scheduler", ns.scheduler),
-                ("--workers", ns.workers),
-                ("--skip-bad-files", ns.skip_bad_files),
-                ("--keep-parts", ns.keep_parts),
-            )
-            if v
-        ]
-        if (
-            (ns.executor == "dask" and not ns.dataset)
-            or (dask_only and ns.executor != "dask")
-            or (ns.workers is not None and ns.workers < 1)
-        ):
-            _parser().print_usage(sys.stderr)
-            print(
-                f"cmsrun: error: --executor dask needs --dataset; {', '.join(dask_only) or 'its options'} "
-                f"need --executor dask; --workers >= 1",
-                file=sys.stderr,
-            )
-            return 2
-        if ns.chunk_size is not None and (not ns.dataset or ns.chunk_size < 1):
-            _parser().print_usage(sys.stderr)
-            print("cmsrun: error: --chunk-size needs --dataset and a value >= 1", file=sys.stderr)
+            print(f"cmsrun: error: {usage}", file=sys.stderr)
             return 2
         return _run(ns, console)
     except FrameworkError as exc:
         _print_fatal(exc, console)
         if os.environ.get("PYSONIC_TRACEBACK"):
             console.print_exception()
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)  # JobStopped, or the executor's
         console.print(
@@ -413,6 +384,49 @@ def main(argv: list[str] | None = None) -> int:
             f"and its unfinished outputs were removed[/bold red]"
         )
         return 128 + signum
+
+
+def _usage_problem(ns: argparse.Namespace) -> str | None:
+    """What is wrong with cmsrun's own options (exit 2), naming the option as typed; None if
+    nothing. Ranges as CMSSW defines them: maxEvents -1 = all (CMSSW takes any negative
+    number for all; here another negative is refused, as a likely typo), numberOfThreads 0 =
+    one per core, numberOfStreams 0 = as many as threads."""
+    dask_only = [
+        o
+        for o, v in (
+            ("--scheduler", ns.scheduler),
+            ("--workers", ns.workers is not None),
+            ("--skip-bad-files", ns.skip_bad_files),
+            ("--keep-parts", ns.keep_parts),
+        )
+        if v
+    ]
+    problems = [
+        (not ns.config, "a configuration file is required"),
+        (
+            ns.max_events is not None and ns.max_events < -1,
+            f"argument -n/--max-events: {ns.max_events} is not -1 (all events) or >= 0",
+        ),
+        (
+            ns.threads is not None and ns.threads < 0,
+            f"argument -t/--threads: {ns.threads} is not >= 0 (0: one thread per core)",
+        ),
+        (
+            ns.streams is not None and ns.streams < 0,
+            f"argument -j/--streams: {ns.streams} is not >= 0 (0: as many streams as threads)",
+        ),
+        (ns.workers is not None and ns.workers < 1, f"argument --workers: {ns.workers} is not >= 1"),
+        (ns.chunk_size is not None and ns.chunk_size < 1, f"argument --chunk-size: {ns.chunk_size} is not >= 1"),
+        (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
+        (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
+        (bool(dask_only) and ns.executor != "dask", f"{', '.join(dask_only)} need(s) --executor dask"),
+        (
+            ns.executor == "dask" and ns.max_events is not None,
+            "-n/--max-events is not supported with --executor dask (units cover whole files: use "
+            "--chunk-size, or a fileset's steps)",
+        ),
+    ]
+    return next((message for bad, message in problems if bad), None)
 
 
 def _print_fatal(exc: FrameworkError, console: Console) -> None:

@@ -586,7 +586,8 @@ def test_explicit_port_taken(tmp_path, repositories):
         )
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "already in use" in line]
-    assert len(lines) == 1 and f"grpc_port={port} is already in use on 127.0.0.1" in lines[0], done.stderr
+    assert len(lines) == 1, done.stderr
+    assert f"--grpc-port {port} is already in use on 127.0.0.1 (use --grpc-port 0 for a free one)" in lines[0]
 
 
 def test_fallback_server_that_fails_to_start(tmp_path, inputs, repositories):

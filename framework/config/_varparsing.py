@@ -11,7 +11,7 @@ import enum
 import sys
 from typing import Any
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, UsageError
 from ._types import closest
 
 __all__ = ["VarParsing"]
@@ -188,15 +188,15 @@ class VarParsing:
             given.add(base)
             return
         if not sep:
-            raise ConfigurationError(f"argument '{arg}' is not of the form name=value")
+            raise UsageError(f"argument '{arg}' is not of the form name=value")
         var = self._vars.get(name)
         if var is None:
-            raise ConfigurationError(
-                f"unknown argument '{name}' ({closest(name, self._vars)}); registered: {', '.join(self._vars)}"
-            )
+            hint = closest(name, self._vars)  # lists them all when none is near: once is enough
+            every = "" if hint.startswith("valid") else f"; valid: {', '.join(self._vars)}"
+            raise UsageError(f"unknown argument '{name}' ({hint}){every}")
         if var.mult is self.multiplicity.singleton:
             if name in given:
-                raise ConfigurationError(f"argument '{name}' given twice")
+                raise UsageError(f"argument '{name}' given twice")
             var.value = _parse(name, var.type, text)
         else:
             if name not in given and not var.no_default_clear:
@@ -298,7 +298,7 @@ def _parse(name: str, type_: VarParsing.varType, text: str) -> Any:
             raise ValueError(text)
         return text
     except ValueError:
-        raise ConfigurationError(f"argument '{name}={text}': expected {type_.value}, got {text!r}") from None
+        raise UsageError(f"argument '{name}={text}': expected {type_.value}, got {text!r}") from None
 
 
 def _check(name: str, type_: VarParsing.varType, value: Any) -> Any:

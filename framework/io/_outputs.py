@@ -23,13 +23,12 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import psutil
-
 from .._errors import ConfigurationError
+from .._owners import owner_alive, owner_tag
 from ._files import local_path
 from ._remote import is_remote
 
-__all__ = ["check_outputs", "owner_tag", "owner_alive", "remove_stale_temporaries", "temporary_name"]
+__all__ = ["check_outputs", "output_folders", "remove_stale_temporaries", "temporary_name"]
 
 log = logging.getLogger("pysonic.output")
 
@@ -38,30 +37,11 @@ _counter = itertools.count()
 _TEMPORARY = re.compile(r"^(?P<final>.+)\.tmp-(?P<pid>\d+)(?:-(?P<start>\d+)-\d+)?$")
 
 
-def owner_tag(pid: int | None = None) -> str:
-    """``"<pid>-<start>"``: a process and its start time (whole seconds since the epoch,
-    psutil's ``create_time``), which together never name two processes."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}-{int(psutil.Process(pid).create_time())}"
-
-
-def owner_alive(pid: int, start: int | None) -> bool:
-    """Whether process ``pid`` runs and (when ``start`` is given) started at ``start``
-    (seconds since the epoch, +-1 s for rounding); False for a pid reused since."""
-    try:
-        created = psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.Error:  # AccessDenied: it exists; a start time we cannot read counts as ours
-        return True
-    return start is None or abs(int(created) - start) <= 1
-
-
 def temporary_name(path: Path) -> Path:
     """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<n>``.
 
     Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
-    the owner tag (:func:`owner_tag`) keeps two processes apart and lets a later job find
+    the owner tag (``framework._owners.owner_tag``) keeps two processes apart and lets a later job find
     the files of a killed one; ``n`` (a counter of this process) keeps two writers of one
     process apart.
     """
