@@ -86,6 +86,7 @@ from ._types import vstring as vstring
 from ._types import vuint32 as vuint32
 from ._types import vuint64 as vuint64
 from ._varparsing import VarParsing as VarParsing
+from ._varparsing import host_port as host_port
 
 # CMSSW's configuration names for features pysonic does not have: a one-line "not supported"
 # instead of a bare AttributeError (NotSupportedError is one, so hasattr(cms, X) is False).
@@ -155,6 +156,7 @@ __all__ = [
     "VInputTag",
     "VPSet",
     "VarParsing",
+    "host_port",
     "allowed",
     "bool",
     "double",

@@ -317,3 +317,19 @@ def _check(name: str, type_: VarParsing.varType, value: Any) -> Any:
     if not ok:
         raise ConfigurationError(f"VarParsing '{name}': expected {type_.value}, got {value!r}")
     return float(value) if type_ is t.float else value
+
+
+def host_port(text: str, option: str) -> tuple[str, int]:
+    """``"host:port"`` (a config's option, e.g. ``server=127.0.0.1:8001``) -> (host, port).
+
+    A pysonic helper (CMSSW's configs split the string themselves): the port must be a TCP
+    port, since gRPC would take 117611 modulo 65536 and dial another server.
+
+    Raises:
+        UsageError: no ``:``, no host, or a port that is not a number in 1-65535 (names
+            ``option`` and the value as typed).
+    """
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"argument '{option}={text}': expected host:port with a TCP port (1-65535)")
+    return host, int(port)

@@ -15,7 +15,7 @@ log path, models, the server's /dev/shm region prefix), ``tritonserver.log`` and
 (the served repository and the generated models: ``--repository`` is any standard Triton
 model repository, ONNX, TorchScript or Python-backend models, served unchanged and never
 written to; see ``_repository``).
-Exit status: 0 on success, 1 on failure (the reason is printed on stderr).
+Exit status: 0 on success, 1 on failure, 2 on a usage error (the reason is printed on stderr).
 
 A server that died (killed by the out-of-memory killer, say) leaves its Python-backend
 stub processes and their /dev/shm regions behind (see ``_processes``). ``check`` reports
@@ -278,7 +278,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cmstriton`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error (2) or --help (0): returned, not raised
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         status: int = args.func(args)
         return status
