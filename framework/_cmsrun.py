@@ -61,6 +61,7 @@ from .io import (
     atomic_write,
     check_outputs,
     dataset_output_path,
+    load_fileset,
     output_folders,
     output_naming,
     output_path,
@@ -212,6 +213,15 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
+    # The outputs of every dataset, checked before any file is preprocessed or unit run (a
+    # job built only for that: its modules' constructors open nothing, its source no file).
+    job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+    for dataset in load_fileset(ns.dataset):
+        summary_json = ns.summary_json
+        if summary_json and ns.executor != "dask":  # one summary per dataset; Dask: one of the run
+            summary_json = str(dataset_output_path(summary_json, dataset.name))
+        with output_naming(dataset=dataset.name):
+            _check_outputs(job, summary_json, [f.path for f in dataset.files])
     if ns.executor == "dask":
         from .executor import DaskOptions, run_on_dask
 
@@ -248,7 +258,6 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         )
         summary_json = dataset_output_path(ns.summary_json, dataset.name) if ns.summary_json else None
         with output_naming(dataset=dataset.name):  # trio.run below runs in a copy of this context
-            _check_outputs(job, summary_json, [u.file for u in units])
             _run_job(job, ns, console, f"{process.name_()} {dataset.name}", entries, summary_json)
     return 0
 

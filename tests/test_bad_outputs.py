@@ -166,3 +166,16 @@ def test_stale_temporaries_removed_running_ones_kept(cmsrun, folder, caplog):  #
     assert "removed 3 temporary output(s) left by jobs that are gone" in result.stderr
     assert sorted(p.name for p in folder.iterdir()) == sorted(["in.root", "o.root", "h.root", mine.name])
     assert remove_stale_temporaries([folder]) == []
+
+
+@pytest.mark.parametrize("executor", ["sequential", "dask"])
+def test_dataset_output_that_is_an_input_found_before_any_work(cmsrun, folder, executor):  # noqa: F811
+    # With --dataset the output is named per dataset: outputFile=x.root writes x_DY.root.
+    (folder / "in.root").rename(folder / "x_DY.root")
+    (folder / "fs.yaml").write_text("DY:\n  files:\n    x_DY.root: Events\n")
+    before = digest(folder / "x_DY.root")
+    result = cmsrun(CONFIG, "--dataset", "fs.yaml", "--executor", executor, "outputFile=x.root", cwd=folder)
+    assert result.code == 1, result.stderr[-3000:]
+    assert f"{OUT}: 'x_DY.root' is the input file '{folder / 'x_DY.root'}'" in result.message
+    assert digest(folder / "x_DY.root") == before
+    assert sorted(p.name for p in folder.iterdir()) == ["fs.yaml", "x_DY.root"]  # no cache, no parts
