@@ -147,8 +147,15 @@ UNSUPPORTED = {
         (TRITON_PORT.format(port=port), f"TritonService: servers 'remote': port: {port} is not a TCP port (1-65535)")
         for port in (0, 65536, 99999, 117611)
     ]
-    + [(code, f"{feature} is a CMSSW feature not supported by pysonic") for feature, code in UNSUPPORTED.items()],
-    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)] + list(UNSUPPORTED),
+    + [(code, f"{feature} is a CMSSW feature not supported by pysonic") for feature, code in UNSUPPORTED.items()]
+    + [
+        ("process.maxEvents.input = -5\n", "process.maxEvents.input must be >= -1 (-1 = all events), got -5"),
+        (  # no type guessed from the value: the module declares an InputTag, not an int32
+            'process.h = cms.EDProducer("JetHTProducer", src=3)\nprocess.p = cms.Path(process.h)\n',
+            "(cms.double(...), cms.InputTag(...), ...: 'cmsrun --describe JetHTProducer' lists them), got int 3",
+        ),
+    ],
+    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)] + list(UNSUPPORTED) + ["maxEvents -5", "src=3"],
 )
 def test_configuration_error_exits_1(cmsrun, folder, extra, expected):  # noqa: F811 - the fixture
     (folder / "all_cfg.py").write_text(ALL_EVENTS + extra)
@@ -171,15 +178,18 @@ def events(path: pathlib.Path) -> list[int]:
         (["-t", "2", "-j", "0"], 40),
         (["-n", "0"], 0),
         (["-n", "-1", "-j", "3"], 40),
-        (["-n", "7"], 7),
+        (["-n", "7", "-j", "2"], 7),
+        ([], 40),  # process.options.numberOfThreads = 0 in the config
     ],
-    ids=["-t 0: one thread per core", "-j 0: streams = threads", "-n 0", "-n -1: all", "-n 7"],
+    ids=["-t 0: one thread per core", "-j 0: streams = threads", "-n 0", "-n -1: all", "-n 7", "config threads 0"],
 )
 def test_values_cmssw_defines_run_every_event_once(cmsrun, folder, args, count):  # noqa: F811 - the fixture
+    if not args:
+        (folder / "all_cfg.py").write_text(ALL_EVENTS + "process.options.numberOfThreads = 0\n")
     result = cmsrun(folder / "all_cfg.py", *args, cwd=folder)
     assert result.code == 0, result.stderr[-3000:]
     written = events(folder / "out.root")
-    assert sorted(written) == sorted(events(folder / "in.root"))[:count] if count in (0, 40) else len(written) == 7
+    assert sorted(written) == sorted(events(folder / "in.root")[:count])  # the first `count` events, each once
     assert len(set(written)) == len(written) == count
     assert listing(folder) == ["all_cfg.py", "in.root", "out.root"]
 
