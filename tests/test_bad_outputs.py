@@ -18,6 +18,7 @@ import pytest
 import uproot
 from test_bad_inputs import Result, cmsrun  # noqa: F401 - cmsrun is a fixture
 
+from framework._owners import host_id
 from framework.io import remove_stale_temporaries, temporary_name
 from framework.samples import locate_sample
 
@@ -149,22 +150,26 @@ def test_good_outputs_beside_the_input_every_event_once(cmsrun, folder):  # noqa
 def test_temporary_names_differ_per_output_and_name_their_owner(tmp_path):
     a, b = temporary_name(tmp_path / "o.root"), temporary_name(tmp_path / "o.root")
     assert a != b
-    pid, start, _ = a.name.removeprefix("o.root.tmp-").split("-")
-    assert int(pid) == os.getpid() and abs(int(start) - time.time()) < 10 * 24 * 3600
+    pid, start, host, _ = a.name.removeprefix("o.root.tmp-").split("-")
+    assert int(pid) == os.getpid() and abs(int(start) - time.time()) < 10 * 24 * 3600 and host == host_id()
 
 
-def test_stale_temporaries_removed_running_ones_kept(cmsrun, folder, caplog):  # noqa: F811 - the fixture
+def test_stale_temporaries_removed_running_ones_kept(cmsrun, folder):  # noqa: F811 - the fixture
     mine = temporary_name(folder / "o.root")  # this process is alive: kept
-    mine.write_bytes(b"x")
-    reused = folder / f"o.root.tmp-{os.getpid()}-1000-0"  # this pid, another start time: gone
-    gone = folder / "h.root.tmp-999999999-1700000000-3"  # no such pid
-    old = folder / "o.root.tmp-999999999"  # the old format
-    for path in (reused, gone, old):
+    host = host_id()
+    reused = folder / f"o.root.tmp-{os.getpid()}-1000-{host}-0"  # this pid, another start time: gone
+    gone = folder / f"h.root.tmp-999999999-1700000000-{host}-3"  # no such pid
+    kept = [
+        mine.name,
+        "o.root.tmp-999999999",  # an older version's name: whose it is cannot be told
+        "o.root.tmp-999999999-1700000000-0badf00d-0",  # another host's job: not seen from here
+    ]
+    for path in (reused, gone, *(folder / name for name in kept)):
         path.write_bytes(b"x")
     result = cmsrun(CONFIG, "inputFiles=in.root", "outputFile=o.root", "histFile=h.root", "-n", "5", cwd=folder)
     assert result.code == 0, result.stderr[-3000:]
-    assert "removed 3 temporary output(s) left by jobs that are gone" in result.stderr
-    assert sorted(p.name for p in folder.iterdir()) == sorted(["in.root", "o.root", "h.root", mine.name])
+    assert "removed 2 temporary output(s) left by jobs that are gone" in result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["in.root", "o.root", "h.root", *kept])
     assert remove_stale_temporaries([folder]) == []
 
 

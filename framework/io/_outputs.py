@@ -8,7 +8,7 @@ outputs with one name (one would replace the other), and a folder that is missin
 folder or not writable (found only after every event otherwise). :func:`check_outputs`
 raises one :class:`~framework.ConfigurationError` naming the parameter(s) and the path.
 
-Temporary names carry the writer's pid and start time (``out.root.tmp-<pid>-<start>-<n>``,
+Temporary names carry the writer's pid, start time and host (``out.root.tmp-<owner>-<n>``,
 :func:`temporary_name`), so that a file left by a killed job can be told from one a
 running job is writing: :func:`remove_stale_temporaries` removes those whose owner is
 gone (the pid is not running, or runs a process started at another time: a reused pid).
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._errors import ConfigurationError
-from .._owners import owner_alive, owner_tag
+from .._owners import OWNER_PATTERN, owner_alive, owner_tag
 from ._files import local_path
 from ._remote import is_remote
 
@@ -33,12 +33,12 @@ __all__ = ["check_outputs", "output_folders", "remove_stale_temporaries", "tempo
 log = logging.getLogger("pysonic.output")
 
 _counter = itertools.count()
-# "<name>.tmp-<pid>-<start>-<n>"; the old "<name>.tmp-<pid>" (no start time) too.
-_TEMPORARY = re.compile(r"^(?P<final>.+)\.tmp-(?P<pid>\d+)(?:-(?P<start>\d+)-\d+)?$")
+# "<name>.tmp-<pid>-<start>-<host>-<n>" (framework._owners)
+_TEMPORARY = re.compile(rf"^(?P<final>.+)\.tmp-{OWNER_PATTERN}-\d+$")
 
 
 def temporary_name(path: Path) -> Path:
-    """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<n>``.
+    """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<host>-<n>``.
 
     Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
     the owner tag (``framework._owners.owner_tag``) keeps two processes apart and lets a later job find
@@ -64,8 +64,7 @@ def remove_stale_temporaries(folders: Iterable[Path]) -> list[Path]:
             match = _TEMPORARY.match(entry.name)
             if match is None or not entry.is_file():
                 continue
-            start = match["start"]
-            if owner_alive(int(match["pid"]), int(start) if start else None):
+            if owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
                 continue
             try:
                 entry.unlink()

@@ -1,8 +1,9 @@
 """Temporary files of servers whose owner was killed: named by owner, removed by the next start.
 
 A ``LocalTritonServer`` without a work folder or log path of its own makes them in the
-system's temporary folder: ``pysonic-tritonserver-<pid>-<start>-XXXX/`` (the served
-repository, generated models) and ``pysonic-tritonserver-<pid>-<start>-XXXX.log``. Its
+system's temporary folder: ``pysonic-tritonserver-<owner>-XXXX/`` (the served repository,
+generated models) and ``pysonic-tritonserver-<owner>-XXXX.log``, ``<owner>`` being
+``<pid>-<start>-<host>``. Its
 ``stop`` removes them; a SIGKILL of the owning job cannot. The owner tag
 (``framework._owners``) lets the next server start (a job's fallback, ``cmstriton start``)
 remove those whose owner is gone, and never those of a job still running.
@@ -16,18 +17,18 @@ import re
 import shutil
 import tempfile
 
-from framework._owners import owner_alive, owner_tag
+from framework._owners import OWNER_PATTERN, owner_alive, owner_tag
 
 __all__ = ["TEMP_PREFIX", "owned_prefix", "remove_stale_server_files"]
 
 log = logging.getLogger("pysonic.serving")
 
 TEMP_PREFIX = "pysonic-tritonserver-"
-_OWNED = re.compile(rf"^{re.escape(TEMP_PREFIX)}(?P<pid>\d+)-(?P<start>\d+)-")
+_OWNED = re.compile(rf"^{re.escape(TEMP_PREFIX)}{OWNER_PATTERN}-")
 
 
 def owned_prefix() -> str:
-    """``pysonic-tritonserver-<pid>-<start>-``: the prefix of this process's temporary files."""
+    """``pysonic-tritonserver-<pid>-<start>-<host>-``: the prefix of this process's temporary files."""
     return f"{TEMP_PREFIX}{owner_tag()}-"
 
 
@@ -47,7 +48,7 @@ def remove_stale_server_files(folder: pathlib.Path | None = None) -> list[pathli
         return []
     for entry in entries:
         match = _OWNED.match(entry.name)
-        if match is None or owner_alive(int(match["pid"]), int(match["start"])):
+        if match is None or owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
             continue
         try:
             if entry.is_dir() and not entry.is_symlink():
