@@ -80,12 +80,12 @@ process.options.numberOfThreads = 2
 
 process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
 if options.server:
-    address, _, port = options.server.rpartition(":")
+    address, port = cms.host_port(options.server, "server")  # 1-65535, or a one-line error
     process.TritonService.servers.append(
         cms.PSet(
             name=cms.untracked.string("remote"),
             address=cms.untracked.string(address),
-            port=cms.untracked.uint32(int(port)),
+            port=cms.untracked.uint32(port),
         )
     )
 
