@@ -304,7 +304,7 @@ class Batcher:
                 all_outputs=len(client.requested_outputs) == len(client.outputs),
             )
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
-            options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # the call's own
+            options = client.call_options()
             batch.context = batch.call.send(batch.grpc_client, client.model_name, options, callback)
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)
