@@ -143,11 +143,12 @@ _INBOX: trio.lowlevel.RunVar[_Inbox] = trio.lowlevel.RunVar("pysonic_inbox")
 
 
 def _run_inbox() -> _Inbox:
-    inbox = _INBOX.get(None)
-    if inbox is None:
+    try:
+        return _INBOX.get()
+    except LookupError:
         inbox = _Inbox()
         _INBOX.set(inbox)
-    return inbox
+        return inbox
 
 
 class WaitingTaskHolder:

@@ -36,18 +36,49 @@ MODELS = 4
 # (stage, patterns of a frame "function (file:line)"): the first stage whose pattern the
 # innermost matching frame carries wins.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("output decoding (from_server)", ("decode_response", "as_numpy", "output_array", "TritonRequest._finish",
-                                       "_check_output", "_fw_complete", "InferResult")),
-    ("request encoding", ("RequestPlan.encode", "WireCall.__init__", "InferInput", "set_data_from_numpy",
-                          "grpc/_common.py", "RequestMessages", "_get_inference_request")),
-    ("gRPC call", ("grpc/_channel.py", "Thread.start", "_wire_stub", "WireCall.send", "_async_infer",
-                   "async_infer")),
-    ("hand-off into trio", ("framework/_bridge.py", "_entry_queue.py", "_wire_done", "_deliver",
-                            "wakeup_thread_and_signal_safe")),
+    (
+        "output decoding (from_server)",
+        (
+            "decode_response",
+            "as_numpy",
+            "output_array",
+            "TritonRequest._finish",
+            "_check_output",
+            "_fw_complete",
+            "InferResult",
+        ),
+    ),
+    (
+        "request encoding",
+        (
+            "RequestPlan.encode",
+            "WireCall.__init__",
+            "InferInput",
+            "set_data_from_numpy",
+            "grpc/_common.py",
+            "RequestMessages",
+            "_get_inference_request",
+        ),
+    ),
+    ("gRPC call", ("grpc/_channel.py", "Thread.start", "_wire_stub", "WireCall.send", "_async_infer", "async_infer")),
+    (
+        "hand-off into trio",
+        ("framework/_bridge.py", "_entry_queue.py", "_wire_done", "_deliver", "wakeup_thread_and_signal_safe"),
+    ),
     ("input conversion (to_server)", ("to_server", "_fw_acquire")),
-    ("bookkeeping (retry, routing, counters, request)", ("sonic/_retry.py", "sonic/_waits.py", "sonic/_routing.py",
-                                                         "_client_stats.py", "sonic/_request.py", "sonic/_client.py",
-                                                         "sonic/_transport.py", "sonic/_batching.py")),
+    (
+        "bookkeeping (retry, routing, counters, request)",
+        (
+            "sonic/_retry.py",
+            "sonic/_waits.py",
+            "sonic/_routing.py",
+            "_client_stats.py",
+            "sonic/_request.py",
+            "sonic/_client.py",
+            "sonic/_transport.py",
+            "sonic/_batching.py",
+        ),
+    ),
 ]
 C_CORE = "gRPC C-core threads (no Python frame)"
 JOB = "the job's own (source, scheduler, input producers, imports)"
@@ -75,11 +106,36 @@ def record(server: str, out: pathlib.Path, events: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for backend in ("sonic", "noinference"):
         for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):
-            job = [sys.executable, "-m", "framework._cmsrun", str(CONFIG), f"backend={backend}",
-                   f"server={server}", f"events={events}", f"repeat={events}", "streams=4", "threads=1",
-                   "sharedMemory=False", "--no-progress"]
-            command = ["taskset", "-c", "0", "py-spy", "record", "-r", str(RATE), "-f", fmt, "--nonblocking",
-                       "-o", str(out / f"{backend}.{suffix}"), "--", *job]
+            job = [
+                sys.executable,
+                "-m",
+                "framework._cmsrun",
+                str(CONFIG),
+                f"backend={backend}",
+                f"server={server}",
+                f"events={events}",
+                f"repeat={events}",
+                "streams=4",
+                "threads=1",
+                "sharedMemory=False",
+                "--no-progress",
+            ]
+            command = [
+                "taskset",
+                "-c",
+                "0",
+                "py-spy",
+                "record",
+                "-r",
+                str(RATE),
+                "-f",
+                fmt,
+                "--nonblocking",
+                "-o",
+                str(out / f"{backend}.{suffix}"),
+                "--",
+                *job,
+            ]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     (out / "settings.json").write_text(json.dumps({"events": events, "rate": RATE, "models": MODELS}))
 

@@ -236,7 +236,8 @@ def test_resident_memory_stays_flat_over_many_1_mb_calls(server, grpc_client):
             arrays = _arrays(1, 2**16, seed=int(rng.integers(1 << 30)))  # 1.1 MB in all, new contents
             call = WireCall(plan, list(arrays.values()))
             response = call.infer(grpc_client, "identity", {"client_timeout": 30})
-            assert call.as_numpy(response, "F").shape == (1, 2**16)
+            output = call.as_numpy(response, "F")
+            assert output is not None and output.shape == (1, 2**16)
 
     calls(20)  # allocators and gRPC's buffers warmed up
     before = _resident_mb()
@@ -258,7 +259,7 @@ def test_no_thread_is_started_per_call_when_calls_come_one_at_a_time(server, mon
 
     def one_call() -> None:
         done = threading.Event()
-        outcome = {}
+        outcome: dict[str, object] = {}
 
         def callback(result, error):
             outcome.update(result=result, error=error)

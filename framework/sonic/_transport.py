@@ -202,7 +202,7 @@ class _WireStub:
     """
 
     def __init__(self, grpc_client: Any) -> None:
-        import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
+        import grpc
 
         channel = grpc_client._channel  # noqa: SLF001 - tritonclient's channel: one connection, its options
         self.infer = channel.unary_unary(_MODEL_INFER, _registered_method=True)
@@ -225,7 +225,7 @@ class _WireStub:
         that RPC (an Open Inference Protocol server other than Triton) ends it at once,
         and grpcio then behaves as before. Its request iterator ends with the call.
         """
-        import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
+        import grpc
 
         ended = threading.Event()
 
@@ -271,7 +271,7 @@ def _wire_stub(grpc_client: Any) -> _WireStub:
 
 def _wire_done(callback: Any, future: Any) -> None:
     # gRPC's thread: tritonclient's errors for tritonclient's callback; never raises.
-    import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
+    import grpc
     from tritonclient.grpc._utils import get_cancelled_error, get_error_grpc
 
     try:
@@ -514,7 +514,7 @@ class TensorTransport:
         return False
 
     def lost_registration(
-        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | ShmCall]
+        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | WireCall | ShmCall]
     ) -> ExternalFailure | None:
         """If the server answered ``exc`` to ``calls`` but no longer knows their shared-memory
         region (it restarted on the same address): forget the pool's registrations and return
