@@ -24,7 +24,6 @@ import argparse
 import collections
 import json
 import pathlib
-import re
 import subprocess
 import sys
 

@@ -11,7 +11,6 @@ timing.
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 import socket
 import textwrap
