@@ -219,6 +219,47 @@ def test_sonic_equals_direct(direct_job, tmp_path):
         np.testing.assert_allclose(sonic[score], direct[score], atol=1e-5, rtol=0, err_msg=score)
 
 
+PT_FILES = [
+    f"{COMBINED}/{f}"
+    for f in (
+        "models/particlenet_PT/config.pbtxt",
+        "models/particlenet_AK8_MD-2prong_PT/config.pbtxt",
+        "ParticleNetAK8/General/V01/preprocess_PT.json",
+        "ParticleNetAK8/MD-2prong/V01/preprocess_PT.json",
+    )
+]
+
+
+@pytest.mark.skipif(
+    not all((CMS_MODELS / f).is_file() for f in PT_FILES),
+    reason=f"CMS's TorchScript ParticleNet AK8 files are not all in {CMS_MODELS}: {PT_FILES}",
+)
+def test_torchscript_models_through_particleNetPTSonicTriton(direct_job, tmp_path):
+    """sonic=1 pt=1 (CMSSW's particleNetPTSonicTriton): CMS's TorchScript models, served by
+    the torch runner on the CPU fallback, meet CMSSW's stored scores as the ONNX path does,
+    and equal the direct onnxruntime scores within 1e-4."""
+    stripped_copy(tmp_path / "input.root")
+    summary = tmp_path / "summary.json"
+    sonic = run_job(tmp_path, str(CMS_MODELS), "sonic=1", "pt=1", "--summary-json", str(summary))
+    served = json.loads(summary.read_text())["services"]["TritonService"]["models"]
+    assert {"particlenet_PT", "particlenet_AK8_MD-2prong_PT"} <= set(served), sorted(served)
+    assert not {"particlenet", "particlenet_AK8_MD-2prong"} & set(served)
+    stored = stored_scores()
+    np.testing.assert_array_equal(sonic["pt"], stored["pt"])
+    within = sum(int(np.sum(np.abs(sonic[s] - stored[s]) < 0.01)) for s in SCORES)
+    assert within >= 0.95 * 24 * len(SCORES), f"{within} of {24 * len(SCORES)} pairs within 0.01"
+    for score in SCORES:
+        np.testing.assert_allclose(sonic[score], direct_job[score], atol=1e-4, rtol=0, err_msg=score)
+
+
+def test_pt_without_sonic_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", str(CMS_MODELS))
+    result = cmsrun(str(CONFIG), "pt=1", f"outputFile={tmp_path / 'o.root'}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "pt=1 (particleNetPTSonicTriton) acts only together with sonic=1" in result.stderr
+    assert not list(tmp_path.glob("o.root*"))
+
+
 def test_sv_eta_rebuilt_from_jet_relative_columns():
     """The SVs that NanoAOD's SV table holds, treated as missing from it: same sv_etarel within 2e-3."""
     with uproot.open(locate_sample("pfnano.root")) as f:

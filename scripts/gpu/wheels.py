@@ -126,23 +126,46 @@ def pack_wheels(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
     return {n: v for n, v in sorted(needed.items()) if n != ROOT and n not in image}
 
 
+def _optional(handler: ast.ExceptHandler) -> bool:
+    """An ``except`` clause that catches a failed import (the import in its ``try`` is optional)."""
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
+
+
+class _Imports(ast.NodeVisitor):
+    """Top-level names of the absolute imports of a module, but those in a ``try`` whose
+    ``except ImportError`` makes them optional (``skhep_testdata`` where installed, say)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def visit_Try(self, node: ast.Try) -> None:  # noqa: N802 - ast.NodeVisitor's spelling
+        if not any(_optional(h) for h in node.handlers):
+            self.generic_visit(node)
+            return
+        for child in [*node.handlers, *node.orelse, *node.finalbody]:
+            self.visit(child)
+
+    def visit_Import(self, node: ast.Import) -> None:  # noqa: N802
+        self.names += [alias.name.split(".")[0] for alias in node.names]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:  # noqa: N802
+        if node.level == 0 and node.module:
+            self.names.append(node.module.split(".")[0])
+
+
 def imported_modules(packages: Iterable[str] = RUNTIME_PACKAGES, repo: pathlib.Path = REPO) -> dict[str, str]:
-    """Third-party top-level modules imported anywhere in ``packages`` -> the first file importing it."""
+    """Third-party top-level modules imported anywhere in ``packages`` (also inside functions,
+    not where an ``except ImportError`` makes the import optional) -> the first file importing it."""
     out: dict[str, str] = {}
     for package in packages:
         for path in sorted((repo / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
+            visitor = _Imports()
+            visitor.visit(ast.parse(path.read_text(), str(path)))
+            for top in visitor.names:
+                if top in sys.stdlib_module_names or top in FIRST_PARTY or top in STUB_ONLY:
                     continue
-                for name in names:
-                    top = name.split(".")[0]
-                    if top in sys.stdlib_module_names or top in FIRST_PARTY or top in STUB_ONLY:
-                        continue
-                    out.setdefault(top, str(path.relative_to(repo)))
+                out.setdefault(top, str(path.relative_to(repo)))
     return out
 
 
