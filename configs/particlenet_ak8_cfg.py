@@ -85,8 +85,8 @@ from Configuration.ProcessModifiers.particleNetSonicTriton_cff import particleNe
 if options.pt and not options.sonic:
     # In CMSSW particleNetPTSonicTriton alone changes nothing; here that is a mistake to name.
     raise cms.ConfigurationError("pt=1 (particleNetPTSonicTriton) acts only together with sonic=1")
-modifiers = (enableSonicTriton, particleNetSonicTriton) if options.sonic else ()
-modifiers += (particleNetPTSonicTriton,) if options.pt else ()
+modifiers = [enableSonicTriton, particleNetSonicTriton] if options.sonic else []
+modifiers += [particleNetPTSonicTriton] if options.pt else []
 process = cms.Process("PNET", *modifiers)
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
 process.maxEvents.input = options.maxEvents

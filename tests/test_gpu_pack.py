@@ -23,10 +23,8 @@ finally:
     sys.path.remove(str(ROOT / "scripts" / "gpu"))
 
 # pack.sh's hand-made list at commit c627617 (before wheels.py).
-HAND_LIST = (
-    "trio outcome sniffio awkward awkward-cpp uproot cramjam hist boost-histogram histoprint uhi "
-    "tritonclient python-rapidjson"
-).split()
+HAND_LIST = ["trio", "outcome", "sniffio", "awkward", "awkward-cpp", "uproot", "cramjam", "hist"]
+HAND_LIST += ["boost-histogram", "histoprint", "uhi", "tritonclient", "python-rapidjson"]
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ STUB_ONLY = {"triton_python_backend_utils"}
 
 def target_environment(python: str = "3.12.3") -> dict[str, str]:
     """Marker variables of the GPU machine's interpreter (CPython ``python`` on Linux x86_64)."""
-    env = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     env.update(
         python_version=".".join(python.split(".")[:2]),
         python_full_version=python,
