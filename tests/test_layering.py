@@ -216,19 +216,8 @@ def test_only_the_service_layer_imports_both_sides():
         assert "service" not in {m.split(".")[0] for m in framework_imports(FRAMEWORK / name)}, name
 
 
-# The Python-backend model loads the runner a model instance needs, inside the function
-# that picks it (torch only for a GPU instance); the runners use its tensor specs. Known
-# and lazy (test_torch_is_not_a_runtime_dependency keeps the torch runner lazy), so left
-# out of the direction checks.
-LAZY_RUNNER_IMPORTS = {
-    ("framework.serving.python_backend", "framework.serving.onnx_backend"),
-    ("framework.serving.python_backend", "framework.serving.torch_backend"),
-}
-
-
 def import_graph(side: str) -> dict[str, set[str]]:
-    """framework.<side>'s modules -> the modules of the same package each imports (the
-    lazy runner imports left out)."""
+    """framework.<side>'s modules -> the modules of the same package each imports."""
     files = {}
     for path in (FRAMEWORK / side).glob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -240,7 +229,7 @@ def import_graph(side: str) -> dict[str, set[str]]:
             inside = [m for m in files if imported == m or imported.startswith(m + ".")]
             if inside:
                 targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
-        graph[name] = {t for t in targets - {name} if (name, t) not in LAZY_RUNNER_IMPORTS}
+        graph[name] = targets - {name}
     return graph
 
 

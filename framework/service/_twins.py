@@ -34,8 +34,8 @@ import framework.config as cms
 from framework._errors import ConfigurationError
 from framework._event import Event
 from framework._module import EDProducer
+from framework.serving.model_spec import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.serving.onnx_backend import OnnxRunner
-from framework.serving.python_backend import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.sonic._client import client_description, resolve_config_path
 from framework.sonic._data import (
     BatchRows,
@@ -77,7 +77,7 @@ class SonicConversionProducer(ModelConversion, SonicEDProducer):
 
 
 def read_model_config(config_path: pathlib.Path) -> ModelSpec:
-    """The :class:`~framework.serving.python_backend.ModelSpec` of a Triton ``config.pbtxt``
+    """The :class:`~framework.serving.model_spec.ModelSpec` of a Triton ``config.pbtxt``
     (as the Python backend sees it).
 
     Raises:
@@ -171,7 +171,7 @@ class OnnxDirectProducer(ModelConversion):
 
 
 def _tensor_spec(tensor: Any) -> TensorSpec:
-    """The SONIC :class:`TensorSpec` (batched) of a ``python_backend`` tensor of the config."""
+    """The SONIC :class:`TensorSpec` (batched) of a :class:`~framework.serving.model_spec.TensorSpec` of the config."""
     from tritonclient.utils import np_to_triton_dtype
 
     return TensorSpec(tensor.name, np_to_triton_dtype(tensor.dtype), tensor.dtype, tensor.dims, True)

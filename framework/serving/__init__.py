@@ -7,10 +7,12 @@ goes through :class:`LocalTritonServer`; the client only ever sees an address.
 
 Files, in the direction of their imports:
 
-* ``python_backend``, ``onnx_backend``, ``torch_backend``: the framework's Triton
-  Python-backend model and its ONNX (onnxruntime) and TorchScript (torch, GPU) runners;
-  they run inside the server's Python and import nothing else of the framework (the
-  direct twins in ``framework.service`` use the ONNX runner in-process);
+* ``model_spec``: a Triton model config's tensors and the dynamic batching done on them
+  (numpy arrays or torch tensors), without a server;
+* ``onnx_backend``, ``torch_backend``, ``python_backend``: the ONNX (onnxruntime) and
+  TorchScript (torch, GPU) runners and the framework's Triton Python-backend model that
+  picks one (lazily); they run inside the server's Python and import nothing else of the
+  framework (the direct twins in ``framework.service`` use the ONNX runner in-process);
 * ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
   Python-backend folder, the server's environment;
 * ``_repository``: model-repository translation: any standard Triton model repository
