@@ -12,7 +12,7 @@ Files, in the direction of their imports:
 * ``onnx_backend``, ``torch_backend``, ``python_backend``: the ONNX (onnxruntime) and
   TorchScript (torch, GPU) runners and the framework's Triton Python-backend model that
   picks one (lazily); they run inside the server's Python and import nothing else of the
-  framework (the direct twins in ``framework.service`` use the ONNX runner in-process);
+  framework (the direct producers of ``framework.inference`` use the ONNX runner in-process);
 * ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
   Python-backend folder, the server's environment;
 * ``_repository``: model-repository translation: any standard Triton model repository

@@ -2,7 +2,7 @@
 
 The library of the framework's Python-backend model (:mod:`framework.serving.python_backend`)
 and of its runners (:mod:`framework.serving.onnx_backend`,
-:mod:`framework.serving.torch_backend`); the in-process twins of ``framework.service`` use
+:mod:`framework.serving.torch_backend`); the direct producers of ``framework.inference`` use
 it too. It imports nothing of the framework, so that the model and its runners import it
 and never each other (the model picks its runner lazily).
 

@@ -1,4 +1,4 @@
-"""A model's SONIC producer and its direct twin, sharing one data conversion.
+"""The base classes of every model module: one data conversion, a SONIC producer and a direct twin.
 
 CMSSW runs ML either in the module (``ONNXRuntime``, PhysicsTools/ONNXRuntime) or as a
 service (SONIC). To compare the two on the same events, and to switch a config between
