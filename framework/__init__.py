@@ -28,7 +28,10 @@ config -> builder -> scheduler -> io -> modules -> sonic:
     assignment, the fallback server's orchestration, end-of-job statistics).
 
   The client and the server sides never import each other; only the service layer and
-  ``framework.inference`` import both. None of them knows ROOT files.
+  ``framework.inference`` import both. What both read of a model's ``config.pbtxt`` (the
+  parse, the ``checksum`` agent's sums, the parameter prefix the servers keep them under)
+  is one neutral module below them, ``framework._triton_config``, which imports only
+  protobuf and tritonclient's config schema. None of them knows ROOT files.
 * ``framework.inference`` - the model modules' base classes: one data conversion
   (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
   server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.

@@ -151,12 +151,34 @@ def test_only_io_and_the_benchmarks_read_or_write_root_files():
 SONIC_SIDES = ("sonic", "serving", "service", "inference")
 
 
+TRITON_CONFIG = FRAMEWORK / "_triton_config.py"
+
+
 def test_only_the_sonic_packages_talk_to_triton():
-    """framework.bench may too: its baselines are bare tritonclient loops and Triton's own statistics."""
+    """framework.bench may too: its baselines are bare tritonclient loops and Triton's own
+    statistics; framework._triton_config reads tritonclient's model-config schema only."""
     for path in FRAMEWORK.rglob("*.py"):
-        if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts):
+        if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts) or path == TRITON_CONFIG:
             continue
         assert "tritonclient" not in imported_modules(path), f"{path} imports tritonclient"
+
+
+def test_both_sides_share_one_neutral_model_config_reader():
+    """framework._triton_config, which both SONIC sides import (what they read of a
+    config.pbtxt), is neutral: no framework module, of Triton only
+    the model-config schema, and the core does not import it."""
+    assert qualified_imports(TRITON_CONFIG) - {"__future__", "pathlib", "collections.abc", "typing"} == {
+        "google.protobuf",
+        "tritonclient.grpc",
+    }
+    for name in CORE:
+        assert "_triton_config" not in framework_imports(FRAMEWORK / name), name
+    readers = {
+        path.relative_to(FRAMEWORK).parts[0]
+        for path in FRAMEWORK.rglob("*.py")
+        if "_triton_config" in framework_imports(path)
+    }
+    assert {"sonic", "serving"} <= readers, readers
 
 
 def test_sonic_knows_nothing_of_root_files():

@@ -34,6 +34,7 @@ import framework.config as cms
 from framework._errors import ConfigurationError
 from framework._event import Event
 from framework._module import EDProducer
+from framework._triton_config import ModelConfigSyntaxError, parse_config_file
 from framework.serving.model_spec import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.serving.onnx_backend import OnnxRunner
 from framework.sonic._client import client_description, resolve_config_path
@@ -83,12 +84,11 @@ def read_model_config(config_path: pathlib.Path) -> ModelSpec:
     Raises:
         ConfigurationError: the file is missing or is not a valid model configuration.
     """
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
+    from google.protobuf import json_format
 
     try:
-        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
-    except (OSError, text_format.ParseError) as err:
+        config = parse_config_file(config_path)
+    except (OSError, ModelConfigSyntaxError) as err:
         raise ConfigurationError(f"{config_path}: cannot read the model configuration: {err}") from None
     return parse_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
 
