@@ -346,3 +346,23 @@ def test_only_the_executor_knows_dask():
     assert len(executor_files) >= 4
     for path in executor_files:
         assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"
+
+
+def test_packages_import_each_other_by_public_names():
+    """A private module (``_name``) of a package is imported from inside that package only;
+    other packages use the names its ``__init__`` exports (``from framework.sonic import
+    Routing``, not ``framework.sonic._routing``). The top-level core modules
+    (``framework._errors``, ...) are the core's API and exempt."""
+    bad = []
+    for package in ("framework", "modules", "cmssw", "configs"):
+        for path in (ROOT / package).rglob("*.py"):
+            own = ".".join(path.relative_to(ROOT).parts[:-1])
+            for name in qualified_imports(path):
+                parts = name.split(".")
+                private = [i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")]
+                if parts[0] not in ("framework", "modules") or not private:
+                    continue
+                owner = ".".join(parts[: private[0]])
+                if own != owner and not own.startswith(owner + "."):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, "\n".join(bad)

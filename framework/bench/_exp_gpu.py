@@ -124,7 +124,7 @@ def _variant_repository(
 def gpu_server(variants: dict[str, tuple[str, Callable[[Any], None] | None]], instances: int) -> Iterator[Any]:
     """A started server of ``variants`` (see :func:`_variant_repository`) on :func:`bench_device`,
     ``instances`` instances per model."""
-    from framework.serving._server import LocalTritonServer
+    from framework.serving import LocalTritonServer
 
     with temporary_folder("gpu") as folder:
         server = LocalTritonServer(

@@ -39,7 +39,7 @@ def write_former_model(folder: Any, name: str) -> Any:
     """The stand-in ``name`` as it was committed before issue 16, under ``folder/<name>_model_py``."""
     from google.protobuf import text_format
 
-    from framework.serving._repository import read_model_config
+    from framework.serving import read_model_config
 
     source = default_model_repository() / name
     config = read_model_config(source)
@@ -58,7 +58,7 @@ def write_former_model(folder: Any, name: str) -> Any:
 
 
 def _inputs(name: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    from framework.serving._repository import read_model_config
+    from framework.serving import read_model_config
 
     config = read_model_config(default_model_repository() / name)
     arrays = {}

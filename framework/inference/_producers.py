@@ -37,16 +37,17 @@ from framework._module import EDProducer
 from framework._triton_config import ModelConfigSyntaxError, parse_config_file
 from framework.serving.model_spec import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.serving.onnx_backend import OnnxRunner
-from framework.sonic._client import client_description, resolve_config_path
-from framework.sonic._data import (
+from framework.sonic import (
     BatchRows,
+    SonicEDProducer,
     TensorSpec,
     TritonInputData,
     TritonInputMap,
     TritonOutputData,
     TritonOutputMap,
+    client_description,
+    resolve_config_path,
 )
-from framework.sonic._producer import SonicEDProducer
 
 __all__ = ["ModelConversion", "OnnxDirectProducer", "SonicConversionProducer", "read_model_config"]
 

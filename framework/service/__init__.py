@@ -13,6 +13,10 @@ needs both sides:
 * ``_service``: :class:`TritonService` (CMSSW's ``TritonService``, a framework ``Service``):
   parameters, discovery of what each server serves and assignment at begin_job, the
   fallback when no server serves a model, end_job.
+
+Public names: :class:`TritonService`, and :func:`snapshot` (Triton's own cumulative
+counters per (model, server), which ``cmsrun --executor dask`` reads for its servers).
 """
 
 from ._service import TritonService as TritonService
+from ._service_stats import snapshot as snapshot

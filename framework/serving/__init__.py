@@ -25,10 +25,17 @@ Files, in the direction of their imports:
 * ``_cmstriton``: the ``cmstriton`` command (CMSSW's ``cmsTriton``);
 * ``testing`` (public, not imported here): tiny Python-backend models written into a
   repository and a server that is checked to leave nothing behind, for tests and benchmarks.
+
+The names below are the server side's public API; the other packages (the service layer,
+the executor's host servers, the benchmarks) import them from here, never from the files.
 """
 
+from ._processes import pid_is_tritonserver as pid_is_tritonserver
+from ._processes import process_start_time as process_start_time
+from ._processes import terminate_server as terminate_server
 from ._repository import ModelChecksumError as ModelChecksumError
 from ._repository import ModelRepositoryError as ModelRepositoryError
+from ._repository import read_model_config as read_model_config
 from ._server import DEVICES as DEVICES
 from ._server import LocalTritonServer as LocalTritonServer
 from ._server import TritonServerError as TritonServerError
