@@ -15,39 +15,17 @@ jets in order) and prints the agreement with the scores CMSSW stored in the inpu
 
 import copy
 
+from pfnanoSonic_cff import pfnano_options, pfnano_sonic
+
 import framework.config as cms
 
-options = cms.VarParsing()
-options.register(
-    "inputFiles",
-    [],
-    cms.VarParsing.multiplicity.list,
-    cms.VarParsing.varType.string,
-    "input PFNano files (default: the real pfnano.root sample)",
-)
-options.register(
-    "outputFile",
-    "particlenet_ak8.root",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "output ROOT file",
-)
-options.register(
-    "maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int, "events to process (-1 = all)"
-)
+options = pfnano_options("particlenet_ak8.root")
 options.register(
     "sonic",
     0,
     cms.VarParsing.multiplicity.singleton,
     cms.VarParsing.varType.int,
     "1: the JetTags through SONIC (Triton); 0: onnxruntime in the job",
-)
-options.register(
-    "server",
-    "",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "with sonic=1: address:port of a Triton server (empty: the fallback local server)",
 )
 options.register(
     "compare",
@@ -58,13 +36,6 @@ options.register(
 )
 options.parseArguments()
 
-if options.inputFiles:
-    input_files = options.inputFiles
-else:
-    from framework.samples import locate_sample
-
-    input_files = [str(locate_sample("pfnano.root"))]
-
 # SONIC or direct is chosen as CMSSW chooses it: the particleNetSonicTriton process modifier
 # replaces the JetTags producers by their SONIC twins (sonic=1 asks for it, with
 # enableSonicTriton, which turns TritonService's fallback server on).
@@ -73,21 +44,9 @@ from Configuration.ProcessModifiers.particleNetSonicTriton_cff import particleNe
 
 modifiers = (enableSonicTriton, particleNetSonicTriton) if options.sonic else ()
 process = cms.Process("PNET", *modifiers)
-process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
-process.maxEvents.input = options.maxEvents
+pfnano_sonic(process, options)
 process.options.numberOfStreams = 2
 process.options.numberOfThreads = 2
-
-process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
-if options.server:
-    address, _, port = options.server.rpartition(":")
-    process.TritonService.servers.append(
-        cms.PSet(
-            name=cms.untracked.string("remote"),
-            address=cms.untracked.string(address),
-            port=cms.untracked.uint32(int(port)),
-        )
-    )
 
 QCD = ["probQCDbb", "probQCDcc", "probQCDb", "probQCDc", "probQCDothers"]
 
