@@ -2,9 +2,9 @@
 
 Layering: the client side of SONIC. It builds on the core's ExternalWork and bridge and
 knows Triton only through ``tritonclient``; it never imports the server side
-(``framework.serving``) nor the service layer (``framework.service``, which joins the
-two: TritonService, the fallback server, the direct twins). ``tests/test_layering.py``
-checks it.
+(``framework.serving``) nor the packages that join the two (``framework.service``:
+TritonService, the fallback server; ``framework.inference``: the model modules' SONIC and
+direct producers). ``tests/test_layering.py`` checks it.
 
 Files, in the direction of their imports: each imports only files listed before it
 (``tests/test_layering.py`` checks that there is no cycle):
