@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .python_backend import NUMPY_OPS, Arrays, ModelSpec
+from .model_spec import NUMPY_OPS, Arrays, ModelSpec
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
