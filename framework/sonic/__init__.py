@@ -25,6 +25,8 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_shm``: the clients' system shared-memory regions: a pool per client and server,
   registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
   this host;
+* ``_wire``: Triton's ``ModelInfer`` request written from the input arrays, and the
+  response's outputs read as numpy views (the protobuf wire format, by hand);
 * ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
   shared-memory region or as gRPC payloads;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
