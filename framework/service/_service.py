@@ -39,7 +39,7 @@ from framework._services import Service
 from framework.serving._server import LocalTritonServer, resolve_device
 from framework.sonic._client import TritonClient
 from framework.sonic._routing import Routing, ServerHealth, ready_models
-from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
+from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions, request_metadata
 
 from ._fallback import FallbackParameters, FallbackServer
 from ._service_stats import Snapshot, report_tables, settled_snapshot, snapshot, statistics
@@ -90,7 +90,9 @@ class TritonService(Service):
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         """CMSSW's ``TritonService::fillDescriptions`` (the release whose ``tritonTest_cfg.py``
         uses VarParsing), with the later releases' ``fallback.container`` and ``fallback.device``
-        and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``).
+        and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``,
+        and per server ``headers``, ``bearerTokenFile``, ``bearerTokenVariable``: gRPC metadata
+        of every call, for a server behind an authenticating proxy such as SuperSONIC's).
 
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
@@ -105,6 +107,24 @@ class TritonService(Service):
         server.add("rootCertificates", cms.untracked.string(""), "PEM file ('' = gRPC's default)")
         server.add("privateKey", cms.untracked.string(""), "PEM file ('' = none)")
         server.add("certificateChain", cms.untracked.string(""), "PEM file ('' = none)")
+        server.add(
+            "headers",
+            cms.untracked.vstring(),
+            "gRPC metadata sent with every call, 'key: value' (no secrets: the config is printed; use a token)",
+            extension=True,
+        )
+        server.add(
+            "bearerTokenFile",
+            cms.untracked.string(""),
+            "file holding a token sent as 'authorization: Bearer <token>' with every call (read once)",
+            extension=True,
+        )
+        server.add(
+            "bearerTokenVariable",
+            cms.untracked.string(""),
+            "environment variable holding that token (instead of bearerTokenFile)",
+            extension=True,
+        )
         fallback = cms.ParameterSetDescription()
         unused = "accepted, no effect here (CMSSW's container script)"
         fallback.add("enable", cms.untracked.bool(False), "start a local server for models no server serves")
@@ -181,7 +201,10 @@ class TritonService(Service):
             ssl = None
             if item.useSsl:
                 ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
-            servers[item.name] = ServerInfo(item.name, f"{item.address}:{item.port}", ssl)
+            metadata = request_metadata(
+                f"TritonService: servers '{item.name}'", item.headers, item.bearerTokenFile, item.bearerTokenVariable
+            )
+            servers[item.name] = ServerInfo(item.name, f"{item.address}:{item.port}", ssl, metadata)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
         # The fallback is made by the router (it passes its on_start) and kept here too: the
