@@ -25,6 +25,7 @@ all; a configured one has CMSSW's defaults (fallback disabled unless ``fallback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -219,6 +220,7 @@ class TritonService(Service):
         self._clients: list[TritonClient] = []
         self._stats_begin: Snapshot = {}
         self._stats_end: Snapshot = {}
+        self._no_statistics: set[tuple[str, str]] = set()  # (model, server) pairs: a server without statistics
 
     @property
     def _fallback(self) -> FallbackServer:
@@ -273,7 +275,7 @@ class TritonService(Service):
             return  # no SONIC module in this job: nothing to find or start
         routing = self.routing
         for server in routing.servers.values():
-            served = await trio.to_thread.run_sync(ready_models, server)
+            served = await trio.to_thread.run_sync(ready_models, server, tuple(self.models))
             if isinstance(served, str):
                 logger.warning(
                     "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
@@ -307,7 +309,9 @@ class TritonService(Service):
                 name,
                 routing.address(name),
             )
-        self._stats_begin = await trio.to_thread.run_sync(snapshot, routing.grpc_client, self._stats_pairs())
+        self._stats_begin = await trio.to_thread.run_sync(
+            snapshot, routing.grpc_client, self._stats_pairs(), self._no_statistics
+        )
 
     def connect(self, client: TritonClient) -> None:
         """Connect a module's client to its model's server (blocking: metadata fetch)."""
@@ -327,7 +331,11 @@ class TritonService(Service):
                         pair = (client.model_name, server_name)
                         answered[pair] = answered.get(pair, 0) + calls
                 self._stats_end = await trio.to_thread.run_sync(
-                    settled_snapshot, self.routing.grpc_client, self._stats_pairs(end=True), self._stats_begin, answered
+                    functools.partial(settled_snapshot, no_statistics=self._no_statistics),
+                    self.routing.grpc_client,
+                    self._stats_pairs(end=True),
+                    self._stats_begin,
+                    answered,
                 )
         except Exception as exc:  # noqa: BLE001 - statistics are a nicety, the stop is not
             logger.warning("TritonService: no end-of-job statistics: %s", exc)
@@ -366,6 +374,7 @@ class TritonService(Service):
             end=self._stats_end,
             clients=self._clients,
             servers=self.routing.health_report(),
+            no_statistics=self._no_statistics,
         )
 
     def report(self) -> list[Any]:
