@@ -1,12 +1,16 @@
-"""SONIC modules against a REAL Seldon MLServer (an Open Inference Protocol server, not Triton).
+"""SONIC modules against REAL Open Inference Protocol servers that are not Triton: Seldon
+MLServer and KServe's Python model server.
 
-Test policy: MLServer is an optional extra with pins of its own, installed by ``.ci/run``
-into ``.venv-mlserver`` (``$PYSONIC_MLSERVER`` names another ``mlserver`` command); the
-tests skip with a one-line reason without it. One MLServer per module, on 127.0.0.1, serves
-our ``facile`` ONNX model (``data/models``) through the custom onnxruntime runtime
-``tests/mlserver_onnx.py``. The job runs the unchanged FACILE SONIC producer against it and
-the direct producer (onnxruntime in-process) beside it: the products must agree. MLServer
-has no ``ModelConfig``, statistics or shared-memory RPCs and spells READY ``State.READY``.
+Test policy: each server is an optional extra with pins of its own (they clash with each
+other and with tritonclient's), installed by ``.ci/run`` into ``.venv-mlserver`` and
+``.venv-kserve``; the tests of a server skip with a one-line reason without it. One server
+at a time (a module fixture per kind), on a random port, serves our ``facile`` ONNX model
+(``data/models``) with onnxruntime: MLServer through the custom runtime
+``tests/mlserver_onnx.py``, KServe through ``tests/kserve_onnx.py``. The job runs the
+unchanged FACILE SONIC producer against it and the direct producer (onnxruntime
+in-process) beside it: the products must agree. Neither server has ``ModelConfig``,
+statistics or shared-memory RPCs; MLServer spells READY ``State.READY``; KServe has no
+repository index (discovery asks ``ModelReady``).
 """
 
 from __future__ import annotations
@@ -35,14 +39,13 @@ from framework.sonic._client import client_description
 from framework.sonic._routing import ready_models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MLSERVER = pathlib.Path(os.environ.get("PYSONIC_MLSERVER", ROOT / ".venv-mlserver" / "bin" / "mlserver"))
 FACILE = ROOT / "data" / "models" / "facile"
-START_TIMEOUT = 120.0  # seconds for MLServer to serve the model (it imports a lot on 2 busy cores)
+COMMANDS = {  # the server's command in its own virtualenv
+    "mlserver": pathlib.Path(os.environ.get("PYSONIC_MLSERVER", ROOT / ".venv-mlserver" / "bin" / "mlserver")),
+    "kserve": pathlib.Path(os.environ.get("PYSONIC_KSERVE_PYTHON", ROOT / ".venv-kserve" / "bin" / "python")),
+}
+START_TIMEOUT = 120.0  # seconds for a server to serve the model (they import a lot, on 2 busy cores)
 N_CHANNELS = 3000  # rows per event (the FACILE default is 16,000): small, above 64 KiB all the same
-
-pytestmark = pytest.mark.skipif(
-    not MLSERVER.is_file(), reason=f"MLServer is not installed ({MLSERVER}; .ci/run installs it, optional)"
-)
 
 
 def free_port() -> int:
@@ -51,9 +54,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_repository(folder: pathlib.Path) -> dict[str, int]:
-    """MLServer's settings and the ``facile`` model (our ONNX file, the onnxruntime runtime); its ports."""
-    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+def mlserver_command(folder: pathlib.Path, grpc_port: int) -> list[str]:
+    """MLServer's settings and ``facile`` model (our ONNX file, the onnxruntime runtime) in ``folder``."""
+    ports = {"http_port": free_port(), "grpc_port": grpc_port, "metrics_port": free_port()}
     settings = {"host": "127.0.0.1", "parallel_workers": 0, "metrics_endpoint": None, **ports}
     (folder / "settings.json").write_text(json.dumps(settings))
     shutil.copy(ROOT / "tests" / "mlserver_onnx.py", folder / "mlserver_onnx.py")
@@ -62,10 +65,18 @@ def write_repository(folder: pathlib.Path) -> dict[str, int]:
     shutil.copy(FACILE / "1" / "model.onnx", model / "model.onnx")
     implementation = {"implementation": "mlserver_onnx.OnnxRuntime", "parameters": {"uri": "./model.onnx"}}
     (model / "model-settings.json").write_text(json.dumps({"name": "facile", **implementation}))
-    return ports
+    return [str(COMMANDS["mlserver"]), "start", str(folder)]
 
 
-def wait_ready(process: subprocess.Popen, address: str, log: pathlib.Path) -> None:
+def kserve_command(folder: pathlib.Path, grpc_port: int) -> list[str]:
+    """KServe's model server for ``facile`` (our ONNX file)."""
+    script = shutil.copy(ROOT / "tests" / "kserve_onnx.py", folder / "kserve_onnx.py")
+    model = shutil.copy(FACILE / "1" / "model.onnx", folder / "model.onnx")
+    ports = ["--http_port", str(free_port()), "--grpc_port", str(grpc_port)]
+    return [str(COMMANDS["kserve"]), str(script), "--model_name", "facile", "--model_path", str(model), *ports]
+
+
+def wait_ready(process: subprocess.Popen, kind: str, address: str, log: pathlib.Path) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -74,7 +85,7 @@ def wait_ready(process: subprocess.Popen, address: str, log: pathlib.Path) -> No
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                pytest.fail(f"MLServer exited ({process.returncode}): {log.read_text()[-2000:]}", pytrace=False)
+                pytest.fail(f"{kind} exited ({process.returncode}): {log.read_text()[-2000:]}", pytrace=False)
             try:
                 if client.is_model_ready("facile", client_timeout=2.0):
                     return
@@ -83,44 +94,47 @@ def wait_ready(process: subprocess.Popen, address: str, log: pathlib.Path) -> No
             time.sleep(0.5)
     finally:
         client.close()
-    pytest.fail(f"MLServer did not serve 'facile' in {START_TIMEOUT:.0f} s: {log.read_text()[-2000:]}", pytrace=False)
+    pytest.fail(f"{kind} did not serve 'facile' in {START_TIMEOUT:.0f} s: {log.read_text()[-2000:]}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def mlserver(tmp_path_factory):
-    """``host:port`` of a real MLServer serving ``facile``; stopped (its whole session) after the module."""
-    folder = tmp_path_factory.mktemp("mlserver")
-    ports = write_repository(folder)
-    log = folder / "mlserver.log"
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM its session, SIGKILL what is left after 15 s; nothing of it may remain."""
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait(5.0)
+    with pytest.raises(ProcessLookupError):  # no process of its session is left
+        os.killpg(process.pid, 0)
+
+
+@pytest.fixture(scope="module", params=["mlserver", "kserve"])
+def server(request, tmp_path_factory):
+    """``(kind, "host:port")`` of a real server of that kind serving ``facile``, stopped after its tests."""
+    kind = request.param
+    if not COMMANDS[kind].is_file():
+        pytest.skip(f"{kind} is not installed ({COMMANDS[kind]}; .ci/run installs it, optional)")
+    folder = tmp_path_factory.mktemp(kind)
+    port = free_port()
+    command = {"mlserver": mlserver_command, "kserve": kserve_command}[kind](folder, port)
+    log = folder / "server.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(MLSERVER), "start", str(folder)],
-            cwd=folder,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = subprocess.Popen(command, cwd=folder, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        address = f"127.0.0.1:{ports['grpc_port']}"
-        wait_ready(process, address, log)
-        yield address
+        address = f"127.0.0.1:{port}"
+        wait_ready(process, kind, address, log)
+        yield kind, address
     finally:
-        for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(wait)
-            except subprocess.TimeoutExpired:
-                continue
-        process.wait(5.0)
-        with pytest.raises(ProcessLookupError):  # nothing of its session is left
-            os.killpg(process.pid, 0)
+        stop(process)
 
 
 class FacileMatch(EDAnalyzer):
-    """Records, per event, the SONIC product (from MLServer) and the direct one (in-process)."""
+    """Records, per event, the SONIC product (from the server) and the direct one (in-process)."""
 
     seen: dict = {}
 
@@ -135,7 +149,10 @@ class FacileMatch(EDAnalyzer):
 framework.register_type("oipFacileMatch", FacileMatch)
 
 
-def facile_process(address: str, model_config: str) -> cms.Process:
+def facile_process(server: tuple[str, str], model_config: str | pathlib.Path, model: str = "facile") -> cms.Process:
+    """The FACILE SONIC producer against ``server`` (named by its kind), and its direct twin
+    (the twin only for ``facile`` with our config: it reads the ONNX file beside it)."""
+    kind, address = server
     host, port = address.rsplit(":", 1)
     process = cms.Process("OIP")
     process.source = cms.Source("EmptySource")
@@ -145,7 +162,7 @@ def facile_process(address: str, model_config: str) -> cms.Process:
         verbose=cms.untracked.bool(True),
         servers=cms.untracked.VPSet(
             cms.PSet(
-                name=cms.untracked.string("mlserver"),
+                name=cms.untracked.string(kind),
                 address=cms.untracked.string(host),
                 port=cms.untracked.uint32(int(port)),
             )
@@ -154,27 +171,33 @@ def facile_process(address: str, model_config: str) -> cms.Process:
     )
     process.facileInputs = cms.EDProducer("FacileInputProducer", nChannels=cms.uint32(N_CHANNELS))
     client = cms.PSet(
-        modelName=cms.string("facile"),
-        modelConfigPath=cms.FileInPath(model_config),
+        modelName=cms.string(model),
+        modelConfigPath=cms.FileInPath(str(model_config)),
         mode=cms.string("Async"),
         timeout=cms.untracked.uint32(30),
     )
     process.facileSonic = cms.EDProducer("FacileSonicProducer", Client=client)
-    process.facileDirect = cms.EDProducer("FacileDirectProducer", Client=client.clone())
-    process.match = cms.EDAnalyzer("oipFacileMatch")
-    process.p = cms.Path(process.facileInputs + process.facileSonic + process.facileDirect + process.match)
+    if model == "facile" and model_config == FACILE / "config.pbtxt":
+        process.facileDirect = cms.EDProducer("FacileDirectProducer", Client=client.clone())
+        process.match = cms.EDAnalyzer("oipFacileMatch")
+        process.p = cms.Path(process.facileInputs + process.facileSonic + process.facileDirect + process.match)
+    else:
+        process.p = cms.Path(process.facileInputs + process.facileSonic)
     return process
 
 
-def test_discovery_finds_the_model_in_mlservers_index(mlserver):
-    assert ready_models(ServerInfo("mlserver", mlserver)) == {"facile"}
+def test_discovery_finds_the_model(server):
+    kind, address = server
+    # MLServer: its repository index ("State.READY"); KServe: none, each wanted model's ModelReady
+    assert ready_models(ServerInfo(kind, address), ["facile", "deepmet"]) == {"facile"}
 
 
-async def test_the_facile_sonic_module_runs_unchanged_against_mlserver(mlserver, caplog):
+async def test_the_facile_sonic_module_runs_unchanged(server, caplog):
     from rich.console import Console
 
+    kind, _ = server
     FacileMatch.seen = {}
-    process = facile_process(mlserver, str(FACILE / "config.pbtxt"))
+    process = facile_process(server, FACILE / "config.pbtxt")
     process.validate_()
     job = build_job(process)
     with caplog.at_level(logging.INFO, logger="pysonic.sonic"):
@@ -185,9 +208,9 @@ async def test_the_facile_sonic_module_runs_unchanged_against_mlserver(mlserver,
         np.testing.assert_allclose(sonic["energy"], direct["energy"], rtol=1e-5, atol=1e-6)
     svc = job.services.services["TritonService"]
     stats = svc.statistics()
-    assert svc.assignment == {"facile": "mlserver"}
+    assert svc.assignment == {"facile": kind}
     assert stats["clients"]["facileSonic"]["calls"] == 3 and stats["clients"]["facileSonic"]["errors"] == 0
-    assert stats["models"]["facile"]["no_statistics"] == ["mlserver"] and "requests" not in stats["models"]["facile"]
+    assert stats["models"]["facile"]["no_statistics"] == [kind] and "requests" not in stats["models"]["facile"]
     console = Console(file=io.StringIO(), width=200, record=True)
     for table in svc.report():
         console.print(table)
@@ -195,29 +218,31 @@ async def test_the_facile_sonic_module_runs_unchanged_against_mlserver(mlserver,
     messages = [r.getMessage() for r in caplog.records]
     assert any("has no model config: max_batch_size 65536" in m for m in messages), messages
     assert any("keeps no statistics" in m for m in messages)
+    # no shared-memory RPCs either: one warning, then gRPC payloads
+    assert stats["clients"]["facileSonic"]["shm_calls"] == 0
+    assert sum("cannot use our shared memory" in m for m in messages) == 1
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)
 
 
-async def test_a_local_config_that_disagrees_with_the_metadata_is_named(mlserver, tmp_path):
+async def test_a_local_config_that_disagrees_with_the_metadata_is_named(server, tmp_path):
     config = tmp_path / "facile" / "config.pbtxt"
     config.parent.mkdir()
     config.write_text((FACILE / "config.pbtxt").read_text().replace("dims: [ 15 ]", "dims: [ 14 ]"))
-    process = facile_process(mlserver, str(config))
-    del process.facileDirect  # the direct twin would refuse the edited config itself
-    process.p = cms.Path(process.facileInputs + process.facileSonic)
+    process = facile_process(server, config)
     process.validate_()
     error = r"input 'rechit_inputs' is FP32 \[15\] on the server, FP32 \[14\] in the local config"
     with pytest.raises(ExternalFailure, match=error):
         await run_job(build_job(process))
 
 
-def test_without_a_local_config_the_shapes_come_from_the_metadata(mlserver, tmp_path):
+def test_without_a_local_config_the_shapes_come_from_the_metadata(server, tmp_path):
+    kind, address = server
     params = client_description().validate(
         {"modelName": "facile", "modelConfigPath": str(FACILE / "config.pbtxt"), "timeout": 10}, "test client"
     )
     client = TritonClient(params, debug_name="remoteOnly")
     client.model_config_path = tmp_path / "absent" / "config.pbtxt"  # a model known only to the server
-    client.connect(ServerInfo("mlserver", mlserver))
+    client.connect(ServerInfo(kind, address))
     try:
         assert client.max_batch_size == 0
         assert client.inputs["rechit_inputs"].dims == (-1, 15) and client.outputs["energy"].dims == (-1, 1)
@@ -225,11 +250,11 @@ def test_without_a_local_config_the_shapes_come_from_the_metadata(mlserver, tmp_
         client.close()
 
 
-async def test_a_model_mlserver_does_not_serve_is_named(mlserver, tmp_path):
-    process = facile_process(mlserver, str(FACILE / "config.pbtxt"))
-    process.facileSonic.Client.modelName = "deepmet"
-    del process.facileDirect
-    process.p = cms.Path(process.facileInputs + process.facileSonic)
+async def test_a_model_the_server_does_not_serve_is_named(server):
+    kind, _ = server
+    process = facile_process(server, FACILE / "config.pbtxt", model="deepmet")
     process.validate_()
-    with pytest.raises(ExternalFailure, match=r"deepmet .* by no server \(tried 'mlserver' at .*: serves facile\)"):
+    # KServe lists nothing: only the job's models are asked, and it serves none of them
+    served = {"mlserver": "facile", "kserve": "nothing"}[kind]
+    with pytest.raises(ExternalFailure, match=rf"deepmet .* by no server \(tried '{kind}' at .*: serves {served}\)"):
         await run_job(build_job(process))

@@ -22,6 +22,9 @@ Files, in the direction of their imports: each imports only files listed before 
   makes them: the local ``config.pbtxt`` (``Client.modelConfigPath``, parsed with
   tritonclient's ``model_config_pb2``) against the server's metadata, and ModelVersioning
   (checksum sums of the local and the served config);
+* ``_oip``: Open Inference Protocol servers other than Triton (Seldon MLServer, KServe):
+  discovery without a repository index, a model without ``ModelConfig``, which RPCs a
+  server lacks (UNIMPLEMENTED);
 * ``_shm``: the clients' system shared-memory regions: a pool per client and server,
   registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
   this host;

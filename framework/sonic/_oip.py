@@ -49,13 +49,19 @@ def unimplemented(exc: BaseException) -> bool:
 
 def ready_by_model(client: grpcclient.InferenceServerClient, models: Iterable[str], timeout: float) -> set[str] | str:
     """Those of ``models`` the server says are ready (``ModelReady``, blocking), for a server
-    without a repository index; or the reason it cannot be asked."""
+    without a repository index; or the reason it cannot be asked. A model the server does
+    not know (NOT_FOUND: KServe's answer) is not ready."""
     from tritonclient.utils import InferenceServerException
 
-    try:
-        return {model for model in models if client.is_model_ready(model, client_timeout=timeout)}
-    except InferenceServerException as exc:
-        return f"{exc.status()}: {exc.message()}"
+    ready = set()
+    for model in models:
+        try:
+            if client.is_model_ready(model, client_timeout=timeout):
+                ready.add(model)
+        except InferenceServerException as exc:
+            if grpc_status(exc) != "NOT_FOUND":
+                return f"{exc.status()}: {exc.message()}"
+    return ready
 
 
 def served_model_config(
