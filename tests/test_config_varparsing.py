@@ -181,3 +181,16 @@ def test_pfnano_jobs_take_the_analysis_options_and_a_server(config, output):
         framework.config.load_config(path, ["server=nope"])
     with pytest.raises(ConfigurationError, match=r"'server=127.0.0.1:117611'.*\(1-65535\)"):
         framework.config.load_config(path, ["server=127.0.0.1:117611"])
+
+
+def test_a_config_changing_a_loaded_fragment_does_not_change_the_next_config():
+    """A fragment imported before (here by this test) is fresh for each config: the first
+    load's server does not reach the second load (it did when the test files ran in order)."""
+    import pathlib
+
+    import HeterogeneousCore.SonicTriton.TritonService_cff as imported  # noqa: F401 - imported before
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "configs" / "sonic_pfnano_cfg.py"
+    assert framework.config.load_config(path, ["server=localhost:8001"]).TritonService.servers
+    assert not framework.config.load_config(path, []).TritonService.servers
+    assert not imported.TritonService.servers  # the imported module's own objects are untouched

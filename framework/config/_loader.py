@@ -107,7 +107,10 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
     directory = os.path.dirname(os.path.abspath(filename))
     sys.path.insert(0, directory)
     saved_argv, sys.argv = sys.argv, argv
-    modules_before = set(sys.modules)
+    # Fragments imported before (by a test, another config's caller) are hidden while the
+    # config runs, so that its process.load gets fresh objects: a config that changes a
+    # loaded object (servers.append, say) must not change the next config's.
+    hidden = {name: sys.modules.pop(name) for name in list(sys.modules) if _FRAGMENT.search(name)}
     chosen_before = len(CHOSEN)
     current_arguments.append(arguments)
     try:
@@ -120,9 +123,9 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
         for modifier in CHOSEN[chosen_before:]:
             modifier._chosen = False
         del CHOSEN[chosen_before:]
-        for name in set(sys.modules) - modules_before:
-            if _FRAGMENT.search(name):
-                del sys.modules[name]
+        for name in [name for name in sys.modules if _FRAGMENT.search(name)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
         try:
             sys.path.remove(directory)  # the first occurrence: ours, unless the config moved it
         except ValueError:
