@@ -1,6 +1,10 @@
-"""Several servers per model (framework/sonic/_routing.py): the spread, and a server killed mid-job.
+"""Several servers per model (framework/sonic/_routing.py): the spread, a server killed mid-job,
+and a pool that changes during the job (framework/sonic/_pool.py: servers that appear and
+go away, saturation, begin_job waiting for a pool that scales from zero).
 
-Test policy: the rule (least ``(outstanding + 1) x latency EWMA``) on the router alone; the
+Test policy: the rules (least ``(outstanding + 1) x latency EWMA``; saturation; surveys
+on the routing clock) on the router alone, with a fake clock or trio's autojump clock and
+fake repository answers; the
 spread and the fault against two REAL tritonserver processes on 127.0.0.1 serving the same
 ``double`` model (y = 2x, 20 ms per call, so requests are in flight together). The fault
 job is compared with a fault-free run as in tests/test_retry.py: every event exactly
@@ -27,6 +31,8 @@ from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
 from framework.serving._server import LocalTritonServer
 from framework.sonic import ServerInfo, recommended_retries
+from framework.sonic import _routing
+from framework.sonic._pool import Answer, DiscoveryParameters, queue_per_execution
 from framework.sonic._routing import Routing
 
 from support import JobState
@@ -53,13 +59,15 @@ MODEL_PY = textwrap.dedent("""
 # The rule
 
 
-def two_server_routing() -> Routing:
+def two_server_routing(discovery: DiscoveryParameters | None = None, clock=None, served=("a", "b")) -> Routing:
     servers = {name: ServerInfo(name, f"127.0.0.1:{port}") for name, port in (("a", 1), ("b", 2))}
     health = SimpleNamespace(unhealthyAfter=3, probeInterval=2.0, probeTimeout=1.0)
-    routing = Routing(servers, health, partial(FallbackServer, SimpleNamespace(enable=False), {}))
-    for name in servers:
+    fallback = partial(FallbackServer, SimpleNamespace(enable=False), {})
+    routing = Routing(servers, health, fallback, discovery, **({"clock": clock} if clock else {}))
+    for name in served:
         routing.add_served(name, {"m"})
-    routing.assign("m", "")
+    if served:
+        routing.assign("m", "")
     return routing
 
 
@@ -88,6 +96,93 @@ def test_least_outstanding_requests_weighted_by_latency():
     for _ in range(3):
         routing.record("a", False, "down")
     assert route() == "b"  # out of service: not a candidate
+
+
+def test_queue_per_execution_between_two_reads():
+    assert queue_per_execution((1_000, 10), (501_000, 15)) == 100.0  # 500 us over 5 executions
+    assert queue_per_execution((1_000, 10), (9_000, 10)) is None  # nothing executed in between
+    assert queue_per_execution((9_000, 10), (1_000, 2)) is None  # counters went down: a restart
+    assert queue_per_execution(None, (1_000, 2)) is None
+
+
+def test_a_saturated_server_is_the_last_choice():
+    routing = two_server_routing(DiscoveryParameters(saturated_above=100.0))
+    loads = {"a": (0, 0), "b": (0, 0)}
+    routing.apply_survey({n: Answer(frozenset({"m"}), load=loads[n]) for n in loads})
+    routing.apply_survey(  # a: 400 us per execution since the last survey; b: 50 us
+        {"a": Answer(frozenset({"m"}), load=(4_000_000, 10)), "b": Answer(frozenset({"m"}), load=(500_000, 10))}
+    )
+    assert routing.saturated("a") and not routing.saturated("b") and routing.health["a"].queue_us == 400.0
+    for _ in range(3):
+        routing.begin("b")  # b far more loaded: a would win the spread if it were not saturated
+    assert routing.route_nowait("m").name == "b"
+    assert routing.route_nowait("m", "a").name == "a"  # preferredServer still pins it
+    for _ in range(3):
+        routing.record("b", False, "down")
+    assert routing.route_nowait("m").name == "a"  # saturated, but the only one in service
+    routing.apply_survey({"a": Answer(frozenset({"m"}), load=(4_000_000 + 500_000, 20))})
+    assert not routing.saturated("a") and routing.health_report()["a"]["queue_us"] == 50.0
+
+
+def test_surveys_on_the_routing_clock_let_servers_join_and_leave(monkeypatch):
+    """b cannot be reached at begin_job; every 10 s (routing clock) a request first asks the
+    servers again: b joins when it answers and leaves when it stops answering."""
+    now = [0.0]
+    answers = {"a": {"m"}, "b": "StatusCode.UNAVAILABLE: connection refused"}
+    asked = []
+
+    def ready(server):
+        asked.append((now[0], server.name))
+        return answers[server.name]
+
+    monkeypatch.setattr(_routing, "ready_models", ready)
+    routing = two_server_routing(DiscoveryParameters(interval=10.0), clock=lambda: now[0], served=("a",))
+
+    def route() -> str:
+        return routing.route_blocking("m").name
+
+    assert route() == "a" and asked == []  # the first route only starts the routing clock
+    now[0] = 9.9
+    assert route() == "a" and asked == []
+    answers["b"] = {"m"}
+    now[0] = 10.0
+    assert route() == "a" and asked == [(10.0, "a"), (10.0, "b")]  # b joined: a tie goes to a
+    routing.begin("a")
+    assert route() == "b" and routing.served["b"] == {"m"}
+    answers["b"] = "StatusCode.UNAVAILABLE: connection refused"
+    now[0] = 20.0
+    assert route() == "a" and not routing.healthy("b") and routing.health["b"].outages == 1
+    answers["a"] = set()  # a no longer serves m: it leaves the model's spread
+    answers["b"] = {"m"}  # b is back
+    now[0] = 30.0
+    assert route() == "b" and routing.healthy("b") and routing.served["a"] == set()
+
+
+async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojump_clock, caplog):
+    """The server answers from t = 5 s: begin_job's rounds at 0, 2, 4 s find nothing (one
+    progress line each, naming the model and what answered), the one at 6 s finds it."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pysonic.sonic")
+    monkeypatch.setattr(
+        _routing,
+        "ready_models",
+        lambda server: {"m"} if trio.from_thread.run_sync(trio.current_time) >= 5 else "StatusCode.UNAVAILABLE: refused",
+    )
+    routing = two_server_routing(DiscoveryParameters(wait=30.0), clock=trio.current_time, served=())
+    await routing.discover({"m"})
+    assert trio.current_time() == 6.0 and routing.served == {"a": {"m"}, "b": {"m"}}
+    waits = [r.getMessage() for r in caplog.records if "waiting for a server" in r.getMessage()]
+    assert len(waits) == 3 and all("model(s) m (" in w and "'a' at 127.0.0.1:1 unreachable" in w for w in waits)
+    assert "(4 s of 30 s, discovery.wait)" in waits[-1]
+    # A wait that runs out: begin_job goes on (fallback or error) after 3 s, naming the servers.
+    caplog.clear()
+    routing = two_server_routing(DiscoveryParameters(wait=3.0), clock=trio.current_time, served=())
+    start = trio.current_time()
+    monkeypatch.setattr(_routing, "ready_models", lambda server: "StatusCode.UNAVAILABLE: connection refused")
+    await routing.discover({"m"})
+    assert trio.current_time() - start == 3.0 and routing.served == {}
+    assert sum("cannot be reached, skipped" in r.getMessage() for r in caplog.records) == 2
 
 
 # ----------------------------------------------------------------------------------------
