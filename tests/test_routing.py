@@ -30,8 +30,7 @@ from framework._builder import build_job
 from framework._scheduler import run_job
 from framework.service._fallback import FallbackServer
 from framework.serving._server import LocalTritonServer
-from framework.sonic import ServerInfo, recommended_retries
-from framework.sonic import _routing
+from framework.sonic import ServerInfo, _routing, recommended_retries
 from framework.sonic._pool import Answer, DiscoveryParameters, queue_per_execution
 from framework.sonic._routing import Routing
 
@@ -167,7 +166,9 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     monkeypatch.setattr(
         _routing,
         "ready_models",
-        lambda server: {"m"} if trio.from_thread.run_sync(trio.current_time) >= 5 else "StatusCode.UNAVAILABLE: refused",
+        lambda server: (
+            {"m"} if trio.from_thread.run_sync(trio.current_time) >= 5 else "StatusCode.UNAVAILABLE: refused"
+        ),
     )
     routing = two_server_routing(DiscoveryParameters(wait=30.0), clock=trio.current_time, served=())
     await routing.discover({"m"})
@@ -227,7 +228,12 @@ class Shared:
     hold: trio.Event | None = None
 
 
-def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
+def balancing_process(
+    servers: list[LocalTritonServer], ports: list[int] | None = None, **discovery: float
+) -> cms.Process:
+    """The job on ``servers`` (their gRPC ports, or ``ports``: a server may not run yet),
+    with TritonService's ``discovery`` parameters."""
+    ports = ports or [server.ports["grpc"] for server in servers]
     process = cms.Process("BALANCING")
     process.source = cms.Source("EmptySource")
     process.maxEvents.input = N_EVENTS
@@ -239,12 +245,13 @@ def balancing_process(servers: list[LocalTritonServer]) -> cms.Process:
                 cms.PSet(
                     name=cms.untracked.string(f"s{i}"),
                     address=cms.untracked.string("127.0.0.1"),
-                    port=cms.untracked.uint32(server.ports["grpc"]),
+                    port=cms.untracked.uint32(port),
                 )
-                for i, server in enumerate(servers)
+                for i, port in enumerate(ports)
             ]
         ),
         fallback=cms.PSet(enable=cms.untracked.bool(False)),
+        discovery=cms.untracked.PSet(**{k: cms.untracked.double(v) for k, v in discovery.items()}),
     )
     process.gate = cms.EDFilter("testGate")
     process.doubler = cms.EDProducer(
@@ -331,3 +338,116 @@ async def test_one_of_two_servers_killed_mid_job(repository, pair, left_behind):
     client = stats["clients"]["doubler"]
     assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
     assert client["failovers"] >= 1 and stats["servers"]["s1"]["outages"] == 1  # its requests went to s0
+
+
+# ----------------------------------------------------------------------------------------
+# A pool that changes during the job, on real servers
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_begin_job_waits_for_the_server_of_its_model(repository, left_behind, caplog):
+    """The job's only server starts 1 s after begin_job asked it: begin_job waits for it
+    (discovery.wait), says so, and every event is served there."""
+    import logging
+    import threading
+
+    caplog.set_level(logging.INFO, logger="pysonic.sonic")
+    port = free_port()
+    late = LocalTritonServer(repository, grpc_port=port)
+    starter = threading.Timer(1.0, late.start, (60.0,))
+    starter.start()
+    try:
+        svc, records = await run(balancing_process([late], [port], wait=60.0))
+    finally:
+        starter.join()
+        late.stop(10.0)
+    assert left_behind(late.region_prefix) == ([], [])
+    waits = [r.getMessage() for r in caplog.records if "waiting for a server of model(s) double" in r.getMessage()]
+    assert waits and f"'s0' at 127.0.0.1:{port} unreachable" in waits[0]
+    assert svc.statistics()["clients"]["doubler"]["servers"] == {"s0": N_EVENTS}
+
+
+async def test_a_server_that_appears_mid_job_joins_and_leaves_without_a_failed_event(repository, pair, caplog):
+    """s1 does not run at begin_job; it starts mid-job, joins at the next survey and takes
+    requests, then is SIGKILLed: its requests fail over to s0 (Client.retries), the survey
+    takes it out; every event once, products as in the fault-free run."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pysonic.sonic")
+    if not _reference:
+        await test_two_servers_of_one_model_both_serve(pair)
+    port = free_port()
+    late = LocalTritonServer(repository, grpc_port=port)
+    try:
+
+        async def appear_then_go(done) -> None:
+            await done(K)
+            await trio.to_thread.run_sync(late.start, 60.0)
+            assert Shared.hold is not None
+            Shared.hold.set()
+            await done(K + 12)
+            assert late.pid is not None
+            os.kill(late.pid, signal.SIGKILL)
+
+        process = balancing_process([pair[0], late], [pair[0].ports["grpc"], port], interval=0.2)
+        svc, records = await run(process, appear_then_go)
+    finally:
+        late.stop(10.0)
+    assert records.keys() == _reference.keys()
+    for number, y in _reference.items():
+        np.testing.assert_array_equal(records[number], y, err_msg=f"event {number}")
+    stats = svc.statistics()
+    client = stats["clients"]["doubler"]
+    assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
+    assert any("'s1'" in r.getMessage() and "joins: serves double" in r.getMessage() for r in caplog.records)
+    assert stats["servers"]["s1"]["outages"] >= 1  # it left
+
+
+def flood(address: str, stop) -> None:
+    """Keep 8 requests in flight on ``double`` at ``address`` until ``stop`` is set (a thread)."""
+    import threading
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(address)
+    x = grpcclient.InferInput("x", [1, 4], "FP32")
+    x.set_data_from_numpy(np.ones((1, 4), np.float32))
+    slots = threading.BoundedSemaphore(8)
+    try:
+        while not stop.is_set():
+            if slots.acquire(timeout=0.1):
+                client.async_infer("double", [x], callback=lambda result, error: slots.release())
+        for _ in range(8):
+            slots.acquire(timeout=5)
+    finally:
+        client.close()
+
+
+async def test_a_saturated_server_is_skipped_at_begin_job(pair, caplog):
+    """s0 is kept busy by someone else (8 requests in flight, 20 ms each: ~140 ms of queue
+    per execution); with discovery.saturatedAbove = 1000 us begin_job skips it and the job
+    runs on s1 alone."""
+    import logging
+    import threading
+
+    caplog.set_level(logging.INFO, logger="pysonic.sonic")
+    stop = threading.Event()
+    flooder = threading.Thread(target=flood, args=(pair[0].grpc_address, stop))
+    flooder.start()
+    try:
+        svc, _records = await run(balancing_process(pair, saturatedAbove=1000.0))
+    finally:
+        stop.set()
+        flooder.join(30)
+    skipped = [r.getMessage() for r in caplog.records if "saturated" in r.getMessage()]
+    assert len(skipped) == 1 and "'s0'" in skipped[0] and "skipped" in skipped[0]
+    stats = svc.statistics()
+    assert stats["clients"]["doubler"]["servers"] == {"s1": N_EVENTS}
+    assert stats["servers"]["s1"]["saturated"] is False

@@ -125,13 +125,14 @@ class GrpcSsl:
 # Installation: where the binary, the Python backend and its libraries are
 
 
-def _free_ports(count: int, host: str = LOCALHOST) -> list[int]:
-    """``count`` distinct ports free on ``host`` now (another process may take them later)."""
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (another process may take them later;
+    a server on another address of this host relaunches if one is taken there)."""
     sockets = []
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
+            sock.bind((LOCALHOST, 0))
             sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
@@ -487,7 +488,7 @@ class LocalTritonServer:
 
     def _choose_ports(self) -> None:
         self._check_explicit_ports()
-        free = iter(_free_ports(3, self.host))
+        free = iter(_free_ports(3))
         self._ports = {kind: port or next(free) for kind, port in self._requested_ports.items()}
 
     def _check_explicit_ports(self) -> None:
