@@ -154,6 +154,10 @@ def test_the_triton_service_pset_is_cmssws():
         "health.unhealthyAfter",
         "health.probeInterval",
         "health.probeTimeout",
+        "discovery",
+        "discovery.wait",
+        "discovery.interval",
+        "discovery.saturatedAbove",
     }
 
 

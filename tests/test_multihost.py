@@ -3,10 +3,11 @@
 Each "host" is a UTS and mount namespace of its own (``unshare -u -m --propagation
 private``, as root): its own host name, a private tmpfs on ``/dev/shm`` and on ``/tmp``
 (the run's shared folder, pytest's base temp, is bound back into it: the cluster's shared
-file system), and one Dask worker (with its nanny) bound to its own ``127.0.0.N``. The
-scheduler and cmsrun run here, on 127.0.0.1; all traffic is over loopback. A host's
-namespaces are held by a small anchor process; the test reads a host's ``/tmp`` and
-``/dev/shm`` through ``/proc/<anchor>/root`` and starts processes there with ``nsenter``.
+file system), and one Dask worker (with its nanny) bound to its own ``127.0.0.N``
+(``framework/executor/_hosts.py``, which ``cmsbench scale`` uses too). The scheduler and
+cmsrun run here, on 127.0.0.1; all traffic is over loopback. The test reads a host's
+``/tmp`` and ``/dev/shm`` through ``/proc/<anchor>/root`` and starts processes there with
+``nsenter``.
 
 One cluster of 2 hosts is shared by the module's tests (few events each: the suite's time
 budget). The real tritonserver, real NanoAOD files, real Dask. Skipped, with the reason,
@@ -15,15 +16,11 @@ where namespaces cannot be made (not root, no ``unshare``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
-import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -33,6 +30,7 @@ import uproot
 
 from framework import FileOpenError
 from framework._cmsrun import main as cmsrun_main
+from framework.executor._hosts import START_TIMEOUT, SimulatedHost, namespaces_missing, simulated_cluster
 from framework.samples import locate_sample
 
 distributed = pytest.importorskip("distributed")
@@ -41,22 +39,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCALE_CFG = ROOT / "framework" / "bench" / "configs" / "scale_cfg.py"
 ID = ["run", "luminosityBlock", "event"]
 HOSTS = 2
-START_TIMEOUT = 90.0  # seconds for a host's worker to join the scheduler (a loaded machine)
-
-# The anchor of a host: names it, gives it its own /dev/shm and /tmp, binds the shared folder
-# back into the new /tmp (through an open descriptor: the tmpfs hides its path), and waits.
-ANCHOR = """
-set -e
-hostname "$PYSONIC_HOST"
-mount -t tmpfs -o size=1g pysonic-shm /dev/shm
-exec 3< "$PYSONIC_SHARED"
-mount -t tmpfs pysonic-tmp /tmp
-mkdir -p "$PYSONIC_SHARED"
-mount --no-canonicalize --bind /proc/self/fd/3 "$PYSONIC_SHARED"
-exec 3<&-
-echo ready
-exec sleep 86400
-"""
 
 KILLER = '''
 import os, pathlib, signal
@@ -79,100 +61,6 @@ class KillOnce(EDAnalyzer):
 '''
 
 
-class Host:
-    """One simulated host: its anchor process (namespaces), name, address and worker."""
-
-    def __init__(self, index: int, shared: pathlib.Path, marker: str) -> None:
-        self.name = f"pysonic-host{index}"
-        self.address = f"127.0.0.{index + 1}"
-        env = {**os.environ, "PYSONIC_HOST": self.name, "PYSONIC_SHARED": str(shared)}
-        self.anchor = subprocess.Popen(
-            ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", ANCHOR],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        line = self.anchor.stdout.readline() if self.anchor.stdout else ""
-        if line.strip() != "ready":
-            self.anchor.wait(10)
-            raise RuntimeError(self.anchor.stderr.read().strip() if self.anchor.stderr else "no ready line")
-        self.marker = marker
-        self.worker: subprocess.Popen[bytes] | None = None
-
-    @property
-    def root(self) -> pathlib.Path:
-        """The host's file system as its processes see it."""
-        return pathlib.Path(f"/proc/{self.anchor.pid}/root")
-
-    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
-        """A process on this host (its namespaces; the test session's environment)."""
-        env = {**os.environ, "PYSONIC_TEST_RUN": self.marker, **kwargs.pop("env", {})}
-        return subprocess.Popen(["nsenter", "-t", str(self.anchor.pid), "-u", "-m", "--", *args], env=env, **kwargs)
-
-    def start_worker(self, scheduler: str) -> None:
-        self.worker = self.popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_worker",
-                scheduler,
-                "--host",
-                self.address,
-                "--name",
-                self.name,
-                "--nworkers",
-                "1",
-                "--nthreads",
-                "1",
-                "--no-dashboard",
-                "--death-timeout",
-                "60",
-            ],
-            cwd=str(ROOT),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def leftovers(self) -> list[str]:
-        """pysonic's files in the host's /tmp and /dev/shm (servers' and clients' regions, state
-        files, logs; Dask's own semaphores live as long as its worker)."""
-        return sorted(
-            f"{folder}/{p.name}"
-            for folder in ("dev/shm", "tmp")
-            for p in (self.root / folder).iterdir()
-            if p.name.startswith("pysonic")
-        )
-
-    def close(self) -> None:
-        if self.worker is not None and self.worker.poll() is None:
-            self.worker.send_signal(signal.SIGTERM)  # the nanny closes: the plugins' teardown
-            try:
-                self.worker.wait(30)
-            except subprocess.TimeoutExpired:
-                self.worker.kill()
-                self.worker.wait(10)
-        self.anchor.kill()
-        self.anchor.wait(10)
-
-
-def namespaces_missing() -> str:
-    """Why hosts cannot be simulated here ("" if they can)."""
-    if os.geteuid() != 0:
-        return "simulated hosts need root (unshare -m, mount)"
-    for tool in ("unshare", "nsenter", "mount"):
-        if shutil.which(tool) is None:
-            return f"simulated hosts need {tool} (util-linux)"
-    probe = subprocess.run(
-        ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs t /dev/shm && hostname x"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return f"namespaces not permitted here: {probe.stderr.strip().splitlines()[-1] if probe.stderr else ''}"
-    return ""
-
-
 def processes_with(marker: str) -> list[str]:
     found = []
     for proc in pathlib.Path("/proc").iterdir():
@@ -192,26 +80,14 @@ def hosts(tmp_path_factory):
     reason = namespaces_missing()
     if reason:
         pytest.skip(reason)
-    shared = tmp_path_factory.getbasetemp()
-    marker = uuid.uuid4().hex
-    made: list[Host] = []
-    with distributed.LocalCluster(
-        n_workers=0, host="127.0.0.1", dashboard_address=":0", processes=True, silence_logs=40
-    ) as cluster:
-        try:
-            for index in range(1, HOSTS + 1):
-                made.append(Host(index, shared, marker))
-                made[-1].start_worker(cluster.scheduler_address)
-            with distributed.Client(cluster.scheduler_address, timeout=60) as client:
-                client.wait_for_workers(HOSTS, timeout=START_TIMEOUT)
-            yield cluster.scheduler_address, made
-        finally:
-            for host in made:
-                host.close()
+    marker = f"PYSONIC_TEST_RUN={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    with simulated_cluster(HOSTS, tmp_path_factory.getbasetemp(), {key: value}) as cluster:
+        yield cluster
     deadline = time.monotonic() + 10
-    while processes_with(f"PYSONIC_TEST_RUN={marker}") and time.monotonic() < deadline:
+    while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert processes_with(f"PYSONIC_TEST_RUN={marker}") == []  # no worker, nanny or server left
+    assert processes_with(marker) == []  # no worker, nanny or server left
 
 
 def sample(name: str) -> str:
@@ -261,7 +137,7 @@ def assert_every_event_once(path: pathlib.Path, events: int) -> ak.Array:
     return out
 
 
-def assert_hosts_clean(hosts: list[Host]) -> None:
+def assert_hosts_clean(hosts: list[SimulatedHost]) -> None:
     """Nothing of pysonic on any host once the run is over: no region, state file or log."""
     deadline = time.monotonic() + 10
     while any(h.leftovers() for h in hosts) and time.monotonic() < deadline:
@@ -361,12 +237,12 @@ def test_one_server_per_host_and_every_event_once_when_a_worker_is_killed(hosts,
     (tmp_path / f"{killer}.py").write_text(KILLER.format(marker=str(marker)))
     config = tmp_path / "kill_cfg.py"
     config.write_text(SCALE_CFG.read_text())  # next to the killer module: "file:Class" importable
-    files = [sample("nano_dy.root"), sample("nano_dimuon.root")]
+    files = [sample("nano_dy.root")]
     args = ["sonic=1", f"repository={tiny_repository}", f"extra={killer}:KillOnce"]
     summary = run_cmsrun(tmp_path / "run", scheduler, {"K": files}, *args, config=config)
     assert marker.read_text() in {h.name for h in made}  # a worker of a host did die
-    assert summary["units"]["retried"] and summary["events"] == 80
-    assert_every_event_once(tmp_path / "run" / "scale_K.root", 80)
+    assert summary["units"]["retried"] and summary["events"] == 40
+    assert_every_event_once(tmp_path / "run" / "scale_K.root", 40)
     assert not list((tmp_path / "run").rglob("*.parts*"))
     # One server per host, on the host's address, kept when a worker of the host died
     # (its nanny owns it); the workers ran on their hosts (the units' host names).
@@ -376,45 +252,67 @@ def test_one_server_per_host_and_every_event_once_when_a_worker_is_killed(hosts,
     assert all(address.rsplit(":", 1)[0] == workers[worker]["host"] for worker, address in servers.items())
     assert {w["host"] for w in summary["workers"].values()} == {h.name for h in made}
     models = summary["services"]["TritonService"]["models"]  # Triton's own counters, per host server
-    assert len(models) == HOSTS and sum(m["requests"] for m in models.values()) >= 80  # a rerun unit asks again
+    assert len(models) == HOSTS and sum(m["requests"] for m in models.values()) >= 40  # a rerun unit asks again
     assert_hosts_clean(made)
 
 
+SERVER_KILLER = '''
+import json, os, pathlib, signal, tempfile
+from framework import EDAnalyzer
+
+MARKER = pathlib.Path({marker!r})
+
+
+class KillHostServerOnce(EDAnalyzer):
+    """On host {host!r}, at its 3rd event, SIGKILLs the host's Triton server, once."""
+
+    def __init__(self, params):
+        self.seen = 0
+
+    def analyze(self, event):
+        self.seen += 1
+        if self.seen == 3 and os.uname().nodename == {host!r} and not MARKER.exists():
+            [state] = pathlib.Path(tempfile.gettempdir()).glob("pysonic-triton-*.json")
+            pid = json.loads(state.read_text())["pid"]
+            MARKER.write_text(str(pid))
+            os.kill(pid, signal.SIGKILL)
+'''
+
+
 def test_every_event_once_when_a_hosts_server_is_killed(hosts, tiny_repository, tmp_path):
-    """Host 2's server is SIGKILLed once units have finished; its workers' requests fail
-    over to their own fallback server (``failover=1``: Client.retries); no unit fails."""
+    """Host 2's server is SIGKILLed in the middle of a unit there (by an analyzer of the
+    job, at its 3rd event on that host); the host's workers fail over to their own fallback
+    server (``failover=1``: Client.retries); no unit fails, every event once."""
     scheduler, made = hosts
     wait_for_workers(scheduler)
-    victim = made[1]
-    killed: list[int] = []
-    stop = threading.Event()
-
-    def kill_when_running() -> None:
-        while not stop.is_set():
-            parts = list((tmp_path / "run").glob("scale_K.root.parts/*/*.root"))
-            states = list((victim.root / "tmp").glob("pysonic-triton-*.json"))
-            if parts and states:
-                with contextlib.suppress(OSError, ValueError, KeyError):
-                    pid = int(json.loads(states[0].read_text())["pid"])
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_when_running, daemon=True)
-    killer.start()
+    marker = tmp_path / "server_killed"
+    killer = f"server_killer_{uuid.uuid4().hex}"
+    (tmp_path / f"{killer}.py").write_text(SERVER_KILLER.format(marker=str(marker), host=made[1].name))
+    config = tmp_path / "kill_cfg.py"
+    config.write_text(SCALE_CFG.read_text())
     files = [sample("nano_dy.root"), sample("nano_dimuon.root")]
-    try:
-        summary = run_cmsrun(
-            tmp_path / "run", scheduler, {"K": files}, "sonic=1", "failover=1", f"repository={tiny_repository}"
-        )
-    finally:
-        stop.set()
-        killer.join(10)
-    assert killed  # the server was killed while units ran
-    triton = summary["services"]["TritonService"]
-    assert triton["servers"]["hostFallback"]["outages"] == 1  # host 2's workers saw it go
-    assert triton["servers"]["fallback"]["requests"] > 0 and triton["clients"]["tiny"]["errors"] == 0
+    args = ["sonic=1", "failover=1", f"repository={tiny_repository}", f"extra={killer}:KillHostServerOnce"]
+    summary = run_cmsrun(tmp_path / "run", scheduler, {"K": files}, *args, config=config)
+    assert marker.exists()  # host 2's server was killed while its worker ran a unit
     assert not summary["units"]["skipped"] and summary["units"]["done"] == summary["units"]["total"]
-    assert_every_event_once(tmp_path / "run" / "scale_K.root", summary["events"])
+    triton = summary["services"]["TritonService"]
+    assert triton["servers"]["hostFallback"]["outages"] == 1  # host 2's worker saw it go
+    assert triton["servers"]["fallback"]["requests"] > 0 and triton["clients"]["tiny"]["errors"] == 0
+    assert_every_event_once(tmp_path / "run" / "scale_K.root", 80)
+    assert_hosts_clean(made)
+
+
+def test_cmsbench_scale_point_across_hosts(hosts, tiny_repository, tmp_path):
+    """``cmsbench scale``'s point across hosts, in test mode (a server per host, 20
+    events): events/s, the workers' CPU per event, one server per host; the full table
+    (1, 2, 4 hosts, server per host vs shared) is the benchmark's, not the suite's."""
+    from framework.bench._exp_scale import _fileset, hosts_point
+
+    scheduler, made = hosts
+    fileset = _fileset(tmp_path, sample("pfnano.root"), 2)
+    options = {"cpuTime": 1.0, "sonic": 1, "repository": str(tiny_repository), "streams": 2}
+    point = hosts_point(tmp_path, fileset, scheduler, HOSTS, 10, options)
+    assert point["events"] == 20 and point["throughput"] > 0 and point["units"] == 2
+    assert point["servers"] == HOSTS and 1 <= point["workers"] <= HOSTS
+    assert 1.0 <= point["client_cpu_ms"] < 1000.0  # at least the cpuTime burnt per event
     assert_hosts_clean(made)
