@@ -184,6 +184,12 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     await routing.discover({"m"})
     assert trio.current_time() - start == 3.0 and routing.served == {}
     assert sum("cannot be reached, skipped" in r.getMessage() for r in caplog.records) == 2
+    # No server configured: nothing can appear, no wait (the fallback's or the error's turn).
+    fallback = partial(FallbackServer, SimpleNamespace(enable=False), {})
+    health = SimpleNamespace(unhealthyAfter=3, probeInterval=2.0, probeTimeout=1.0)
+    start = trio.current_time()
+    await Routing({}, health, fallback, DiscoveryParameters(wait=30.0), clock=trio.current_time).discover({"m"})
+    assert trio.current_time() == start
 
 
 # ----------------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ class Routing:
             self.apply_survey(answers, at_begin=True)
             missing = sorted(m for m in models if not any(m in served for served in self.served.values()))
             waited = self._clock() - start
-            if not missing or waited >= params.wait:
+            if not missing or waited >= params.wait or not self.servers:  # no server: none can appear
                 break
             logger.info(
                 "TritonService: waiting for a server of model(s) %s (%.0f s of %g s, discovery.wait): %s",
