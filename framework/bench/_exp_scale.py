@@ -126,12 +126,15 @@ def hosts_point(
     }
 
 
-def _hosts_rows(quick: bool, repeat: int, sample: str) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
-    """The rows across simulated hosts (see the module docstring), notes, settings."""
+def _hosts_rows(
+    quick: bool, repeat: int, sample: str, counts: tuple[int, ...] = (1, 2, 4), copies: int = 40
+) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """The rows across simulated hosts (see the module docstring), notes, settings
+    (``counts``: the numbers of hosts; ``copies`` of ``sample`` in the fileset)."""
     from framework.executor._hosts import namespaces_missing, simulated_cluster
     from framework.serving.testing import write_tiny_repository
 
-    counts, copies, chunk = (1, 2, 4), 40, 10
+    chunk = 10
     settings: dict[str, Any] = {"hosts": list(counts), "copies": copies, "chunk_size": chunk}
     if quick:  # minutes of cluster and server starts; tests/test_multihost.py runs one point on its hosts
         return [], ["--quick: no rows across hosts (tests/test_multihost.py checks one point)"], settings
@@ -159,7 +162,8 @@ def _hosts_rows(quick: bool, repeat: int, sample: str) -> tuple[list[dict[str, A
     notes = [
         "hosts: UTS and mount namespaces on this machine (own host name, /dev/shm, /tmp; worker on 127.0.0.N); "
         "they share its cores",
-        "client CPU: the workers' CPU time per event (cpuTime = 1 ms of it on purpose); the servers' not included",
+        "client CPU: the workers' CPU time per event (cpuTime = 1 ms of it on purpose, and each worker's job "
+        "build once per run, amortized over the events); the servers' not included",
     ]
     return rows, notes, settings
 
