@@ -157,6 +157,10 @@ def test_the_triton_service_pset_is_cmssws():
         "servers[].headers",
         "servers[].bearerTokenFile",
         "servers[].bearerTokenVariable",
+        "discovery",
+        "discovery.wait",
+        "discovery.interval",
+        "discovery.saturatedAbove",
     }
 
 

@@ -9,6 +9,7 @@ the code under test alone.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
@@ -232,16 +233,28 @@ async def test_a_server_that_forgot_the_regions_gets_them_again(connect, server)
     assert client.statistics().retries == 1 and client.transport.pools()["local"].registrations == 2
 
 
-async def test_a_remote_looking_server_gets_payloads(connect, server):
+async def test_shared_memory_is_decided_by_what_the_server_maps_not_by_its_address(connect, server, caplog):
+    """A non-loopback address that reaches a server sharing our /dev/shm gets shared
+    memory (the probe region is registered, then removed); a server that cannot open our
+    regions is asked once per process and gets payloads (issue 24)."""
     port = server.grpc_address.rsplit(":", 1)[1]
     client = connect("affine", address=f"0.0.0.0:{port}")  # reaches the local server, but not loopback
     (x,) = batches([2])
     np.testing.assert_array_equal(await infer(client, x), 2 * x + 1)
-    assert client.transport.pools() == {} and own_regions() == []
-    same = {"127.0.0.1:1", "localhost:1", "[::1]:1", "127.0.0.5:1"}
-    assert all(_shm.is_same_host(ServerInfo("s", a)) for a in same)
-    assert not any(_shm.is_same_host(ServerInfo("s", a)) for a in ("10.0.0.1:1", "triton.cern.ch:8001"))
-    assert _shm.is_same_host(ServerInfo("fallback", "10.0.0.1:1"))
+    assert client.transport.shm_calls == 1 and list(client.transport.pools()) == ["local"]
+    assert not [name for name in [*registered(server), *own_regions()] if "probe" in name]  # the probe is gone
+
+    import tritonclient.grpc as grpcclient
+
+    caplog.set_level(logging.INFO, logger="pysonic.sonic")
+    with grpcclient.InferenceServerClient(server.grpc_address) as real:
+        refusing = RefusingClient(real)
+        elsewhere = ServerInfo("elsewhere", f"localhost:{port}")  # an address not probed yet
+        assert not _shm.shares_dev_shm(elsewhere, refusing) and not _shm.shares_dev_shm(elsewhere, refusing)
+        assert refusing.refusals == 1 and "cannot use our shared memory" in caplog.text
+        assert not [name for name in own_regions() if "probe" in name]
+        assert _shm.shares_dev_shm(ServerInfo("fallback", "10.0.0.1:1"), refusing)  # our child: never asked
+        assert refusing.refusals == 1
 
 
 def test_stale_regions_of_dead_jobs_are_removed_at_the_next_start(monkeypatch):

@@ -6,8 +6,10 @@ The driver (this module, in the ``cmsrun`` process):
    default = cores, one thread each), or ``distributed.Client(--scheduler ADDRESS)`` for an
    existing one (dask-jobqueue's HTCondor/Slurm clusters, a coffea-casa facility), and
    prints the dashboard address (if the scheduler has a dashboard);
-2. if the config uses Triton and a model is served by no configured server, registers
-   :class:`~framework.executor._host_triton.HostTritonServer` (one local server per host);
+2. if the config uses Triton and a model is served by no configured server (asked as
+   TritonService's begin_job asks them: ``discovery.wait``, saturated servers skipped),
+   registers :class:`~framework.executor._host_triton.HostTritonServer` (one local
+   server per host);
 3. preprocesses the fileset on the cluster (one task per file; the cache next to the
    output is reused, ``framework.io.preprocess``) and splits it into work units;
 4. submits one task per unit (``client.submit(run_unit_task, ...)``; the worker side is
@@ -278,16 +280,16 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
     service = job.services.services.get("TritonService")
     if service is None or not service.models:  # type: ignore[attr-defined]
         return "", None
-    from framework.sonic import ready_models
+    import trio
 
     routing = service.routing  # type: ignore[attr-defined]
-    served: set[str] = set()
-    pairs = []
-    for name, server in routing.servers.items():
-        found = ready_models(server, service.models)  # type: ignore[attr-defined]
-        if not isinstance(found, str):
-            served |= found
-            pairs += [(m, name) for m in sorted(found & set(service.models))]  # type: ignore[attr-defined]
+    models = set(service.models)  # type: ignore[attr-defined]
+    try:  # as the workers' begin_job will: discovery.wait for a pool scaling from zero, saturated ones skipped
+        trio.run(routing.discover, models)
+    finally:
+        routing.close()
+    served: set[str] = set().union(*routing.served.values())
+    pairs = [(m, name) for name, found in routing.served.items() for m in sorted(found & models)]
     counters = ServerCounters(routing.servers, pairs)
     counters.take_begin()
     missing = sorted(m for m in service.models if m not in served)  # type: ignore[attr-defined]

@@ -4,9 +4,11 @@ Each worker process building its own job would start its own fallback server
 (``TritonService``'s fallback: one per job); with 16 workers on a node that is 16 servers
 competing for the same cores and GPU, and no dynamic batching across workers. Instead the
 executor registers :class:`HostTritonServer`, a Dask ``NannyPlugin``: on every host, the
-first nanny to take the host lock (``filelock`` on a file in the host's temp folder)
+first nanny to take the host lock (``filelock`` on a file in the host's temp folder, named
+with the host name too, so that hosts sharing a temp folder still get one server each)
 starts ONE :class:`~framework.serving._server.LocalTritonServer` for the models that no
-configured server serves and writes its address to a small JSON file next to the lock
+configured server serves, listening on the nanny's own address (the host's address in the
+cluster, reachable from other hosts), and writes its address to a small JSON file next to the lock
 (``{"address", "pid", "start_time", "owner", "users"}``); the other nannies of the host
 find it there and register as users. Workers read that file (:func:`host_server`) when
 they build their job and add the server to their ``TritonService`` as one more configured
@@ -52,8 +54,9 @@ def host_tag(scheduler: str, repository: str | os.PathLike[str], models: Sequenc
 
 
 def state_path(tag: str) -> Path:
-    """The host's JSON file for ``tag`` (in ``tempfile.gettempdir()``); the lock is ``<it>.lock``."""
-    return Path(tempfile.gettempdir()) / f"pysonic-triton-{tag}.json"
+    """The host's JSON file for ``tag`` (in ``tempfile.gettempdir()``, named with the host
+    name); the lock is ``<it>.lock``."""
+    return Path(tempfile.gettempdir()) / f"pysonic-triton-{tag}-{os.uname().nodename}.json"
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -106,10 +109,14 @@ class HostTritonServer(NannyPlugin):
         self.wait = wait
         self.verbose = verbose
         self.owner = ""
+        self.host = ""  # the nanny's host address: the server listens there
         self.server: Any = None  # the LocalTritonServer, in the owning nanny only
 
     async def setup(self, nanny: Any) -> None:
+        from distributed.comm import get_address_host
+
         self.owner = f"{os.getpid()}:{nanny.address}"
+        self.host = _listen_host(get_address_host(nanny.address))
         await asyncio.to_thread(self._join)  # a start takes seconds: not on the nanny's event loop
 
     async def teardown(self, nanny: Any) -> None:
@@ -126,7 +133,12 @@ class HostTritonServer(NannyPlugin):
                 _write(path, state)
                 return
             server = LocalTritonServer(
-                self.repository, models=self.models, device=self.device, instances=self.instances, verbose=self.verbose
+                self.repository,
+                models=self.models,
+                device=self.device,
+                instances=self.instances,
+                verbose=self.verbose,
+                host=self.host,
             )
             log.info(
                 "starting this host's Triton server for %s (repository %s)", ", ".join(self.models), self.repository
@@ -148,17 +160,35 @@ class HostTritonServer(NannyPlugin):
             )
 
     def _leave(self) -> None:
+        # The owner (it stops the server) or the last user removes the state file and the
+        # lock file, while holding the lock: this host keeps nothing of the run. A nanny
+        # that comes later finds no state file and takes no lock (that would create it again).
         path = state_path(self.tag)
-        with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT):
-            state = _read(path)
-            if state is not None and state.get("owner") == self.owner:
-                path.unlink(missing_ok=True)
-            elif state is not None:
-                state["users"] = [u for u in state["users"] if u != self.owner]
-                _write(path, state)
+        if path.exists():
+            with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT):
+                state = _read(path)
+                if state is not None:
+                    state["users"] = [u for u in state["users"] if u != self.owner]
+                    if state.get("owner") == self.owner or not state["users"]:
+                        path.unlink(missing_ok=True)
+                        Path(f"{path}.lock").unlink(missing_ok=True)
+                    else:
+                        _write(path, state)
         if self.server is not None:
             server, self.server = self.server, None
             server.stop()
+
+
+def _listen_host(host: str) -> str:
+    """The IPv4 address the host server listens on: the nanny's, if it is one (a nanny
+    bound to a name or to all addresses: 127.0.0.1, reached by this host's workers only)."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "127.0.0.1"
+    return host if address.version == 4 and not address.is_unspecified else "127.0.0.1"
 
 
 def _write(path: Path, state: dict[str, Any]) -> None:

@@ -40,12 +40,12 @@ from framework._services import Service
 from framework.serving import LocalTritonServer, resolve_device
 from framework.sonic import (
     FALLBACK_SERVER,
+    DiscoveryParameters,
     Routing,
     ServerHealth,
     ServerInfo,
     SslOptions,
     TritonClient,
-    ready_models,
     request_metadata,
 )
 
@@ -99,8 +99,9 @@ class TritonService(Service):
         """CMSSW's ``TritonService::fillDescriptions`` (the release whose ``tritonTest_cfg.py``
         uses VarParsing), with the later releases' ``fallback.container`` and ``fallback.device``
         and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``,
-        and per server ``headers``, ``bearerTokenFile``, ``bearerTokenVariable``: gRPC metadata
-        of every call, for a server behind an authenticating proxy such as SuperSONIC's).
+        ``discovery``: :class:`~framework.sonic.DiscoveryParameters`; and per server ``headers``,
+        ``bearerTokenFile``, ``bearerTokenVariable``: gRPC metadata of every call, for a server
+        behind an authenticating proxy such as SuperSONIC's).
 
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
@@ -179,10 +180,28 @@ class TritonService(Service):
             "seconds between probes of an out-of-service server (made when a request would use it)",
         )
         health.add("probeTimeout", cms.untracked.double(1.0), "seconds per probe call")
+        discovery = cms.ParameterSetDescription()
+        discovery.add(
+            "wait",
+            cms.untracked.double(0.0),
+            "seconds begin_job waits for a server of every model (a pool scaling from zero); 0 = no wait",
+        )
+        discovery.add(
+            "interval",
+            cms.untracked.double(0.0),
+            "seconds between surveys of the servers during the job (servers join, leave, saturate); 0 = never",
+        )
+        discovery.add(
+            "saturatedAbove",
+            cms.untracked.double(0.0),
+            "us of Triton queue time per execution above which a server is saturated: skipped at "
+            "begin_job, last choice while routing (SuperSONIC refuses above 100); 0 = off",
+        )
         desc.add("verbose", cms.untracked.bool(False), "log the servers' models and the assignment")
         desc.add_vpset("servers", server, "remote Triton servers, in order of preference", default=[], tracked=False)
         desc.add("fallback", fallback, "the local fallback server")
         desc.add("health", health, "server health tracking", tracked=False, extension=True)
+        desc.add("discovery", discovery, "a server pool that changes during the job", tracked=False, extension=True)
 
     @classmethod
     def implicit_parameters(cls) -> dict[str, Any]:
@@ -224,7 +243,9 @@ class TritonService(Service):
             self.fallback_server = FallbackServer(fallback_params, self._config_paths, on_start=on_start)
             return self.fallback_server
 
-        self.routing = Routing(servers, params.health, make_fallback)
+        self.routing = Routing(
+            servers, params.health, make_fallback, discovery=DiscoveryParameters.from_pset(params.discovery)
+        )
         self._clients: list[TritonClient] = []
         self._stats_begin: Snapshot = {}
         self._stats_end: Snapshot = {}
@@ -282,22 +303,13 @@ class TritonService(Service):
         if not self.models:
             return  # no SONIC module in this job: nothing to find or start
         routing = self.routing
-        for server in routing.servers.values():
-            served = await trio.to_thread.run_sync(ready_models, server, tuple(self.models))
-            if isinstance(served, str):
-                logger.warning(
-                    "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
-                    server.name,
-                    server.address,
-                    served,
-                )
-                continue
-            routing.add_served(server.name, served)
-            if self.verbose:
+        await routing.discover(self.models)  # a saturated or unreachable server is skipped
+        if self.verbose:
+            for name, served in routing.served.items():
                 logger.info(
                     "TritonService: server '%s' (%s) serves %s",
-                    server.name,
-                    server.address,
+                    name,
+                    routing.servers[name].address,
                     ", ".join(sorted(served)) or "no model",
                 )
         missing = sorted(m for m in self.models if not any(m in s for s in routing.served.values()))

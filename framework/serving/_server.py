@@ -127,7 +127,8 @@ class GrpcSsl:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 now (another process may take them later)."""
+    """``count`` distinct ports free on 127.0.0.1 now (another process may take them later;
+    a server on another address of this host relaunches if one is taken there)."""
     sockets = []
     try:
         for _ in range(count):
@@ -140,13 +141,13 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def port_is_free(port: int) -> bool:
-    """Whether TCP ``port`` can be bound on 127.0.0.1 now (a taken port cannot)."""
+def port_is_free(port: int, host: str = LOCALHOST) -> bool:
+    """Whether TCP ``port`` can be bound on ``host`` now (a taken port cannot)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # as the server does, so that TIME_WAIT leftovers do not count as busy
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((LOCALHOST, port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True
@@ -275,6 +276,9 @@ class LocalTritonServer:
         die_with_parent: SIGTERM the server when this Python process is gone, however it
             ended and whichever thread started the server (a watchdog on a pipe,
             ``_processes._spawn``). False for a server meant to outlive it (``detach()``).
+        host: the IPv4 address it listens on and clients use (default ``127.0.0.1``);
+            another address of this host for a server other hosts reach (the Dask
+            executor's host server listens on its worker's address).
         grpc_ssl: serve gRPC over TLS (:class:`GrpcSsl`). Readiness is then checked over
             the plain HTTP endpoint (127.0.0.1 only), which needs no client certificate;
             ``ready_models()`` (plain gRPC) sees no model.
@@ -310,8 +314,10 @@ class LocalTritonServer:
         work_dir: str | os.PathLike[str] | None = None,
         die_with_parent: bool = True,
         grpc_ssl: GrpcSsl | None = None,
+        host: str = LOCALHOST,
     ) -> None:
         self.device = resolve_device(device)
+        self.host = host
         if instances < 0:
             raise ConfigurationError(f"LocalTritonServer: instances={instances} must be >= 0")
         if isinstance(model_repository, Mapping):
@@ -359,18 +365,18 @@ class LocalTritonServer:
 
     @property
     def grpc_address(self) -> str:
-        """``"127.0.0.1:PORT"`` for ``tritonclient.grpc``."""
-        return f"{LOCALHOST}:{self._port('grpc')}"
+        """``"HOST:PORT"`` for ``tritonclient.grpc`` (``host``, default 127.0.0.1)."""
+        return f"{self.host}:{self._port('grpc')}"
 
     @property
     def http_address(self) -> str:
-        """``"127.0.0.1:PORT"`` for ``tritonclient.http``."""
-        return f"{LOCALHOST}:{self._port('http')}"
+        """``"HOST:PORT"`` for ``tritonclient.http``."""
+        return f"{self.host}:{self._port('http')}"
 
     @property
     def metrics_url(self) -> str:
-        """Prometheus metrics, ``"http://127.0.0.1:PORT/metrics"``."""
-        return f"http://{LOCALHOST}:{self._port('metrics')}/metrics"
+        """Prometheus metrics, ``"http://HOST:PORT/metrics"``."""
+        return f"http://{self.host}:{self._port('metrics')}/metrics"
 
     @property
     def ports(self) -> dict[str, int]:
@@ -492,9 +498,9 @@ class LocalTritonServer:
         for kind, port in self._requested_ports.items():
             if port:
                 check_port(port, f"LocalTritonServer: {kind}_port")
-            if port and not port_is_free(port):
+            if port and not port_is_free(port, self.host):
                 raise TritonServerError(
-                    f"LocalTritonServer: {kind}_port={port} is already in use on {LOCALHOST} "
+                    f"LocalTritonServer: {kind}_port={port} is already in use on {self.host} "
                     f"(use {kind}_port=0 for a free one)"
                 )
 
@@ -507,7 +513,7 @@ class LocalTritonServer:
         ]
         assert self._ports is not None  # chosen before the launch
         for kind, port in self._ports.items():
-            args += [f"--{kind}-address={LOCALHOST}", f"--{kind}-port={port}"]
+            args += [f"--{kind}-address={self.host}", f"--{kind}-port={port}"]
         if self.models is not None:
             args.append("--model-control-mode=explicit")
             args += [f"--load-model={name}" for name in self.models]

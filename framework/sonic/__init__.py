@@ -41,6 +41,8 @@ Files, in the direction of their imports: each imports only files listed before 
   client through the ``RequestClient`` interface;
 * ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;
 * ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
+* ``_pool``: the configured servers as a pool that changes during the job: surveys (READY
+  models, Triton's queue time and executions) and saturation (queue time per execution);
 * ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
   health and probes, the shared gRPC clients; it owns the fallback, which it sees through
   its :class:`~framework.sonic._routing.Fallback` interface (made by TritonService).
@@ -62,6 +64,7 @@ from ._data import TritonInputMap as TritonInputMap
 from ._data import TritonOutputData as TritonOutputData
 from ._data import TritonOutputMap as TritonOutputMap
 from ._oip import unimplemented as unimplemented
+from ._pool import DiscoveryParameters as DiscoveryParameters
 from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer
 from ._request import TritonRequest as TritonRequest

@@ -19,6 +19,14 @@ service that serves the model.
   ``is_server_ready``/``is_model_ready`` through the shared client; a success (or any
   successful call) puts it back in service. gRPC reconnects the shared channel by itself
   after a restart on the same address (short reconnect backoff: ``CHANNEL_ARGS``);
+* the pool (:mod:`framework.sonic._pool`, TritonService's ``discovery`` PSet, a pysonic
+  extension): :meth:`Routing.discover` at begin_job asks every configured server what it
+  serves, skips a saturated one, and waits up to ``discovery.wait`` s for a server of
+  every model (a pool scaling from zero), with a progress line; during the job, every
+  ``discovery.interval`` s one request first surveys the servers again (a
+  :class:`~framework.sonic._waits.Blocking` step): a server that appears joins the
+  routing, one that went away or no longer serves a model leaves it, a saturated one
+  (queue time per execution above ``discovery.saturatedAbove`` us) is the last choice;
 * the fallback server (a :class:`Fallback`, made by the factory TritonService passes:
   :class:`framework.service._fallback.FallbackServer`, owned here) is asked for when a
   ``fallback`` retry needs it. The client side never imports the server side
@@ -35,12 +43,15 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
 
 from framework._errors import ExternalFailure
 
 from ._oip import READY_STATES, ready_by_model, unimplemented
+from ._pool import SATURATION_WINDOW, Answer, DiscoveryParameters, queue_per_execution, survey
 from ._server_info import FALLBACK_SERVER, ServerInfo
 from ._waits import Blocking, Steps, drive, drive_blocking
 
@@ -53,6 +64,7 @@ logger = logging.getLogger("pysonic.sonic")
 
 PROBE_TIMEOUT = 5.0  # seconds per gRPC call when asking a configured server what it serves
 EWMA_WEIGHT = 0.2  # weight of each new latency sample in a server's moving average
+BEGIN_POLL = 2.0  # seconds between two surveys while begin_job waits for servers (at most)
 
 
 class Fallback(Protocol):
@@ -96,11 +108,13 @@ class ServerHealth:
         failures: consecutive recoverable failures (reset by any success).
         outages: times it was taken out of service during the job.
         last_error: the reason of the last failure.
-        last_probe: ``time.monotonic()`` of the last probe (or of the outage start).
+        last_probe: the routing clock (``time.monotonic``) at the last probe (or of the outage start).
         probing: a probe is under way (others do not start one).
         outstanding: tries under way on it now.
         latency: moving average of its successful tries' latency, seconds (None: no sample).
         tries: tries started on it during the job.
+        queue_us: its queue time per execution at the last survey, microseconds (None: not measured).
+        saturated: ``queue_us`` above ``discovery.saturatedAbove`` (last choice while routing).
     """
 
     healthy: bool = True
@@ -112,6 +126,8 @@ class ServerHealth:
     outstanding: int = 0
     latency: float | None = None
     tries: int = 0
+    queue_us: float | None = None
+    saturated: bool = False
 
 
 class Routing:
@@ -124,6 +140,9 @@ class Routing:
         fallback: makes the job's :class:`Fallback` (TritonService passes one that makes a
             :class:`framework.service._fallback.FallbackServer`), given the callback it
             must call when a new server process serves.
+        discovery: TritonService's ``discovery`` PSet (:class:`~framework.sonic._pool.
+            DiscoveryParameters`); None: CMSSW's behaviour (ask once, no wait, no survey).
+        clock: the clock of probes and surveys, seconds (``time.monotonic``; tests pass a fake).
 
     Attributes:
         servers: name -> :class:`ServerInfo` of the configured servers.
@@ -133,8 +152,21 @@ class Routing:
         fallback: the job's :class:`Fallback`.
     """
 
-    def __init__(self, servers: Mapping[str, ServerInfo], health: Any, fallback: FallbackFactory) -> None:
+    def __init__(
+        self,
+        servers: Mapping[str, ServerInfo],
+        health: Any,
+        fallback: FallbackFactory,
+        discovery: DiscoveryParameters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.servers = dict(servers)
+        self.discovery = discovery or DiscoveryParameters()
+        self._clock = clock
+        self._loads: dict[str, tuple[int, int]] = {}  # server -> its load at the last survey
+        self._wanted: tuple[str, ...] = ()  # the job's models (discover), for servers without an index
+        self._last_survey: float | None = None  # clock time of the last survey (set by the first route)
+        self._surveying = False
         self.unhealthy_after = max(1, health.unhealthyAfter)
         self.probe_interval: float = health.probeInterval
         self.probe_timeout: float = health.probeTimeout
@@ -160,6 +192,134 @@ class Routing:
         self.assignment[model] = name = self.home(model, preferred)
         return name
 
+    async def discover(self, models: Collection[str]) -> None:
+        """Ask every configured server what it serves (begin_job, worker threads).
+
+        With ``discovery.saturatedAbove``, the load is read twice, :data:`~framework.sonic.
+        _pool.SATURATION_WINDOW` s apart, and a saturated server is skipped (a later survey
+        lets it join). With ``discovery.wait``, while a model of ``models`` is served by no
+        server, the servers are asked again every :data:`BEGIN_POLL` s (at most) for up to
+        that many seconds, with one progress line per round naming the models and what each
+        server answered. A server that cannot be reached is skipped with a warning.
+        """
+        params = self.discovery
+        self._wanted = tuple(models)  # asked of a server without a repository index (KServe's)
+        start = self._clock()
+        while True:
+            answers = await self._survey_now()
+            if params.saturated_above > 0:
+                self._loads = {name: a.load for name, a in answers.items() if a.load is not None}
+                await trio.sleep(SATURATION_WINDOW)
+                answers = await self._survey_now()
+            self.apply_survey(answers, at_begin=True)
+            missing = sorted(m for m in models if not any(m in served for served in self.served.values()))
+            waited = self._clock() - start
+            if not missing or waited >= params.wait or not self.servers:  # no server: none can appear
+                break
+            logger.info(
+                "TritonService: waiting for a server of model(s) %s (%.0f s of %g s, discovery.wait): %s",
+                ", ".join(missing),
+                waited,
+                params.wait,
+                "; ".join(f"'{name}' at {self.servers[name].address} {a.describe()}" for name, a in answers.items())
+                or "no server configured",
+            )
+            await trio.sleep(min(BEGIN_POLL, params.wait - waited))
+        for name, answer in answers.items():
+            if answer.models is None:
+                logger.warning(
+                    "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
+                    name,
+                    self.servers[name].address,
+                    answer.error,
+                )
+
+    async def _survey_now(self) -> dict[str, Answer]:
+        load = self._load_reader()
+        servers = list(self.servers.values())
+        ready = functools.partial(ready_models, wanted=self._wanted)
+        answers: dict[str, Answer] = await trio.to_thread.run_sync(survey, servers, ready, load)
+        return answers
+
+    def _load_reader(self) -> Callable[[str], Any] | None:
+        """server name -> its shared gRPC client, made here (trio thread) for the survey's
+        thread; None when saturation is not measured."""
+        if self.discovery.saturated_above <= 0:
+            return None
+        clients = {name: self.grpc_client(name) for name in self.servers}
+        return clients.__getitem__
+
+    def apply_survey(self, answers: Mapping[str, Answer], at_begin: bool = False) -> None:
+        """What the servers answered changes the routing (trio thread).
+
+        A server that answers is in service again; its READY models replace what it served
+        (a new server joins; models it lost leave it); its queue time per execution since
+        the last survey decides whether it is saturated (at begin_job a saturated server is
+        skipped). One that does not answer is taken out of service (if it was in it): the
+        probes bring it back.
+        """
+        for name, answer in answers.items():
+            health = self.health.get(name)
+            if answer.models is None:
+                if health is not None and health.healthy and name in self.served:
+                    health.last_error = answer.error
+                    self._take_out(name, f"(it left the pool: {answer.error})")
+                continue
+            queue = queue_per_execution(self._loads.get(name), answer.load)
+            if answer.load is not None:
+                self._loads[name] = answer.load
+            threshold = self.discovery.saturated_above
+            saturated = threshold > 0 and queue is not None and queue > threshold
+            if at_begin and saturated:
+                logger.warning(
+                    "TritonService: server '%s' (%s) is saturated (%.0f us of queue per execution > "
+                    "discovery.saturatedAbove = %g us), skipped",
+                    name,
+                    self.servers[name].address,
+                    queue,
+                    threshold,
+                )
+                continue
+            models = set(answer.models)
+            if name not in self.served and not at_begin:
+                logger.warning(
+                    "TritonService: server '%s' (%s) joins: %s", name, self.servers[name].address, answer.describe()
+                )
+            elif name in self.served and self.served[name] - models:
+                logger.warning(
+                    "TritonService: server '%s' (%s) no longer serves %s",
+                    name,
+                    self.servers[name].address,
+                    ", ".join(sorted(self.served[name] - models)),
+                )
+            self.served[name] = models
+            health = self.health.setdefault(name, ServerHealth())
+            if queue is not None:
+                if saturated != health.saturated:
+                    logger.warning(
+                        "TritonService: server '%s' (%s) is %s (%.0f us of queue per execution)",
+                        name,
+                        self.servers[name].address,
+                        "saturated: last choice" if saturated else "no longer saturated",
+                        queue,
+                    )
+                health.queue_us, health.saturated = queue, saturated
+            if not health.healthy:
+                self.record(name, True)
+
+    def _survey_due(self) -> bool:
+        """Whether a request should survey the servers first (marked as surveying)."""
+        interval = self.discovery.interval
+        if interval <= 0 or not self.servers or self._surveying:
+            return False
+        now = self._clock()
+        if self._last_survey is None:
+            self._last_survey = now  # begin_job asked them just now
+        if now - self._last_survey < interval:
+            return False
+        self._surveying, self._last_survey = True, now
+        return True
+
     # -- the one verb: route -----------------------------------------------------------
 
     def home(self, model: str, preferred: str = "") -> str:
@@ -179,16 +339,22 @@ class Routing:
         raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})", model=model)
 
     def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
-        """The server for a new request of ``model``, from what is known now (no probe): the
-        least loaded of several configured servers in service (see the module docstring),
-        its home if in service, else another in service, else its home (the retries decide)."""
+        """The server for a new request of ``model``, from what is known now (no probe): its
+        ``preferredServer`` while in service; else the least loaded of the configured servers
+        in service that serve it and are not saturated; else its home if in service; else
+        the least loaded saturated one; else another in service; else its home (the retries
+        decide)."""
         home = self.home(model, preferred)
-        if not (preferred and home == preferred):
-            spread = [name for name in self.servers if model in self.served.get(name, ()) and self.healthy(name)]
-            if len(spread) > 1:
-                return self.server(self._least_loaded(spread))
+        if preferred and home == preferred and self.healthy(home):
+            return self.server(home)
+        spread = [name for name in self.servers if model in self.served.get(name, ()) and self.healthy(name)]
+        calm = [name for name in spread if not self.saturated(name)]
+        if calm:
+            return self.server(self._least_loaded(calm) if len(calm) > 1 else calm[0])
         if self.healthy(home):
             return self.server(home)
+        if spread:
+            return self.server(self._least_loaded(spread))
         for name in self.candidates(model):
             if name != home and self.healthy(name):
                 return self.server(name)
@@ -197,6 +363,14 @@ class Routing:
     def route_steps(self, model: str, preferred: str = "") -> Steps[ServerInfo]:
         """:meth:`route_nowait`, after probing an out-of-service server whose probe is due
         (a :class:`~framework.sonic._waits.Blocking` step; see the module docstring)."""
+        if self._survey_due():
+            load = self._load_reader()
+            answers: dict[str, Answer] = {}
+            try:
+                answers = yield Blocking(functools.partial(survey, list(self.servers.values()), ready_models, load))
+            finally:
+                self._surveying = False
+            self.apply_survey(answers)
         probe = self._probe_due(model, preferred)
         if probe is not None:
             ok = False
@@ -322,16 +496,18 @@ class Routing:
         health.failures += 1
         health.last_error = why
         if health.healthy and health.failures >= self.unhealthy_after:
-            health.healthy, health.outages, health.last_probe = False, health.outages + 1, time.monotonic()
-            logger.warning(
-                "TritonService: server '%s' (%s) is out of service after %d consecutive failures "
-                "(last: %s); its requests go elsewhere, probe every %g s",
-                server_name,
-                self.address(server_name),
-                health.failures,
-                why,
-                self.probe_interval,
-            )
+            self._take_out(server_name, f"after {health.failures} consecutive failures (last: {why})")
+
+    def _take_out(self, server_name: str, why: str) -> None:
+        health = self.health.setdefault(server_name, ServerHealth())
+        health.healthy, health.outages, health.last_probe = False, health.outages + 1, self._clock()
+        logger.warning(
+            "TritonService: server '%s' (%s) is out of service %s; its requests go elsewhere, probe every %g s",
+            server_name,
+            self.address(server_name),
+            why,
+            self.probe_interval,
+        )
 
     def begin(self, server_name: str) -> None:
         """A try starts on ``server_name`` (trio thread)."""
@@ -358,6 +534,11 @@ class Routing:
         costs = [(r.outstanding + 1) * (default if r.latency is None else r.latency) for r in records]
         return names[costs.index(min(costs))]
 
+    def saturated(self, name: str) -> bool:
+        """Whether ``name`` was saturated at the last survey (``discovery.saturatedAbove``)."""
+        health = self.health.get(name)
+        return health is not None and health.saturated
+
     def healthy(self, name: str) -> bool:
         """Whether ``name`` is in service (a server without record is)."""
         health = self.health.get(name)
@@ -365,7 +546,7 @@ class Routing:
 
     def _probe_due(self, model: str, preferred: str) -> str | None:
         """An out-of-service server of ``model`` whose probe is due (marked as probing), or None."""
-        now = time.monotonic()
+        now = self._clock()
         home = self.home(model, preferred)
         for name in [home, *self.candidates(model)]:
             health = self.health.get(name)
@@ -390,7 +571,8 @@ class Routing:
     def health_report(self) -> dict[str, dict[str, Any]]:
         """Per server with a health record: ``address``, ``healthy``, ``outages``, ``failures``
         (consecutive, now), ``last_error``, ``tries`` (started during the job) and
-        ``latency_ms`` (moving average of successful tries; None without one) (JSON-ready)."""
+        ``latency_ms`` (moving average of successful tries; None without one), ``queue_us``
+        and ``saturated`` (the last survey's; None and False without one) (JSON-ready)."""
         return {
             name: {
                 "address": self.address(name),
@@ -400,6 +582,8 @@ class Routing:
                 "last_error": h.last_error,
                 "tries": h.tries,
                 "latency_ms": None if h.latency is None else h.latency * 1e3,
+                "queue_us": h.queue_us,
+                "saturated": h.saturated,
             }
             for name, h in self.health.items()
         }

@@ -16,8 +16,13 @@ server; :mod:`framework.sonic._transport` decides per call whether they are used
   another server (the old server's pool is retired) and at exit, they are unregistered and
   unlinked. The first client of a process removes the regions whose ``<pid>`` is dead
   (:func:`remove_stale_regions`: a job killed by SIGKILL).
-* Same host (:func:`is_same_host`): the fallback server, or a loopback or ``localhost``
-  address.
+* Shared ``/dev/shm`` (:func:`shares_dev_shm`): decided by what the server can map, not
+  by its address: the fallback server (our child) does; any other is asked once per
+  process, by registering a probe region of a random name (Triton opens it at
+  registration). A loopback address is no proof (a server in another container of the
+  pod, or another mount namespace of this host, has its own ``/dev/shm``), nor is a
+  non-loopback one a disproof (this host's own address). CMSSW decides by the address;
+  this is a pysonic extension.
 
 The region I/O is tritonclient's (``tritonclient.utils.shared_memory``, built on
 ``multiprocessing.shared_memory``).
@@ -26,12 +31,12 @@ The region I/O is tritonclient's (``tritonclient.utils.shared_memory``, built on
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import itertools
 import logging
 import os
 import pathlib
 import re
+import secrets
 import threading
 import time
 from typing import Any
@@ -45,9 +50,9 @@ __all__ = [
     "PREFIX",
     "SERVER_GONE",
     "ShmPool",
-    "is_same_host",
     "remove_stale_regions",
     "remove_stale_regions_once",
+    "shares_dev_shm",
 ]
 
 logger = logging.getLogger("pysonic.sonic")
@@ -60,19 +65,58 @@ UNREGISTER_TIMEOUT = 1.0  # seconds per unregister call at the end or on failove
 SERVER_GONE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})  # gRPC statuses of an unreachable or hung server
 _counter = itertools.count()
 _stale_checked = False
+_shares: dict[str, bool] = {}  # server address -> it maps our /dev/shm (shares_dev_shm, this process)
+_probe_lock = threading.Lock()  # one probe at a time: concurrent first calls ask once
 
 
-def is_same_host(server: ServerInfo) -> bool:
-    """Whether ``server`` runs on this host: the fallback server, or a loopback/``localhost`` address."""
+def shares_dev_shm(server: ServerInfo, grpc_client: Any) -> bool:
+    """Whether ``server`` can map regions of this process's ``/dev/shm`` (blocking).
+
+    The fallback server can (it is our child). Any other is asked once per process and
+    address: a region named ``pysonic_shm_<pid>_probe<random>_<n>`` of :data:`ALIGN`
+    bytes is registered with it and at once unregistered and unlinked; Triton opens the
+    region when it registers it, so a server with another ``/dev/shm`` refuses it. The
+    random part keeps a server elsewhere from finding a region of the same name there.
+
+    Returns:
+        True if it registered the probe; False if it refused (remembered), or if it did
+        not answer within :data:`UNREGISTER_TIMEOUT` s (not remembered: asked again at
+        the next call).
+    """
+    from tritonclient.utils import InferenceServerException
+
     if server.name == FALLBACK_SERVER:
         return True
-    host = server.address.rsplit(":", 1)[0].strip("[]") if ":" in server.address else server.address
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    with _probe_lock:
+        known = _shares.get(server.address)
+        if known is not None:
+            return known
+        try:
+            region = _Region(f"probe{secrets.token_hex(4)}", ALIGN)
+        except Exception as exc:  # noqa: BLE001 - /dev/shm full or absent: payloads, ask again later
+            logger.debug("no probe region for %s: %s", server.describe(), exc)
+            return False
+        try:
+            grpc_client.register_system_shared_memory(
+                region.name, "/" + region.name, region.size, client_timeout=UNREGISTER_TIMEOUT
+            )
+        except InferenceServerException as exc:
+            if grpc_status(exc) not in SERVER_GONE:  # it answered: it cannot open the region
+                _shares[server.address] = False
+                logger.info(
+                    "%s cannot use our shared memory (%s): gRPC payloads",
+                    server.describe(),
+                    " ".join((exc.message() or str(exc)).split()),
+                )
+            return False
+        else:
+            with contextlib.suppress(InferenceServerException):
+                grpc_client.unregister_system_shared_memory(region.name, client_timeout=UNREGISTER_TIMEOUT)
+            _shares[server.address] = True
+            logger.debug("%s maps our /dev/shm: shared memory for large calls", server.describe())
+            return True
+        finally:
+            region.destroy()
 
 
 def _pid_alive(pid: int) -> bool:

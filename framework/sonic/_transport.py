@@ -2,15 +2,17 @@
 
 CMSSW counterpart: the ``TritonMemResource`` choice of HeterogeneousCore/SonicTriton
 (``TritonCpuShmResource`` or ``TritonHeapResource``), made by the Client PSet's untracked
-``useSharedMemory`` (default true) when the server is on the same host. A
-:class:`TensorTransport` (one per :class:`~framework.sonic.TritonClient`) gives each gRPC
+``useSharedMemory`` (default true) when the server is on the same host (CMSSW: by its
+address; here: when it can map our ``/dev/shm``, :func:`~framework.sonic._shm.shares_dev_shm`).
+A :class:`TensorTransport` (one per :class:`~framework.sonic.TritonClient`) gives each gRPC
 call its inputs and requested outputs: a :class:`ShmCall` (inputs first, then the outputs,
 each at a 64-byte aligned offset of one region of the client's
 :class:`~framework.sonic._shm.ShmPool` for that server) or a :class:`PayloadCall`.
 
-* Remote servers, calls with less than :data:`SHM_MIN_BYTES` of inputs, and tensors
-  shared memory cannot carry (``BYTES``; outputs whose size the metadata leaves open,
-  i.e. with a ``-1`` dim) use gRPC payloads.
+* Servers that cannot map our ``/dev/shm`` (another host, container or mount namespace),
+  calls with less than :data:`SHM_MIN_BYTES` of inputs, and tensors shared memory cannot
+  carry (``BYTES``; outputs whose size the metadata leaves open, i.e. with a ``-1`` dim)
+  use gRPC payloads.
 * A server restarted on the same address has forgotten the regions: the call fails; asked
   (``get_system_shared_memory_status``), the server does not know the call's region; the
   pool then registers its regions again and the failure is reported as a retryable
@@ -36,7 +38,7 @@ from framework._errors import ExternalFailure
 
 from ._data import TensorSpec
 from ._server_info import ServerInfo
-from ._shm import ALIGN, SERVER_GONE, ShmPool, is_same_host, remove_stale_regions_once
+from ._shm import ALIGN, SERVER_GONE, ShmPool, remove_stale_regions_once, shares_dev_shm
 from ._waits import grpc_status
 from ._wire import RAW_DATATYPES, RequestPlan, decode_response
 
@@ -398,8 +400,9 @@ class TensorTransport:
             _live.add(self)
 
     def pool(self, server: ServerInfo, grpc_client: Any) -> ShmPool | None:
-        """The shared-memory pool for ``server``; None: use payloads (remote server, or off)."""
-        if not self.use_shared_memory or not is_same_host(server) or server.name in self._refused:
+        """The shared-memory pool for ``server``; None: use payloads (off, or the server cannot
+        map our ``/dev/shm``: :func:`~framework.sonic._shm.shares_dev_shm`, asked once)."""
+        if not self.use_shared_memory or server.name in self._refused or not shares_dev_shm(server, grpc_client):
             return None
         with self._lock:
             pool = self._pools.get(server.name)

@@ -27,5 +27,10 @@ TritonService = cms.Service('TritonService',
     unhealthyAfter = cms.untracked.uint32(3),
     probeInterval = cms.untracked.double(2.0),
     probeTimeout = cms.untracked.double(1.0)
+  ),
+  discovery = cms.untracked.PSet(
+    wait = cms.untracked.double(0.0),
+    interval = cms.untracked.double(0.0),
+    saturatedAbove = cms.untracked.double(0.0)
   )
 )

@@ -13,6 +13,7 @@ from process to process), so runs can be compared event by event.
 """
 
 import framework.config as cms
+from framework.sonic import recommended_retries
 
 V = cms.VarParsing
 options = V()
@@ -25,6 +26,7 @@ options.register(
 options.register(
     "repository", "", V.multiplicity.singleton, V.varType.string, "the fallback's repository (with 'tiny')"
 )
+options.register("failover", 0, V.multiplicity.singleton, V.varType.int, "1: the tiny client retries, fails over")
 options.register("outputFile", "scale.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
 options.register(
     "keep",
@@ -80,6 +82,7 @@ if options.sonic:
             modelConfigPath=cms.FileInPath(f"{options.repository}/tiny/config.pbtxt"),
             mode=cms.string("Async"),
             timeout=cms.untracked.uint32(60),
+            **({"retries": recommended_retries()} if options.failover else {}),
         ),
     )
     sequence = sequence * process.tiny
