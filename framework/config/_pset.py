@@ -430,7 +430,7 @@ class ProxyParameter(_ParameterTypeBase):
 
         Raises:
             ConfigTypeError: a typed value of none of the allowed types.
-            ConfigValueError: a plain value that none of the allowed types accepts.
+            ~framework.config._types.ConfigValueError: a plain value that none of the allowed types accepts.
         """
         classes = tuple(t.param_class() if isinstance(t, PSetTemplate) else t for t in self._types)
         param: _ParameterTypeBase | None = None

@@ -337,7 +337,7 @@ class _ModuleSequence(_Closed, Labelable):
         """Position of ``item`` in the top level.
 
         Raises:
-            ConfigValueError: not there.
+            ~framework.config._types.ConfigValueError: not there.
         """
         for i, x in enumerate(self._items):
             if _same(x, item):

@@ -335,7 +335,7 @@ class TritonService(Service):
         return pairs
 
     def statistics(self) -> dict[str, Any]:
-        """What the job asked of Triton, JSON-ready; see :func:`~framework.service._service_stats.statistics`."""
+        """What the job asked of Triton, JSON-ready; see ``framework.service._service_stats.statistics``."""
         return statistics(
             assignment=self.assignment,
             users={m: [label for label, _ in u] for m, u in self.models.items()},

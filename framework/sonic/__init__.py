@@ -30,7 +30,7 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
   (one generator of steps for the three modes), which drives the ``Router`` and the
   callables it is given;
-* ``_batching``: ``Client.batching``, cross-event batching: the :class:`Batcher` merging
+* ``_batching``: ``Client.batching``, cross-event batching: the :class:`~framework.sonic._batching.Batcher` merging
   the requests of events in flight for one model into one call, and giving each its rows;
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
   client through the ``RequestClient`` interface;

@@ -84,7 +84,7 @@ def client_description() -> cms.ParameterSetDescription:
     ``allowedTries``) is accepted too and read as ``retries``.
 
     ``modelConfigPath`` is a ``cms.FileInPath``, found on ``$CMSSW_SEARCH_PATH`` and then in
-    the project's ``data/`` folder (see :func:`resolve_config_path`).
+    the project's ``data/`` folder (see ``resolve_config_path``).
 
     pysonic's extensions (marked in ``cmsrun --describe``): ``batchMode``, ``retries``
     (the retry policy, of which ``allowedTries`` is the simplest case) and ``batching``.
@@ -186,8 +186,10 @@ class TritonClient:
         params: the module's validated ``Client`` PSet (see :func:`client_description`).
         debug_name: the module label, for messages.
 
-    Attributes (after :meth:`connect`):
-        server: the :class:`ServerInfo` the model was assigned to (requests may go elsewhere
+    The attributes are set by :meth:`connect`.
+
+    Attributes:
+        server: the :class:`~framework.sonic.ServerInfo` the model was assigned to (requests may go elsewhere
             while it is out of service; see ``request.server``).
         router: TritonService's routing, which routes requests and starts the fallback
             server (None for a client connected by hand: it retries on its one server only).

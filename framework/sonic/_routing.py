@@ -20,7 +20,7 @@ service that serves the model.
   successful call) puts it back in service. gRPC reconnects the shared channel by itself
   after a restart on the same address (short reconnect backoff: ``CHANNEL_ARGS``);
 * the fallback server (a :class:`Fallback`, made by the factory TritonService passes:
-  :class:`framework.service._fallback.FallbackServer`, owned here) is asked for when a
+  ``framework.service._fallback.FallbackServer``, owned here) is asked for when a
   ``fallback`` retry needs it. The client side never imports the server side
   (``framework.serving``): the fallback comes in through this interface.
 
@@ -68,7 +68,7 @@ class Fallback(Protocol):
     models: frozenset[str]
 
     def info(self) -> ServerInfo | None:
-        """Its current address as a :class:`ServerInfo`, or None if never started."""
+        """Its current address as a :class:`~framework.sonic.ServerInfo`, or None if never started."""
 
     def is_running(self) -> bool:
         """Whether its process runs."""
@@ -121,11 +121,11 @@ class Routing:
         health: TritonService's validated ``health`` PSet (``unhealthyAfter``,
             ``probeInterval`` and ``probeTimeout`` in seconds).
         fallback: makes the job's :class:`Fallback` (TritonService passes one that makes a
-            :class:`framework.service._fallback.FallbackServer`), given the callback it
+            ``framework.service._fallback.FallbackServer``), given the callback it
             must call when a new server process serves.
 
     Attributes:
-        servers: name -> :class:`ServerInfo` of the configured servers.
+        servers: name -> :class:`~framework.sonic.ServerInfo` of the configured servers.
         served: configured server name -> its READY models (begin_job; unreachable ones absent).
         assignment: model -> the name of its server at begin_job.
         health: server name -> :class:`ServerHealth`.
@@ -227,7 +227,7 @@ class Routing:
     # -- servers and channels ----------------------------------------------------------
 
     def server(self, name: str) -> ServerInfo:
-        """The :class:`ServerInfo` of a configured server or of the fallback.
+        """The :class:`~framework.sonic.ServerInfo` of a configured server or of the fallback.
 
         Raises:
             ExternalFailure: ``name`` is the fallback and it is not running.
