@@ -1,6 +1,6 @@
 """The scale-out executor: ``cmsrun CONFIG --dataset FILESET --executor dask``.
 
-The only part of the framework that knows Dask (``tests/test_layering.py``). It sits
+The only part of the framework that knows Dask (the layering: :mod:`framework`). It sits
 above the data path (config -> builder -> scheduler -> io -> modules -> sonic) and drives
 it: the datasets' work units (``framework.io``) become Dask tasks, each worker builds and
 begins the job once (``framework._scheduler.begin_job``) and runs unit after unit

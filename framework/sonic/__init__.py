@@ -1,10 +1,7 @@
 """SONIC's client: inference as a service on NVIDIA Triton (CMSSW's HeterogeneousCore/Sonic*).
 
-Layering: the client side of SONIC. It builds on the core's ExternalWork and bridge and
-knows Triton only through ``tritonclient``; it never imports the server side
-(``framework.serving``) nor the service layer (``framework.service``, which joins the
-two: TritonService, the fallback server, the direct twins). ``tests/test_layering.py``
-checks it.
+Layering: the client side of SONIC, built on the core's ExternalWork; what it may import
+is written once, in :mod:`framework` (``tests/test_layering.py`` checks it).
 
 Files, in the direction of their imports: each imports only files listed before it
 (``tests/test_layering.py`` checks that there is no cycle):
