@@ -95,7 +95,7 @@ class TritonService(Service):
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
         ``imageName``, ``sandboxName``, ``instanceBaseName``, ``instanceName``, ``tempDir``,
-        ``retries`` and ``debug`` are accepted and have no effect (see the README).
+        ``retries`` and ``debug`` are accepted and have no effect (see docs/cmssw.md).
         """
         server = cms.ParameterSetDescription()
         server.add("name", cms.untracked.string, "server name (for Client.preferredServer)")
