@@ -1,6 +1,6 @@
 """CMSSW's ParticleNet AK8 (General V01 and mass-decorrelated 2-prong V01) on real PFNano events.
 
-    CMSSW_SEARCH_PATH=/path/to/cms-data cmsrun configs/particlenet_ak8_cfg.py [sonic=1] [inputFiles=...]
+    CMSSW_SEARCH_PATH=/path/to/cms-data cmsrun configs/particlenet_ak8_cfg.py [sonic=1 [pt=1]] [inputFiles=...]
 
 The models and their preprocess.json are CMS's own files, found as CMSSW finds them: a
 ``FileInPath`` such as ``RecoBTag/Combined/data/models/particlenet/config.pbtxt`` resolved
@@ -8,7 +8,10 @@ on ``CMSSW_SEARCH_PATH`` (a CMSSW data area, e.g. ``$CMSSW_RELEASE_BASE/external
 or a folder holding clones of the cms-data repositories ``RecoBTag-Combined`` as
 ``RecoBTag/Combined/data``). The chain is CMSSW's pfParticleNet_cff: tag infos, JetTags
 (direct onnxruntime, or SONIC under CMSSW's ``particleNetSonicTriton`` process modifier,
-which ``sonic=1`` turns on), discriminators as NanoAOD stores them. Writes ``particlenet_ak8.root``
+which ``sonic=1`` turns on; with ``pt=1`` also CMSSW's ``particleNetPTSonicTriton``, which
+serves the same networks as TorchScript: ``particlenet_PT`` and
+``particlenet_AK8_MD-2prong_PT`` with their ``preprocess_PT.json``), discriminators as
+NanoAOD stores them. Writes ``particlenet_ak8.root``
 (``FatJet_pt/eta/phi`` and the eleven ``FatJet_particleNet*`` scores, the input's fat
 jets in order) and prints the agreement with the scores CMSSW stored in the input.
 """
@@ -43,6 +46,13 @@ options.register(
     "1: the JetTags through SONIC (Triton); 0: onnxruntime in the job",
 )
 options.register(
+    "pt",
+    0,
+    cms.VarParsing.multiplicity.singleton,
+    cms.VarParsing.varType.int,
+    "1 (with sonic=1): CMSSW's particleNetPTSonicTriton, the TorchScript models (particlenet_PT, ...)",
+)
+options.register(
     "server",
     "",
     cms.VarParsing.multiplicity.singleton,
@@ -69,9 +79,14 @@ else:
 # replaces the JetTags producers by their SONIC twins (sonic=1 asks for it, with
 # enableSonicTriton, which turns TritonService's fallback server on).
 from Configuration.ProcessModifiers.enableSonicTriton_cff import enableSonicTriton  # noqa: E402
+from Configuration.ProcessModifiers.particleNetPTSonicTriton_cff import particleNetPTSonicTriton  # noqa: E402
 from Configuration.ProcessModifiers.particleNetSonicTriton_cff import particleNetSonicTriton  # noqa: E402
 
-modifiers = (enableSonicTriton, particleNetSonicTriton) if options.sonic else ()
+if options.pt and not options.sonic:
+    # In CMSSW particleNetPTSonicTriton alone changes nothing; here that is a mistake to name.
+    raise cms.ConfigurationError("pt=1 (particleNetPTSonicTriton) acts only together with sonic=1")
+modifiers = [enableSonicTriton, particleNetSonicTriton] if options.sonic else []
+modifiers += [particleNetPTSonicTriton] if options.pt else []
 process = cms.Process("PNET", *modifiers)
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
 process.maxEvents.input = options.maxEvents
@@ -80,12 +95,12 @@ process.options.numberOfThreads = 2
 
 process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
 if options.server:
-    address, _, port = options.server.rpartition(":")
+    address, port = cms.host_port(options.server, "server")  # 1-65535, or a one-line error
     process.TritonService.servers.append(
         cms.PSet(
             name=cms.untracked.string("remote"),
             address=cms.untracked.string(address),
-            port=cms.untracked.uint32(int(port)),
+            port=cms.untracked.uint32(port),
         )
     )
 
@@ -152,6 +167,28 @@ particleNetSonicTriton.toReplaceWith(
 )
 particleNetSonicTriton.toReplaceWith(
     process.pfMassDecorrelatedParticleNetJetTags, jet_tags("ParticleNetSonicJetTagsProducer", **MASS_DECORRELATED)
+)
+
+
+def torchscript_model(model_name, preprocess):
+    """What CMSSW's pfParticleNet_cff changes under particleNetSonicTriton & particleNetPTSonicTriton:
+    the TorchScript twin of the model (inputs named ``pf_points__0`` ... ``sv_mask__5``, Triton's
+    PyTorch convention) and the preprocess file with those input names."""
+    return dict(
+        preprocess_json=cms.FileInPath(f"RecoBTag/Combined/data/ParticleNetAK8/{preprocess}"),
+        Client=dict(
+            modelName=model_name,
+            modelConfigPath=cms.FileInPath(f"RecoBTag/Combined/data/models/{model_name}/config.pbtxt"),
+        ),
+    )
+
+
+(particleNetSonicTriton & particleNetPTSonicTriton).toModify(
+    process.pfParticleNetJetTags, **torchscript_model("particlenet_PT", "General/V01/preprocess_PT.json")
+)
+(particleNetSonicTriton & particleNetPTSonicTriton).toModify(
+    process.pfMassDecorrelatedParticleNetJetTags,
+    **torchscript_model("particlenet_AK8_MD-2prong_PT", "MD-2prong/V01/preprocess_PT.json"),
 )
 
 

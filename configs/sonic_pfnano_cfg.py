@@ -71,12 +71,12 @@ process.options.wantSummary = True
 
 servers = []
 if options.server:
-    address, _, port = options.server.rpartition(":")
+    address, port = cms.host_port(options.server, "server")  # 1-65535, or a one-line error
     servers.append(
         cms.PSet(
             name=cms.untracked.string("remote"),
             address=cms.untracked.string(address),
-            port=cms.untracked.uint32(int(port)),
+            port=cms.untracked.uint32(port),
         )
     )
 process.TritonService = cms.Service(

@@ -5,9 +5,10 @@ own. :class:`ThreadSafeFuture` is the one place where such a completion comes ba
 the trio run. The rule, from trio's docs on ``TrioToken.run_sync_soon``:
 
 * the foreign thread calls :meth:`ThreadSafeFuture.set_result` /
-  :meth:`~ThreadSafeFuture.set_exception`, which only schedules ``_deliver`` with
-  ``TrioToken.run_sync_soon``; ``_deliver`` runs on the trio thread, stores the outcome
-  and wakes the waiter, and never raises (an exception there would crash the whole run);
+  :meth:`~ThreadSafeFuture.set_exception`, which only queues the outcome in the run's
+  inbox and, if no delivery is pending, schedules one with ``TrioToken.run_sync_soon``;
+  the delivery runs on the trio thread, stores each outcome and wakes its waiter, and
+  never raises (an exception there would crash the whole run);
 * a waiter that was cancelled has gone away: the outcome is stored and nobody reads it;
 * after the run has finished, ``run_sync_soon`` raises ``trio.RunFinishedError``: the
   outcome is dropped, because nobody can be waiting any more;
@@ -33,45 +34,42 @@ __all__ = ["ThreadSafeFuture", "WaitingTaskHolder"]
 class ThreadSafeFuture:
     """A one-shot result that any thread may set and one trio task awaits.
 
-    Must be created inside a trio run (it captures the current ``TrioToken``).
+    Must be created inside a trio run (it belongs to that run's ``_Inbox``).
     The first ``set_*`` call wins; later ones return False and are ignored.
+
+    Cost: no ``trio.Event``, lock or task list of its own. The waiting task is parked with
+    ``trio.lowlevel.wait_task_rescheduled`` and woken with ``reschedule``; the outcomes
+    that other threads set in one burst reach the trio thread through ONE
+    ``run_sync_soon`` (the run's inbox), so a burst of gRPC completions costs one wake-up
+    of the trio thread, not one per completion (issue 27's profile).
     """
 
+    __slots__ = ("_inbox", "_outcome", "_task", "_claimed")
+
     def __init__(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._event = trio.Event()
+        self._inbox = _run_inbox()
         self._outcome: outcome.Outcome[Any] | None = None
-        self._claimed = False
-        self._lock = threading.Lock()  # guards _claimed across threads
+        self._task: trio.lowlevel.Task | None = None  # the waiting task, while parked
+        self._claimed = False  # guarded by the inbox's lock (the first set_* wins)
 
     def set_result(self, value: Any = None) -> bool:
         """Complete with ``value``. Callable from any thread. Returns False if already set."""
-        return self._complete(outcome.Value(value))
+        return self._inbox.put(self, outcome.Value(value))
 
     def set_exception(self, exc: BaseException) -> bool:
         """Complete with an exception. Callable from any thread. Returns False if already set."""
-        return self._complete(outcome.Error(exc))
+        return self._inbox.put(self, outcome.Error(exc))
 
     def done(self) -> bool:
         """True once the outcome has reached the trio thread."""
-        return self._event.is_set()
-
-    def _complete(self, result: outcome.Outcome[Any]) -> bool:
-        with self._lock:
-            if self._claimed:
-                return False
-            self._claimed = True
-        try:
-            self._token.run_sync_soon(self._deliver, result)
-        except trio.RunFinishedError:
-            # The trio run is over: nobody can be waiting for this any more.
-            pass
-        return True
+        return self._outcome is not None
 
     def _deliver(self, result: outcome.Outcome[Any]) -> None:
-        # Runs on the trio thread via run_sync_soon: only store and wake, never raise.
+        # Trio thread (the inbox's drain): store and wake, never raise.
         self._outcome = result
-        self._event.set()
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task, result)
 
     async def wait(self, on_cancel: Callable[[], object] | None = None) -> Any:
         """Wait for the outcome and return it (or raise the stored exception).
@@ -85,17 +83,72 @@ class ThreadSafeFuture:
             trio.Cancelled: the wait was cancelled (propagated unchanged).
             BaseException: whatever the external work reported with ``set_exception``.
         """
-        try:
-            await self._event.wait()
-        except trio.Cancelled:
-            if on_cancel is not None and not self._event.is_set():
+        if self._outcome is not None:  # arrived already: still a checkpoint, as trio.Event.wait
+            await trio.lowlevel.checkpoint()
+            return self._outcome.unwrap()
+        self._task = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._task = None  # an outcome arriving later is stored, and nobody reads it
+            if on_cancel is not None:
                 try:
                     on_cancel()
                 except Exception:  # noqa: BLE001 - a failing cancel hook must not mask Cancelled
                     pass
-            raise
-        assert self._outcome is not None
-        return self._outcome.unwrap()
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class _Inbox:
+    """The outcomes other threads hand to one trio run, delivered in bursts.
+
+    ``put`` (any thread) appends under a lock and schedules ``_drain`` with
+    ``run_sync_soon`` only if no drain is pending; ``_drain`` (trio thread) takes every
+    pending outcome and delivers each. After the run has finished, ``run_sync_soon``
+    raises ``trio.RunFinishedError``: the outcome is dropped, nobody can be waiting.
+    """
+
+    __slots__ = ("_token", "_lock", "_items", "_pending")
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._lock = threading.Lock()
+        self._items: list[tuple[ThreadSafeFuture, outcome.Outcome[Any]]] = []
+        self._pending = False
+
+    def put(self, future: ThreadSafeFuture, result: outcome.Outcome[Any]) -> bool:
+        with self._lock:
+            if future._claimed:
+                return False
+            future._claimed = True
+            self._items.append((future, result))
+            if self._pending:
+                return True
+            self._pending = True
+        try:
+            self._token.run_sync_soon(self._drain)
+        except trio.RunFinishedError:
+            pass  # the trio run is over: nobody can be waiting for this any more
+        return True
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items, self._pending = self._items, [], False
+        for future, result in items:
+            future._deliver(result)
+
+
+_INBOX: trio.lowlevel.RunVar[_Inbox] = trio.lowlevel.RunVar("pysonic_inbox")
+
+
+def _run_inbox() -> _Inbox:
+    try:
+        return _INBOX.get()
+    except LookupError:
+        inbox = _Inbox()
+        _INBOX.set(inbox)
+        return inbox
 
 
 class WaitingTaskHolder:

@@ -8,6 +8,7 @@ naming the module label and type.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,20 @@ class Job:
     exception_actions: dict[str, str] = field(default_factory=dict)
     activity: ActivityRegistry = field(default_factory=ActivityRegistry)
     begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
+
+    def declared_outputs(self) -> list[tuple[str, str]]:
+        """Every file the job's modules and services write, as configured:
+        ``(who, path)`` with ``who`` naming the parameter ("OutputModule 'out' (type
+        NanoAODOutputModule): parameter 'fileName'"); checked by ``framework.io.check_outputs``."""
+        outputs = [
+            (f"{w.describe()}: parameter '{name}'", str(path))
+            for w in self.workers.values()
+            for name, path in w.module.declared_outputs().items()
+        ]
+        for service in self.services.services.values():
+            who = f"Service '{service.label}' (type {service.type_name})"
+            outputs += [(f"{who}: parameter '{name}'", str(path)) for name, path in service.declared_outputs().items()]
+        return outputs
 
     def reset_counters(self) -> None:
         """Zero the TrigReport counters and module timings (between work units, so that each
@@ -235,12 +250,15 @@ def build_job(
     options = process.options_()
     threads = threads if threads is not None else options["numberOfThreads"]
     streams = streams if streams is not None else options["numberOfStreams"]
-    if streams == 0:  # CMSSW's default: as many streams as threads
+    if threads < 0 or streams < 0 or (max_events is not None and max_events < -1):
+        raise ConfigurationError(
+            f"build_job: threads {threads} and streams {streams} must be >= 0 (0: CMSSW's default), "
+            f"max_events {max_events} >= -1 (-1: all)"
+        )
+    if threads == 0:  # CMSSW's cmsRun: numberOfThreads 0 = one thread per available core
+        threads = available_cores()
+    if streams == 0:  # CMSSW's EventProcessor: numberOfStreams 0 = as many streams as threads
         streams = threads
-    if streams < 1:
-        raise ConfigurationError(f"numberOfStreams must be >= 1, got {streams}")
-    if threads < 1:
-        raise ConfigurationError(f"numberOfThreads must be >= 1, got {threads}")
     limiter = trio.CapacityLimiter(threads) if threads > 1 else None
 
     registry = ServiceRegistry()
@@ -288,6 +306,13 @@ def build_job(
     for service in registry.services.values():
         service.subscribe(job.activity)
     return job
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` elsewhere)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _exception_actions(options: dict[str, Any]) -> dict[str, str]:

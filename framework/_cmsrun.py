@@ -13,8 +13,10 @@ As with ``cmsRun``, the arguments after the config's name are the config's ``sys
 (``name=value`` for its ``VarParsing``, or ``--option value`` for its ``argparse``), except
 cmsrun's own options (``-n``, ``--dataset``, ...), which may follow the config too; after
 ``--`` everything is the config's. Exit codes: 0 success,
-1 the job failed (the error names module, path, event, file or model), 2 usage errors,
-130 interrupted (Ctrl-C, SIGINT), 143 terminated (SIGTERM). Progress goes to stderr while
+1 the job failed (the error names module, path, event, file, output or model), 2 usage
+errors (cmsrun's options, or a config's ``name=value``), 130 interrupted (Ctrl-C,
+SIGINT), 143 terminated (SIGTERM); docs/troubleshooting.md lists what each mistake prints.
+Every output path is checked before the first event (``framework.io.check_outputs``). Progress goes to stderr while
 the job runs; the summary (TrigReport, TimeReport, server statistics) follows when
 ``wantSummary`` is set or ``--summary`` is given.
 
@@ -40,6 +42,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -48,12 +51,22 @@ from rich.logging import RichHandler
 
 from . import config as cms
 from ._builder import build_job
-from ._errors import FrameworkError
+from ._errors import FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
 from ._scheduler import JobReport, run_job
 from ._summary import print_summary
-from .io import DEFAULT_CHUNK_SIZE, dataset_output_path, output_naming
+from .io import (
+    DEFAULT_CHUNK_SIZE,
+    atomic_write,
+    check_outputs,
+    dataset_output_path,
+    load_fileset,
+    output_folders,
+    output_naming,
+    output_path,
+    remove_stale_temporaries,
+)
 
 log = logging.getLogger("pysonic")
 
@@ -197,8 +210,18 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         return 0
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+        _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
+    # The outputs of every dataset, checked before any file is preprocessed or unit run (a
+    # job built only for that: its modules' constructors open nothing, its source no file).
+    job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
+    for dataset in load_fileset(ns.dataset):
+        summary_json = ns.summary_json
+        if summary_json and ns.executor != "dask":  # one summary per dataset; Dask: one of the run
+            summary_json = str(dataset_output_path(summary_json, dataset.name))
+        with output_naming(dataset=dataset.name):
+            _check_outputs(job, summary_json, [f.path for f in dataset.files])
     if ns.executor == "dask":
         from .executor import DaskOptions, run_on_dask
 
@@ -237,6 +260,16 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         with output_naming(dataset=dataset.name):  # trio.run below runs in a copy of this context
             _run_job(job, ns, console, f"{process.name_()} {dataset.name}", entries, summary_json)
     return 0
+
+
+def _check_outputs(job: Any, summary_json: str | os.PathLike[str] | None, inputs: Any) -> None:
+    """Before the first event: remove what killed jobs left in the output folders, then
+    check every output path (``framework.io.check_outputs``: raises ConfigurationError)."""
+    outputs = [(who, output_path(path)) for who, path in job.declared_outputs()]
+    if summary_json:
+        outputs.append(("--summary-json", Path(summary_json)))
+    remove_stale_temporaries(output_folders(outputs))
+    check_outputs(outputs, inputs)
 
 
 def _run_job(
@@ -278,8 +311,8 @@ def _run_job(
     if summary_json:
         from ._summary import summary_dict  # computed once per job: FastTimerService may have
 
-        with open(summary_json, "w") as f:
-            json.dump(summary_dict(job, report), f, indent=2)
+        with atomic_write(Path(summary_json)) as temp:
+            temp.write_text(json.dumps(summary_dict(job, report), indent=2))
     console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
     return report
 
@@ -319,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cmsrun`` console script; returns the exit code."""
     parser = _parser()
     own, config_args = _split_arguments(parser, sys.argv[1:] if argv is None else list(argv))
-    ns = parser.parse_args(own)
+    try:
+        ns = parser.parse_args(own)
+    except SystemExit as exc:  # argparse's usage error (2) or --help (0): returned, not raised
+        return exc.code if isinstance(exc.code, int) else 2
     ns.args = config_args
     console = Console(stderr=True)
     if not console.is_terminal:
@@ -341,49 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         if ns.describe:
             _describe(ns.describe, console)
             return 0
-        if not ns.config:
+        usage = _usage_problem(ns)
+        if usage:
             _parser().print_usage(sys.stderr)
-            print("cmsrun: error: a configuration file is required", file=sys.stderr)
-            return 2
-        if ns.executor == "dask" and ns.max_events is not None:
-            print(
-                "cmsrun: error: --max-events is not supported with --executor dask (units cover whole "
-                "files: use --chunk-size, or a fileset's steps)",
-                file=sys.stderr,
-            )
-            return 2
-        dask_only = [
-            o
-            for o, v in (
-                ("--scheduler", ns.scheduler),
-                ("--workers", ns.workers),
-                ("--skip-bad-files", ns.skip_bad_files),
-                ("--keep-parts", ns.keep_parts),
-            )
-            if v
-        ]
-        if (
-            (ns.executor == "dask" and not ns.dataset)
-            or (dask_only and ns.executor != "dask")
-            or (ns.workers is not None and ns.workers < 1)
-        ):
-            _parser().print_usage(sys.stderr)
-            print(
-                f"cmsrun: error: --executor dask needs --dataset; {', '.join(dask_only) or 'its options'} "
-                f"need --executor dask; --workers >= 1",
-                file=sys.stderr,
-            )
-            return 2
-        if ns.chunk_size is not None and (not ns.dataset or ns.chunk_size < 1):
-            _parser().print_usage(sys.stderr)
-            print("cmsrun: error: --chunk-size needs --dataset and a value >= 1", file=sys.stderr)
+            print(f"cmsrun: error: {usage}", file=sys.stderr)
             return 2
         return _run(ns, console)
     except FrameworkError as exc:
         _print_fatal(exc, console)
         if os.environ.get("PYSONIC_TRACEBACK"):
             console.print_exception()
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)  # JobStopped, or the executor's
         console.print(
@@ -391,6 +395,49 @@ def main(argv: list[str] | None = None) -> int:
             f"and its unfinished outputs were removed[/bold red]"
         )
         return 128 + signum
+
+
+def _usage_problem(ns: argparse.Namespace) -> str | None:
+    """What is wrong with cmsrun's own options (exit 2), naming the option as typed; None if
+    nothing. Ranges as CMSSW defines them: maxEvents -1 = all (CMSSW takes any negative
+    number for all; here another negative is refused, as a likely typo), numberOfThreads 0 =
+    one per core, numberOfStreams 0 = as many as threads."""
+    dask_only = [
+        o
+        for o, v in (
+            ("--scheduler", ns.scheduler),
+            ("--workers", ns.workers is not None),
+            ("--skip-bad-files", ns.skip_bad_files),
+            ("--keep-parts", ns.keep_parts),
+        )
+        if v
+    ]
+    problems = [
+        (not ns.config, "a configuration file is required"),
+        (
+            ns.max_events is not None and ns.max_events < -1,
+            f"argument -n/--max-events: {ns.max_events} is not -1 (all events) or >= 0",
+        ),
+        (
+            ns.threads is not None and ns.threads < 0,
+            f"argument -t/--threads: {ns.threads} is not >= 0 (0: one thread per core)",
+        ),
+        (
+            ns.streams is not None and ns.streams < 0,
+            f"argument -j/--streams: {ns.streams} is not >= 0 (0: as many streams as threads)",
+        ),
+        (ns.workers is not None and ns.workers < 1, f"argument --workers: {ns.workers} is not >= 1"),
+        (ns.chunk_size is not None and ns.chunk_size < 1, f"argument --chunk-size: {ns.chunk_size} is not >= 1"),
+        (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
+        (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
+        (bool(dask_only) and ns.executor != "dask", f"{', '.join(dask_only)} need(s) --executor dask"),
+        (
+            ns.executor == "dask" and ns.max_events is not None,
+            "-n/--max-events is not supported with --executor dask (units cover whole files: use "
+            "--chunk-size, or a fileset's steps)",
+        ),
+    ]
+    return next((message for bad, message in problems if bad), None)
 
 
 def _print_fatal(exc: FrameworkError, console: Console) -> None:

@@ -34,6 +34,18 @@ class ConfigurationError(FrameworkError):
     category = "Configuration"
 
 
+class UsageError(ConfigurationError):
+    """A command-line argument is wrong (a config's ``name=value``): cmsrun exits with 2."""
+
+
+class NotSupportedError(ConfigurationError, AttributeError):
+    """A CMSSW feature pysonic does not have (``cms.SwitchProducer``, ``cms.Looper``,
+    ``process.addSubProcess``). An AttributeError too, so that ``hasattr`` stays False."""
+
+    def __init__(self, feature: str, why: str = "") -> None:
+        super().__init__(f"{feature} is a CMSSW feature not supported by pysonic{f' ({why})' if why else ''}")
+
+
 class ProductNotFound(FrameworkError):
     """``event.get`` asked for a product that nobody put into the event."""
 
@@ -134,3 +146,18 @@ class EventProcessingError(FrameworkError):
     """
 
     category = "EventProcessing"
+
+
+PORT_RANGE = (1, 65535)  # TCP ports; 0 means "any free port" only where a caller says so
+
+
+def check_port(port: int, what: str) -> int:
+    """``port`` if it is a TCP port (1-65535), else ConfigurationError naming ``what``.
+
+    A number beyond 65535 is not silently taken modulo 65536 (gRPC's parser does that:
+    ``:117611`` would dial port 52075).
+    """
+    low, high = PORT_RANGE
+    if not low <= port <= high:
+        raise ConfigurationError(f"{what}: {port} is not a TCP port ({low}-{high})")
+    return port

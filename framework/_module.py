@@ -131,6 +131,12 @@ class EDModule:
         self._fw_consumes.append(token)
         return token
 
+    def declared_outputs(self) -> dict[str, Any]:
+        """The files this module writes: parameter name -> configured path (``str`` or
+        ``Path``, before ``framework.io.output_path``). The builder checks them before the
+        first event (``framework.io.check_outputs``). Default: none."""
+        return {}
+
     def begin_job(self) -> None:
         """Called once before the first event."""
 

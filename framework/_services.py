@@ -32,6 +32,11 @@ class Service:
     def __init__(self, params: Any) -> None:
         self.params = params
 
+    def declared_outputs(self) -> dict[str, Any]:
+        """The files this service writes: parameter name -> configured path (see
+        ``EDModule.declared_outputs``). Default: none."""
+        return {}
+
     async def begin_job(self) -> None:
         """Called once, after every module was constructed, before any module's begin_job."""
 

@@ -101,6 +101,10 @@ class FastTimerService(Service):
         super().__init__(params)
         self.tracer = Tracer() if params.traceFile else None
 
+    def declared_outputs(self) -> dict[str, Any]:
+        outputs = {"jsonFileName": self.params.jsonFileName} if self.params.writeJSONSummary else {}
+        return outputs | ({"traceFile": self.params.traceFile} if self.params.traceFile else {})
+
     def subscribe(self, activity: Any) -> None:
         if self.tracer is not None:
             activity.post_module_phase.connect(self.tracer.span)

@@ -111,6 +111,9 @@ class HistogramAnalyzer(EDAnalyzer):
         if duplicates:
             raise ConfigurationError(f"EDAnalyzer '{self.label}': histogram name '{duplicates[0]}' is used twice")
 
+    def declared_outputs(self) -> dict[str, Any]:
+        return {"fileName": self.file_name}
+
     def begin_unit(self) -> None:
         """Empty histograms for this run (a job, or one work unit: a part); fail before the
         first event if ``fileName``'s folder is missing or not writable."""

@@ -124,6 +124,9 @@ class NanoAODOutputModule(OutputModule):
         self._paths_checked = False
         self.events_written = 0
 
+    def declared_outputs(self) -> dict[str, Any]:
+        return {"fileName": self.file_name}
+
     @property
     def temp_name(self) -> Path:
         """Where the file is written until ``end_job`` renames it (``<fileName>.tmp-<pid>``)."""

@@ -325,7 +325,10 @@ def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
     (tmp_path / "a_file").write_text("a regular file\n")
     result = cmsrun(file_job(tmp_path, inputs["good"], out=out), cwd=tmp_path)
     assert result.code == 1
-    assert f"OutputModule 'out': cannot create output file '{out}' (FileNotFoundError: {problem})" in result.message
+    assert (
+        f"OutputModule 'out' (type NanoAODOutputModule): parameter 'fileName': cannot write '{out}' ({problem})"
+        in result.message
+    )
     assert not (tmp_path / "no_folder").exists(), "the missing folder was created"
     assert not list(tmp_path.rglob("*.tmp-*"))
 
@@ -583,7 +586,8 @@ def test_explicit_port_taken(tmp_path, repositories):
         )
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "already in use" in line]
-    assert len(lines) == 1 and f"grpc_port={port} is already in use on 127.0.0.1" in lines[0], done.stderr
+    assert len(lines) == 1, done.stderr
+    assert f"--grpc-port {port} is already in use on 127.0.0.1 (use --grpc-port 0 for a free one)" in lines[0]
 
 
 def test_fallback_server_that_fails_to_start(tmp_path, inputs, repositories):

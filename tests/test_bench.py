@@ -379,6 +379,30 @@ def test_gpu_experiments_run_on_the_cpu_and_feed_the_planner(tmp_path):
     assert all(r["predicted_capacity"] > 0 for r in plan["rows"])
 
 
+def _cms_particlenet_pt_found() -> bool:
+    from framework.bench._exp_gpu_ak8 import ONNX, PREPROCESS, TORCHSCRIPT
+
+    try:
+        return all(cms.FileInPath(f).fullPath() for f in (TORCHSCRIPT, ONNX, PREPROCESS))
+    except Exception:  # noqa: BLE001 - not on CMSSW_SEARCH_PATH
+        return False
+
+
+@pytest.mark.skipif(not _cms_particlenet_pt_found(), reason="CMS's particlenet_PT is not on CMSSW_SEARCH_PATH")
+def test_gpu_ak8_runs_on_the_cpu(tmp_path):
+    """gpu-ak8 (CMS's TorchScript ParticleNet AK8) on quick settings: its code paths on a CPU server."""
+    console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
+    assert "gpu-ak8" in _cli.GROUPS["gpu"]
+    _cli.run_experiment("gpu-ak8", quick=True, repeat=1, out=tmp_path, console=console)
+    assert (tmp_path / "gpu-ak8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = json.loads((tmp_path / "gpu-ak8.json").read_text())
+    assert result["settings"]["jets"] == 24 and result["settings"]["onnxruntime_1_thread_jets_per_s"] > 0
+    assert [(r["batching"], r["in_flight"]) for r in result["rows"]] == [("on", 2), ("off", 2)]
+    assert all(r["jets_per_s"] > 0 and r["errors"] == 0 and r["client_cpu_ms_per_request"] > 0 for r in result["rows"])
+    assert all(r["requests_per_execution"] == 1.0 for r in result["rows"] if r["batching"] == "off")
+    assert result["targets"][0]["value"] > 0
+
+
 def test_capacity_plan_finds_where_clients_meet_the_server():
     from framework.bench._exp_gpu import capacity_plan, measured_knee
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -26,8 +27,13 @@ from pathlib import Path
 import awkward as ak
 import numpy as np
 import pytest
+import trio
 import uproot
 
+import framework.config as cms
+from framework._builder import build_job
+from framework._scheduler import run_job as run_built_job
+from framework._summary import summary_dict
 from framework.samples import locate_sample
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
@@ -217,6 +223,107 @@ def test_sonic_equals_direct(direct_job, tmp_path):
     assert processes_with_marker(marker) == []  # the fallback server is gone
     for score in SCORES:
         np.testing.assert_allclose(sonic[score], direct[score], atol=1e-5, rtol=0, err_msg=score)
+
+
+# What CMSSW's pfParticleNet_cff sets under particleNetSonicTriton (ONNX) and, with
+# particleNetPTSonicTriton too, the TorchScript twins: module -> (model name, preprocess file).
+ONNX_MODELS = {
+    "pfParticleNetJetTags": ("particlenet", "General/V01/preprocess.json"),
+    "pfMassDecorrelatedParticleNetJetTags": ("particlenet_AK8_MD-2prong", "MD-2prong/V01/preprocess.json"),
+}
+PT_MODELS = {
+    "pfParticleNetJetTags": ("particlenet_PT", "General/V01/preprocess_PT.json"),
+    "pfMassDecorrelatedParticleNetJetTags": ("particlenet_AK8_MD-2prong_PT", "MD-2prong/V01/preprocess_PT.json"),
+}
+
+
+def model_files(model: str, preprocess: str) -> list[str]:
+    return [f"{COMBINED}/models/{model}/config.pbtxt", f"{COMBINED}/ParticleNetAK8/{preprocess}"]
+
+
+def missing(files: list[str]) -> list[str]:
+    return [f for f in files if not (CMS_MODELS / f).is_file()]
+
+
+def set_model(module, model: str, preprocess: str) -> None:
+    module.Client.modelName = model
+    module.Client.modelConfigPath = f"{COMBINED}/models/{model}/config.pbtxt"
+    module.preprocess_json = f"{COMBINED}/ParticleNetAK8/{preprocess}"
+
+
+def test_particleNetPTSonicTriton_switches_both_models_as_cmssw():
+    """sonic=1 pt=1 gives both JetTags modules CMSSW's TorchScript models and preprocess_PT.json
+    (pfParticleNet_cff); sonic=1 alone keeps the ONNX ones. Loads the config only: no server."""
+    for args, expected in ((["sonic=1"], ONNX_MODELS), (["sonic=1", "pt=1"], PT_MODELS)):
+        process = cms.load_config(CONFIG, [*args, "compare=0"])
+        for label, (model, preprocess) in expected.items():
+            module = getattr(process, label)
+            assert module.type_() == "ParticleNetSonicJetTagsProducer", label
+            assert module.Client.modelName.value() == model, label
+            config, json_file = model_files(model, preprocess)
+            assert module.Client.modelConfigPath.value() == config, label
+            assert module.preprocess_json.value() == json_file, label
+
+
+def test_torchscript_model_through_particleNetPTSonicTriton(direct_job, tmp_path, monkeypatch):
+    """sonic=1 pt=1 (CMSSW's particleNetPTSonicTriton), in-process, on the CPU fallback server.
+
+    What runs in CI: ``../shared/models`` has CMS's TorchScript General model
+    (``particlenet_PT``, ``General/V01/preprocess_PT.json``) but not the MD-2prong one
+    (``particlenet_AK8_MD-2prong_PT`` nor ``MD-2prong/V01/preprocess_PT.json``). The loaded
+    process is then edited by hand: the MD-2prong module goes back to CMS's ONNX model, and
+    only the General model goes through TorchScript (the torch runner). Its scores meet
+    CMSSW's stored ones as the ONNX path does (correlation >= 0.999, >= 95 % of the pairs
+    within 0.01) and equal direct onnxruntime's within 1e-4; the MD scores equal the
+    direct ones within 1e-5. Where the MD-2prong TorchScript files are present, both models
+    go through TorchScript, unedited, with the same checks (1e-4 for MD too).
+    """
+    general = PT_MODELS["pfParticleNetJetTags"]
+    if lacking := missing(model_files(*general)):
+        pytest.skip(f"CMS's TorchScript ParticleNet AK8 lacks in {CMS_MODELS}: {lacking}")
+    md_label = "pfMassDecorrelatedParticleNetJetTags"
+    md_pt = not missing(model_files(*PT_MODELS[md_label]))
+    stripped_copy(tmp_path / "input.root")
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", str(CMS_MODELS))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the generated models, not the user's cache
+    monkeypatch.setenv("PYSONIC_TEST_MARKER", marker)  # the fallback server inherits it
+    out = tmp_path / "particlenet_ak8.root"
+    args = [f"inputFiles={tmp_path / 'input.root'}", f"outputFile={out}", "compare=0", "sonic=1", "pt=1"]
+    process = cms.load_config(CONFIG, args)
+    if not md_pt:
+        set_model(getattr(process, md_label), *ONNX_MODELS[md_label])
+    job = build_job(process)
+    report = trio.run(run_built_job, job)
+    assert [p for p in processes_with_marker(marker) if p != os.getpid()] == []  # the server is gone
+    md_model = (PT_MODELS if md_pt else ONNX_MODELS)[md_label][0]
+    served = summary_dict(job, report)["services"]["TritonService"]["models"]
+    assert set(served) == {"particlenet_PT", md_model}, sorted(served)
+    # The config the server loaded (generated from CMS's pytorch_libtorch one): the torch
+    # runner on CMS's model.pt; the model folder has no ONNX file another runner could load.
+    [loaded] = (tmp_path / "cache").rglob("particlenet_PT/config.pbtxt")
+    assert re.search(r'key: "runner"\s*value \{\s*string_value: "torch"', loaded.read_text()), loaded.read_text()
+    assert not list((CMS_MODELS / COMBINED / "models/particlenet_PT").rglob("*.onnx"))
+
+    sonic, stored = fat_jet_columns(out), stored_scores()
+    np.testing.assert_array_equal(sonic["pt"], stored["pt"])
+    checked = SCORES if md_pt else [s for s in SCORES if not s.startswith("particleNetMD")]
+    within = sum(int(np.sum(np.abs(sonic[s] - stored[s]) < 0.01)) for s in checked)
+    assert within >= 0.95 * 24 * len(checked), f"{within} of {24 * len(checked)} pairs within 0.01"
+    for score in SCORES:
+        if score in checked:
+            corr = np.corrcoef(sonic[score], stored[score])[0, 1]
+            assert corr >= 0.999, f"{score}: correlation {corr:.5f}"
+        atol = 1e-4 if score in checked else 1e-5
+        np.testing.assert_allclose(sonic[score], direct_job[score], atol=atol, rtol=0, err_msg=score)
+
+
+def test_pt_without_sonic_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMSSW_SEARCH_PATH", str(CMS_MODELS))
+    result = cmsrun(str(CONFIG), "pt=1", f"outputFile={tmp_path / 'o.root'}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "pt=1 (particleNetPTSonicTriton) acts only together with sonic=1" in result.stderr
+    assert not list(tmp_path.glob("o.root*"))
 
 
 def test_sv_eta_rebuilt_from_jet_relative_columns():

@@ -291,6 +291,8 @@ def test_model_versioning_mismatch_stops_the_job(btag_server, tmp_path):
     message = str(info.value)
     assert info.value.category == "ModelVersioning" and "\n" not in message
     assert "particlenet" in message and btag_server.grpc_address in message and "1/model.onnx" in message
+    # the server as ServerInfo.describe() names it, once ("the server server 'remote'" before)
+    assert f": {btag_server.grpc_address} serves files whose checksums differ" in message
     assert "0" * 32 in message and "3bff150e279b1c942ea38e946135069c" in message
 
 

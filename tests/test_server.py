@@ -495,7 +495,7 @@ def test_cmstriton_start_failure_prints_log_tail(tmp_path, capsys):
     assert cmstriton(["start", *args]) == 1
     err = capsys.readouterr().err
     assert "exited with code" in err and "boom in initialize" in err
-    assert not (tmp_path / "state" / "tritonserver.pid").exists()
+    assert not (tmp_path / "state").exists(), "the failed start left the state folder it made"
 
 
 def test_cmstriton_bad_config_is_one_line(tmp_path, capsys):
@@ -505,6 +505,7 @@ def test_cmstriton_bad_config_is_one_line(tmp_path, capsys):
     assert cmstriton(["start", *args]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid model configuration" in err and "bad/config.pbtxt" in err
+    assert not (tmp_path / "state").exists(), "the failed start left the state folder it made"
 
 
 # ---------------------------------------------------------------------------- installation

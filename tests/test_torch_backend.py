@@ -22,6 +22,7 @@ import uproot
 
 from framework import ConfigurationError
 from framework.samples import locate_sample
+from framework.serving._repository import read_model_config
 from framework.serving._server import LocalTritonServer, resolve_device
 from framework.serving.python_backend import choose_runner, parse_model_config, run_batched
 from framework.serving.testing import write_edited_repository
@@ -160,3 +161,56 @@ def test_gpu_device_without_gpu_is_one_line(monkeypatch):
     with pytest.raises(ConfigurationError, match="device='gpu' but no GPU is visible") as info:
         LocalTritonServer(REPO / "data" / "models", device="gpu")
     assert "\n" not in str(info.value)
+
+
+@pytest.fixture
+def tf32_flags_restored():
+    """torch's TF32 settings are per process: put back what the test found."""
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+    torch.set_float32_matmul_precision(saved[2])
+
+
+@pytest.mark.parametrize("value, allowed", [(None, False), ("false", False), ("True", True), ("1", True)])
+def test_allow_tf32_parameter_reaches_torch(tf32_flags_restored, value, allowed):
+    """The Python-backend model's initialisation (torch runner) sets torch's TF32 flags from
+    ``parameters { key: "allow_tf32" }``: full fp32 unless the config asks (torch's own default
+    lets cuDNN convolutions use TF32)."""
+    from framework.serving.python_backend import TritonPythonModel
+
+    torch.backends.cuda.matmul.allow_tf32 = not allowed  # the opposite of what the config asks
+    torch.backends.cudnn.allow_tf32 = not allowed
+    torch.set_float32_matmul_precision("high" if not allowed else "highest")
+    from google.protobuf import json_format
+
+    folder = REPO / "data" / "models" / "deepmet"
+    config = read_model_config(folder)  # as Triton hands it to initialize: the config as JSON
+    config.parameters["runner"].string_value = "torch"
+    if value is not None:
+        config.parameters["allow_tf32"].string_value = value
+    model = TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json_format.MessageToJson(config, preserving_proto_field_name=True),
+            "model_repository": str(folder),
+            "model_version": "1",
+            "model_instance_kind": "CPU",
+        }
+    )
+    assert torch.backends.cuda.matmul.allow_tf32 is allowed
+    assert torch.backends.cudnn.allow_tf32 is allowed
+    assert torch.get_float32_matmul_precision() == ("high" if allowed else "highest")
+    assert model.runner_name == "torch" and model.runner.allow_tf32 is allowed
+
+
+def test_bad_allow_tf32_is_one_line():
+    from framework.serving.torch_backend import parse_allow_tf32
+
+    spec = parse_model_config({"name": "m", "parameters": {"allow_tf32": {"string_value": "maybe"}}})
+    with pytest.raises(ValueError, match=r"^model 'm': parameter allow_tf32='maybe' is not true or false$"):
+        parse_allow_tf32(spec)

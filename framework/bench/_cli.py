@@ -4,7 +4,7 @@
     python -m framework.bench EXPERIMENT [--quick] [--repeat N]   # one of EXPERIMENTS below: latency,
         client-overhead, dynamic-batching, direct, overhead, source, miniaod, clients, servers, scale, shm,
         wrapper, cpu
-    python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-miniaod, then plan
+    python -m framework.bench gpu [--out results/]      # on a GPU machine: gpu-direct ... gpu-ak8, then plan
     python -m framework.bench plan [--out results/]     # the capacity planner from gpu-batching/gpu-clients JSON
 
 Each experiment writes ``<out>/<name>.json`` (settings, every measured point, targets
@@ -37,7 +37,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import _exp_cpu, _exp_gpu, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic, _exp_wrapper
+from . import _exp_cpu, _exp_gpu, _exp_gpu_ak8, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic, _exp_wrapper
 from ._harness import SERVERS
 
 EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
@@ -57,7 +57,10 @@ EXPERIMENTS: dict[str, Callable[[bool, int], dict[str, Any]]] = {
 }
 """Experiment name -> function(quick, repeat) -> result dict; ``all`` runs these."""
 
-GROUPS: dict[str, list[str]] = {"all": list(EXPERIMENTS), "gpu": [*_exp_gpu.GPU_EXPERIMENTS, "plan"]}
+GROUPS: dict[str, list[str]] = {
+    "all": list(EXPERIMENTS),
+    "gpu": [*_exp_gpu.GPU_EXPERIMENTS, *_exp_gpu_ak8.EXPERIMENTS, "plan"],
+}
 """Names that run several experiments. ``gpu`` is for a machine with a GPU
 (``docs/performance-gpu.md``); elsewhere it runs on the CPU and its numbers mean little."""
 
@@ -146,6 +149,7 @@ def experiments(out: pathlib.Path) -> dict[str, Callable[[bool, int], dict[str, 
     return {
         **EXPERIMENTS,
         **_exp_gpu.GPU_EXPERIMENTS,
+        **_exp_gpu_ak8.EXPERIMENTS,
         "plan": lambda quick, repeat: _exp_gpu.plan(quick, repeat, results=out),
     }
 

@@ -209,6 +209,9 @@ class BenchInputDumper(EDAnalyzer):
         self.arrays: dict[str, np.ndarray] = {}
         self.count = 0
 
+    def declared_outputs(self) -> dict[str, Any]:
+        return {"fileName": self.path}
+
     def analyze(self, event: Any) -> None:
         product = event.get(self.src)
         if isinstance(product, np.ndarray):  # one array (FACILE's rows): named "array"

@@ -224,6 +224,27 @@ def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+def _gpu_ak8(result: dict[str, Any], plt: Any) -> Any:
+    rows = result["rows"]
+    fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
+    for batching, style in (("on", "-o"), ("off", "--s")):
+        pts = sorted((r for r in rows if r["batching"] == batching), key=lambda r: r["in_flight"])
+        n = [r["in_flight"] for r in pts]
+        ax_t.plot(n, [r["jets_per_s"] for r in pts], style, label=f"dynamic batching {batching}")
+        ax_c.plot(n, [r["client_cpu_ms_per_request"] for r in pts], style, label=f"batching {batching}")
+    ort = result["settings"]["onnxruntime_1_thread_jets_per_s"]
+    ax_t.axhline(ort, color="grey", ls=":", label="onnxruntime, 1 CPU thread")
+    for ax in (ax_t, ax_c):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("requests in flight")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_t.set_ylabel("jets / s")
+    ax_t.set_yscale("log")
+    ax_c.set_ylabel("client CPU per request [ms]")
+    return fig
+
+
 def _gpu_peak(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     labels = [f"{r['instances']} inst., {r['processes']} client cores" for r in rows] + ["raw limit"]
@@ -415,6 +436,7 @@ PLOTTERS: dict[str, Callable[[dict[str, Any], Any], Any]] = {
     "gpu-peak": _gpu_peak,
     "gpu-clients": _gpu_clients,
     "gpu-miniaod": _gpu_miniaod,
+    "gpu-ak8": _gpu_ak8,
     "plan": _plan,
     "scale": _scale,
     "shm": _shm,

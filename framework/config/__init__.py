@@ -18,7 +18,10 @@ this package, kept in the repository's ``cmssw/`` folder.
 Pure Python: nothing here knows about trio, uproot or Triton.
 """
 
+from typing import Any
+
 from .._errors import ConfigurationError as ConfigurationError
+from .._errors import NotSupportedError
 from ._description import DescriptionRow as DescriptionRow
 from ._description import ParameterSet as ParameterSet
 from ._description import ParameterSetDescription as ParameterSetDescription
@@ -83,6 +86,23 @@ from ._types import vstring as vstring
 from ._types import vuint32 as vuint32
 from ._types import vuint64 as vuint64
 from ._varparsing import VarParsing as VarParsing
+from ._varparsing import host_port as host_port
+
+# CMSSW's configuration names for features pysonic does not have: a one-line "not supported"
+# instead of a bare AttributeError (NotSupportedError is one, so hasattr(cms, X) is False).
+_NOT_SUPPORTED = {
+    "SwitchProducer": "it chooses a producer per accelerator; pick the module in the config instead",
+    "Looper": "there are no loopers: run the job again",
+    "EDLooper": "there are no loopers: run the job again",
+    "SubProcess": "run a second cmsrun job on this one's output",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOT_SUPPORTED:
+        raise NotSupportedError(f"cms.{name}", _NOT_SUPPORTED[name])
+    raise AttributeError(f"module 'framework.config' (cms) has no attribute '{name}'")
+
 
 # CMSSW's cms.bool: an assignment, not "import ... as bool", so that it is re-exported
 # explicitly (mypy, ruff's F401); _types keeps the builtin's name for itself.
@@ -136,6 +156,7 @@ __all__ = [
     "VInputTag",
     "VPSet",
     "VarParsing",
+    "host_port",
     "allowed",
     "bool",
     "double",

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
-from .._errors import ConfigurationError, FrameworkError
+from .._errors import ConfigurationError, FrameworkError, UsageError
 from ._modifiers import CHOSEN
 from ._process import Process
 from ._varparsing import VarParsing, _Arguments, current_arguments
@@ -113,7 +113,7 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
     try:
         exec(code, namespace)
     except Exception as e:  # noqa: BLE001 - every failure of user code becomes one error line
-        raise ConfigurationError(_describe_failure(e, filename)) from e
+        raise (UsageError if isinstance(e, UsageError) else ConfigurationError)(_describe_failure(e, filename)) from e
     finally:
         current_arguments.pop()
         sys.argv = saved_argv

@@ -36,7 +36,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, NotSupportedError
 from ._modifiers import Modifier, ModifierChain, ProcessModifier
 from ._modules import (
     EDAlias,
@@ -83,7 +83,7 @@ __all__ = ["MAX_EVENTS", "OPTIONS", "Process", "ProcessFragment"]
 # (FWCore/Framework's EventProcessor options); those marked "accepted" have no effect here.
 OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "numberOfStreams": (uint32, 0, "events processed concurrently; 0 = as many as threads"),
-    "numberOfThreads": (uint32, 1, "threads for thread-safe module calls (>= 1)"),
+    "numberOfThreads": (uint32, 1, "threads for thread-safe module calls; 0 = one per available core (CMSSW)"),
     "wantSummary": (_bool, False, "print the per-module time and event summary at the end"),
     "numberOfConcurrentRuns": (uint32, 1, "accepted (one run at a time here)"),
     "numberOfConcurrentLuminosityBlocks": (uint32, 0, "accepted (no luminosity-block transitions here)"),
@@ -261,6 +261,8 @@ class Process:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        if name in ("addSubProcess", "subProcesses_", "setLooper_", "looper"):
+            raise NotSupportedError(f"process.{name}", "no subprocesses or loopers: run a second cmsrun job instead")
         d = self.__dict__
         if name == "source":
             if d["_source"] is None:
@@ -654,10 +656,7 @@ class Process:
 
     def options_(self) -> dict[str, Any]:
         """``process.options`` as a plain dict, defaults filled (keys: see ``OPTIONS``)."""
-        options = _merge_special("options", self._options).value()
-        if options["numberOfThreads"] < 1:
-            raise ConfigurationError(f"process.options.numberOfThreads must be >= 1, got {options['numberOfThreads']}")
-        return options
+        return _merge_special("options", self._options).value()  # uint32s: never negative
 
     # ------------------------------------------------------------ validation
 

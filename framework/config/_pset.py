@@ -150,9 +150,12 @@ class ParameterHolder:
                 raise ConfigValueError(f"{self._what_()}: parameter '{name}': {e.args[0]}") from None
             return
         if existing is None:
+            # No type to suggest: the module declares it (an int may be meant for an InputTag).
+            module_type = self.__dict__.get("_type")
+            declared = f"'cmsrun --describe {module_type}' lists them" if module_type else "as the module declares it"
             raise ConfigTypeError(
                 f"{self._what_()}: parameter '{name}' does not exist yet, so it can only be set to a typed "
-                f"value (e.g. cms.int32(...)), got {describe_value(value)}"
+                f"value (cms.double(...), cms.InputTag(...), ...: {declared}), got {describe_value(value)}"
             )
         if isinstance(existing, PSet) and isinstance(value, Mapping):
             existing.update_(value)

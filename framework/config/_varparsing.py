@@ -11,7 +11,7 @@ import enum
 import sys
 from typing import Any
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, UsageError
 from ._types import closest
 
 __all__ = ["VarParsing"]
@@ -188,15 +188,15 @@ class VarParsing:
             given.add(base)
             return
         if not sep:
-            raise ConfigurationError(f"argument '{arg}' is not of the form name=value")
+            raise UsageError(f"argument '{arg}' is not of the form name=value")
         var = self._vars.get(name)
         if var is None:
-            raise ConfigurationError(
-                f"unknown argument '{name}' ({closest(name, self._vars)}); registered: {', '.join(self._vars)}"
-            )
+            hint = closest(name, self._vars)  # lists them all when none is near: once is enough
+            every = "" if hint.startswith("valid") else f"; valid: {', '.join(self._vars)}"
+            raise UsageError(f"unknown argument '{name}' ({hint}){every}")
         if var.mult is self.multiplicity.singleton:
             if name in given:
-                raise ConfigurationError(f"argument '{name}' given twice")
+                raise UsageError(f"argument '{name}' given twice")
             var.value = _parse(name, var.type, text)
         else:
             if name not in given and not var.no_default_clear:
@@ -298,7 +298,7 @@ def _parse(name: str, type_: VarParsing.varType, text: str) -> Any:
             raise ValueError(text)
         return text
     except ValueError:
-        raise ConfigurationError(f"argument '{name}={text}': expected {type_.value}, got {text!r}") from None
+        raise UsageError(f"argument '{name}={text}': expected {type_.value}, got {text!r}") from None
 
 
 def _check(name: str, type_: VarParsing.varType, value: Any) -> Any:
@@ -317,3 +317,19 @@ def _check(name: str, type_: VarParsing.varType, value: Any) -> Any:
     if not ok:
         raise ConfigurationError(f"VarParsing '{name}': expected {type_.value}, got {value!r}")
     return float(value) if type_ is t.float else value
+
+
+def host_port(text: str, option: str) -> tuple[str, int]:
+    """``"host:port"`` (a config's option, e.g. ``server=127.0.0.1:8001``) -> (host, port).
+
+    A pysonic helper (CMSSW's configs split the string themselves): the port must be a TCP
+    port, since gRPC would take 117611 modulo 65536 and dial another server.
+
+    Raises:
+        ~framework._errors.UsageError: no ``:``, no host, or a port that is not a number in 1-65535 (names
+            ``option`` and the value as typed).
+    """
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"argument '{option}={text}': expected host:port with a TCP port (1-65535)")
+    return host, int(port)

@@ -22,6 +22,8 @@ Files (implementation modules are underscored; the names below are the public on
   the split of a dataset into :class:`WorkUnit` entry ranges (:func:`split_units`).
 * ``_parts``: output names per dataset and per unit (:func:`output_path`,
   :func:`output_naming`), and the merge of unit parts into one file (:func:`merge_parts`).
+* ``_outputs``: output paths checked before the first event (:func:`check_outputs`),
+  temporary names that carry their owner, and the removal of those a killed job left.
 * ``_writer``: NanoAOD-style branches from per-event values (:class:`BranchBuffer`), a
   TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`).
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
@@ -39,6 +41,10 @@ from ._fileset import dataset_file_tag as dataset_file_tag
 from ._fileset import load_fileset as load_fileset
 from ._fileset import parse_fileset as parse_fileset
 from ._layout import scan_tree as scan_tree
+from ._outputs import check_outputs as check_outputs
+from ._outputs import output_folders as output_folders
+from ._outputs import remove_stale_temporaries as remove_stale_temporaries
+from ._outputs import temporary_name as temporary_name
 from ._parts import MergeReport as MergeReport
 from ._parts import dataset_output_path as dataset_output_path
 from ._parts import final_path as final_path
@@ -69,5 +75,4 @@ from ._writer import TreeWriter as TreeWriter
 from ._writer import atomic_write as atomic_write
 from ._writer import compression as compression
 from ._writer import id_columns as id_columns
-from ._writer import temporary_name as temporary_name
 from ._writer import write_objects as write_objects

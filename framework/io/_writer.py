@@ -16,7 +16,8 @@ dict of numbers                  ``<name>_<field>`` (a singleton, like ``MET``)
 Counters are written as int32 (uproot's choice; NanoAOD's own are uint32); ``run``,
 ``luminosityBlock`` and ``event`` are always written, as NanoAOD types them.
 
-Files are written under a temporary name in their final folder (``<name>.tmp-<pid>``)
+Files are written under a temporary name in their final folder (``<name>.tmp-<pid>-<start>-<n>``,
+``_outputs.temporary_name``)
 and renamed into place only when complete (:func:`atomic_write`, :class:`TreeWriter`), so
 that a reader never sees a half-written file and a failed job leaves none behind.
 """
@@ -36,6 +37,7 @@ import uproot
 
 from .._errors import ConfigurationError, FileOpenError
 from .._event import Event
+from ._outputs import temporary_name
 from ._views import JaggedView, SingletonView
 
 __all__ = [
@@ -45,7 +47,6 @@ __all__ = [
     "BranchBuffer",
     "TreeWriter",
     "atomic_write",
-    "temporary_name",
     "id_columns",
     "write_objects",
 ]
@@ -279,15 +280,6 @@ def write_objects(path: Path, objects: Mapping[str, Any]) -> None:
     with atomic_write(Path(path)) as temp, uproot.recreate(temp) as f:
         for name, obj in objects.items():
             f[name] = obj
-
-
-def temporary_name(path: Path) -> Path:
-    """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>`` in its folder.
-
-    Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
-    the process id keeps two processes writing the same file (a rerun unit) apart.
-    """
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
 
 @contextlib.contextmanager

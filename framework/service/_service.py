@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 import framework.config as cms
-from framework._errors import ConfigurationError, ExternalFailure
+from framework._errors import ConfigurationError, ExternalFailure, check_port
 from framework._services import Service
 from framework.serving._server import LocalTritonServer, resolve_device
 from framework.sonic._client import TritonClient
@@ -181,7 +181,8 @@ class TritonService(Service):
             ssl = None
             if item.useSsl:
                 ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
-            servers[item.name] = ServerInfo(item.name, f"{item.address}:{item.port}", ssl)
+            port = check_port(int(item.port), f"TritonService: servers '{item.name}': port")
+            servers[item.name] = ServerInfo(item.name, f"{item.address}:{port}", ssl)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
         # The fallback is made by the router (it passes its on_start) and kept here too: the

@@ -17,6 +17,8 @@ Files, in the direction of their imports:
   what this Python-backend-only server loads, generated beside its state, cached by content;
 * ``_processes``: the server's process: spawning, its remains (``/dev/shm``, files),
   termination;
+* ``_leftovers``: the temporary folders and logs of servers, named by their owner (pid
+  and start time), and the removal of those a killed job left;
 * ``_server``: :class:`LocalTritonServer`, a server on this host (ports, readiness, model
   loading, logs, TLS);
 * ``_cmstriton``: the ``cmstriton`` command (CMSSW's ``cmsTriton``);

@@ -15,7 +15,7 @@ log path, models, the server's /dev/shm region prefix), ``tritonserver.log`` and
 (the served repository and the generated models: ``--repository`` is any standard Triton
 model repository, ONNX, TorchScript or Python-backend models, served unchanged and never
 written to; see ``_repository``).
-Exit status: 0 on success, 1 on failure (the reason is printed on stderr).
+Exit status: 0 on success, 1 on failure, 2 on a usage error (the reason is printed on stderr).
 
 A server that died (killed by the out-of-memory killer, say) leaves its Python-backend
 stub processes and their /dev/shm regions behind (see ``_processes``). ``check`` reports
@@ -27,6 +27,7 @@ never touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -36,14 +37,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from framework._errors import FrameworkError
+from framework._errors import PORT_RANGE, FrameworkError
 from framework.serving._server import (
+    LOCALHOST,
     LocalTritonServer,
     ServerRemains,
     default_cache_dir,
     default_model_repository,
     end_server_remains,
     pid_is_tritonserver,
+    port_is_free,
     process_start_time,
     query_ready_models,
     server_remains,
@@ -107,6 +110,16 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _remove_made(made: list[pathlib.Path], state_dir: pathlib.Path) -> None:
+    """After a failed start: remove the folders this start made (innermost first, with the
+    log, whose tail the error message holds); a folder the user had keeps its log."""
+    if made:
+        (state_dir / LOG_FILE).unlink(missing_ok=True)
+    for folder in made:
+        with contextlib.suppress(OSError):  # not empty: someone else's files appeared there
+            folder.rmdir()
+
+
 def _start(args: argparse.Namespace) -> int:
     state_dir: pathlib.Path = args.dir
     state = _read_state(state_dir)
@@ -118,6 +131,11 @@ def _start(args: argparse.Namespace) -> int:
     if state is not None and (remains := _end_remains(state)):
         print(f"removed {remains} left by the dead server pid {state['pid']}")
     _clear_state(state_dir)  # stale files of a server that died
+    if args.grpc_port and not port_is_free(args.grpc_port):
+        return _fail(
+            f"--grpc-port {args.grpc_port} is already in use on {LOCALHOST} (use --grpc-port 0 for a free one)"
+        )
+    made = [p for p in (state_dir, *state_dir.parents) if not p.exists()]  # removed again if start fails
     state_dir.mkdir(parents=True, exist_ok=True)
     server = LocalTritonServer(
         args.repository,
@@ -135,6 +153,8 @@ def _start(args: argparse.Namespace) -> int:
         models = server.ready_models()
     except FrameworkError as err:
         server.stop()
+        _clear_state(state_dir)
+        _remove_made(made, state_dir)
         return _fail(str(err))
     pid = server.pid
     assert pid is not None  # started
@@ -203,6 +223,17 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """``--grpc-port``'s value: 0 (a free port) or a TCP port (argparse names the option)."""
+    port = int(text)  # ValueError: argparse's "invalid _port value"
+    if port != 0 and not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port ({PORT_RANGE[0]}-{PORT_RANGE[1]}; 0: a free one)")
+    return port
+
+
+_port.__name__ = "port"  # argparse's "invalid port value: 'x'"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cmstriton", description="Start, check or stop a local Triton server (CMSSW's cmsTriton)."
@@ -229,7 +260,7 @@ def _parser() -> argparse.ArgumentParser:
         help="where the models run: gpu = instances KIND_GPU (onnxruntime's CUDA provider, torch on CUDA); "
         "auto = gpu when one is visible (default: %(default)s)",
     )
-    start.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")
+    start.add_argument("--grpc-port", type=_port, default=0, help="gRPC port (0: a free one)")
     start.add_argument("--wait", type=float, default=60.0, help="seconds to wait for readiness")
     start.add_argument("-v", "--verbose", action="store_true", help="verbose server log")
     start.set_defaults(func=_start)
@@ -247,7 +278,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cmstriton`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error (2) or --help (0): returned, not raised
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         status: int = args.func(args)
         return status

@@ -38,7 +38,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from framework._errors import ConfigurationError
+from framework._errors import ConfigurationError, check_port
 from framework._paths import default_model_repository
 
 from ._installation import (
@@ -51,6 +51,7 @@ from ._installation import (
     server_environment,
     visible_gpus,
 )
+from ._leftovers import owned_prefix, remove_stale_server_files
 from ._processes import (
     ServerRemains,
     _spawn,
@@ -139,7 +140,8 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _port_is_free(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """Whether TCP ``port`` can be bound on 127.0.0.1 now (a taken port cannot)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # as the server does, so that TIME_WAIT leftovers do not count as busy
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -456,6 +458,7 @@ class LocalTritonServer:
             return self
 
     def _start(self, deadline: float, timeout: float) -> None:
+        remove_stale_server_files()  # what killed jobs' servers left in the temporary folder
         installation = find_tritonserver()
         backend_dir = prepare_backend_directory(installation=installation)
         expected = list(self.models) if self.models is not None else list(self.model_sources)
@@ -487,7 +490,9 @@ class LocalTritonServer:
 
     def _check_explicit_ports(self) -> None:
         for kind, port in self._requested_ports.items():
-            if port and not _port_is_free(port):
+            if port:
+                check_port(port, f"LocalTritonServer: {kind}_port")
+            if port and not port_is_free(port):
                 raise TritonServerError(
                     f"LocalTritonServer: {kind}_port={port} is already in use on {LOCALHOST} "
                     f"(use {kind}_port=0 for a free one)"
@@ -511,7 +516,7 @@ class LocalTritonServer:
         if self.grpc_ssl is not None:
             args += self.grpc_ssl.args()
         if self._log_path is None:
-            fd, name = tempfile.mkstemp(prefix="pysonic-tritonserver-", suffix=".log")
+            fd, name = tempfile.mkstemp(prefix=owned_prefix(), suffix=".log")
             os.close(fd)
             self._log_path = pathlib.Path(name)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -638,7 +643,7 @@ class LocalTritonServer:
         if self._user_work_dir is not None:
             return self._user_work_dir
         if self._temp_work is None:
-            self._temp_work = pathlib.Path(tempfile.mkdtemp(prefix="pysonic-tritonserver-"))
+            self._temp_work = pathlib.Path(tempfile.mkdtemp(prefix=owned_prefix()))
         return self._temp_work
 
     def detach(self) -> int:

@@ -15,7 +15,11 @@ these ``parameters``:
 * ``onnx_file``: the ONNX file inside the version folder (default ``model.onnx``);
 * ``torchscript_file``: the TorchScript file (default ``model.pt``), same weights;
 * ``intra_op_threads``: threads of one instance on the CPU (default 1: one Triton instance
-  should use one core; scale with ``instance_group.count`` instead).
+  should use one core; scale with ``instance_group.count`` instead);
+* ``allow_tf32``: ``true`` lets the torch runner use TF32 (10-bit mantissa) in CUDA
+  matmuls and cuDNN convolutions; ``false``, the default, keeps them in full fp32
+  (:func:`~framework.serving.torch_backend.set_tf32`). Triton's PyTorch backend has no such
+  parameter and leaves TF32 on in cuDNN convolutions (libtorch's default).
 
 Triton's dynamic batcher hands ``execute`` several requests at once. They are
 concatenated along the batch axis (axis 0), run in ONE runner call, and the outputs are
@@ -332,7 +336,8 @@ class TritonPythonModel:
         ``cuda:<model_instance_device_id>`` for a GPU instance, else the CPU.
 
         Raises:
-            ValueError: unsupported config, unknown runner, or config and model file disagree.
+            ValueError: unsupported config, unknown runner, an ``allow_tf32`` that is not
+                true or false, or config and model file disagree.
             RuntimeError: a GPU instance, but torch sees no CUDA device, or onnxruntime
                 has no CUDA provider (one line naming the package to install).
             onnxruntime / torch errors: the model file is missing or invalid (Triton then
@@ -345,11 +350,11 @@ class TritonPythonModel:
         kind = args.get("model_instance_kind", "CPU")
         self.runner_name = choose_runner(self.spec, kind)
         if self.runner_name == "torch":
-            from .torch_backend import TorchRunner
+            from .torch_backend import TorchRunner, parse_allow_tf32
 
             device = f"cuda:{args.get('model_instance_device_id', '0')}" if kind.upper() == "GPU" else "cpu"
             path = os.path.join(folder, params.get("torchscript_file") or "model.pt")
-            self.runner: Any = TorchRunner(self.spec, path, device, threads)
+            self.runner: Any = TorchRunner(self.spec, path, device, threads, allow_tf32=parse_allow_tf32(self.spec))
         else:
             from .onnx_backend import OnnxRunner
 

@@ -13,6 +13,17 @@ GPU machine, ``shared/gpu/README.md``): a request's input arrives in CPU memory
 the device once; the outputs come back to the CPU once per batch and each request's rows
 go out with ``Tensor.from_dlpack``. torch is imported only when this runner is used: it
 is not a run-time dependency of the CPU path.
+
+**fp32 unless the config asks for TF32.** torch's defaults let cuDNN run fp32 convolutions
+in TF32 (10-bit mantissa) on Ampere and later GPUs (``torch.backends.cudnn.allow_tf32`` is
+True; matmul's is False). CMS's ParticleNet AK8 on an H200 then differed from the ONNX model
+on the CPU by up to 8.1e-3 in a score. The runner sets both matmul and cuDNN to full fp32
+(``allow_tf32``, below) unless the model's ``config.pbtxt`` has the parameter
+``allow_tf32: "true"``. The setting is per process, and each Triton model instance is its
+own stub process, so all instances of a model follow its config. Triton's own PyTorch
+backend (``pytorch_libtorch``) has no such parameter: it keeps libtorch's defaults (TF32 in
+cuDNN convolutions, not in matmul) unless ``NVIDIA_TF32_OVERRIDE=0`` is in the server's
+environment (``docs/performance-gpu.md``).
 """
 
 from __future__ import annotations
@@ -70,6 +81,35 @@ class TorchOps:
         return self._torch.cat(list(arrays), dim=0)
 
 
+TF32_PARAMETER = "allow_tf32"
+"""The config parameter that lets a torch-runner model use TF32 (``"true"``/``"false"``, default false)."""
+
+
+def parse_allow_tf32(spec: ModelSpec) -> bool:
+    """The model's ``allow_tf32`` parameter: ``true``/``false`` (any case, or 1/0); unset = False.
+
+    Raises:
+        ValueError: another value (one line naming the model and the parameter).
+    """
+    value = (spec.parameters.get(TF32_PARAMETER) or "false").strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        raise ValueError(f"model {spec.name!r}: parameter {TF32_PARAMETER}={value!r} is not true or false")
+    return value in ("true", "1")
+
+
+def set_tf32(torch: Any, allow: bool) -> None:
+    """TF32 on or off for CUDA matmuls and cuDNN (convolutions and RNNs), in this process.
+
+    Through the ``allow_tf32`` flags and ``set_float32_matmul_precision`` ("highest" = fp32,
+    "high" = TF32 allowed). torch >= 2.9 also has per-operation ``fp32_precision`` settings;
+    mixing those with the flags makes torch raise when a flag is read (checked with torch
+    2.13), so only the flags are used here (they set the new settings consistently).
+    """
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+
+
 class TorchRunner:
     """``runner(inputs) -> outputs`` on CPU torch tensors; the model runs on ``device``.
 
@@ -81,6 +121,8 @@ class TorchRunner:
             saved on CUDA).
         device: ``"cpu"`` or ``"cuda:N"``.
         intra_op_threads: torch intra-op threads on the CPU (ignored on a GPU).
+        allow_tf32: TF32 in CUDA matmuls and cuDNN convolutions (:func:`set_tf32`, set for
+            the whole process); False (the default) keeps full fp32 arithmetic.
 
     Raises:
         RuntimeError: ``device`` is a CUDA device but torch sees none (torch built
@@ -88,7 +130,9 @@ class TorchRunner:
         torch errors: the file is missing or is not TorchScript.
     """
 
-    def __init__(self, spec: ModelSpec, path: str, device: str = "cpu", intra_op_threads: int = 1) -> None:
+    def __init__(
+        self, spec: ModelSpec, path: str, device: str = "cpu", intra_op_threads: int = 1, allow_tf32: bool = False
+    ) -> None:
         import torch
 
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -98,6 +142,8 @@ class TorchRunner:
             )
         if device == "cpu":
             torch.set_num_threads(intra_op_threads)
+        set_tf32(torch, allow_tf32)  # before the first CUDA kernel (the warm-up below)
+        self.allow_tf32 = allow_tf32
         self._torch = torch
         self.device = torch.device(device)
         self.path = path

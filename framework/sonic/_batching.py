@@ -55,7 +55,7 @@ from ._retry import DEADLINE_STATUS
 if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._server_info import ServerInfo
-    from ._transport import PayloadCall, ShmCall, TensorTransport
+    from ._transport import PayloadCall, ShmCall, TensorTransport, WireCall
 
 __all__ = ["BatchClient", "Batcher", "BatchingOptions", "batching_description", "parse_batching"]
 
@@ -164,7 +164,7 @@ class _Batch:
         self.deadline = deadline  # trio clock: the events give up on the call after it
         self.context: Any = None  # tritonclient's CallContext, once sent
         self.sent_bytes = 0
-        self.call: PayloadCall | ShmCall | None = None  # its tensors (shared memory or payloads), once sent
+        self.call: PayloadCall | WireCall | ShmCall | None = None  # its tensors (shared memory or payloads), once sent
 
 
 class Batcher:
@@ -304,7 +304,7 @@ class Batcher:
                 all_outputs=len(client.requested_outputs) == len(client.outputs),
             )
             callback = functools.partial(self._arrived, trio.lowlevel.current_trio_token(), batch)
-            options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # the call's own
+            options = client.call_options()
             batch.context = batch.call.send(batch.grpc_client, client.model_name, options, callback)
         except Exception as exc:  # noqa: BLE001 - e.g. the channel is closed: each event's retry policy decides
             self._complete(batch, None, exc)

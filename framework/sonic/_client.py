@@ -245,7 +245,9 @@ class TritonClient:
         self.router: Router | None = None
         self._retry_policy: RetryPolicy | None = None
         self.counters = ClientCounters()
-        self.transport = TensorTransport(params.useSharedMemory, debug_name or self.model_name, self.timeout)
+        self.transport = TensorTransport(
+            params.useSharedMemory, debug_name or self.model_name, self.timeout, self.model_name, self.model_version
+        )
 
     # -- setup -------------------------------------------------------------------------
 
@@ -390,19 +392,14 @@ class TritonClient:
         return self._retry_policy
 
     def call_options(self) -> dict[str, Any]:
-        """Keyword arguments of every ``infer``/``async_infer`` call: version, outputs, deadline
-        (made once, at connect; not to be modified)."""
+        """Keyword arguments of every ``infer``/``async_infer`` call: version, deadline,
+        compression (made once, at connect; not to be modified). The requested outputs are
+        each call's own (``framework.sonic._transport``)."""
         return self._call_options
 
     def _make_call_options(self) -> dict[str, Any]:
-        outputs = None
-        if self._wanted_outputs:
-            import tritonclient.grpc as grpcclient
-
-            outputs = [grpcclient.InferRequestedOutput(name) for name in self.requested_outputs]
         return {
             "model_version": self.model_version,
-            "outputs": outputs,
             "client_timeout": self.timeout,
             "compression_algorithm": self.compression,
         }

@@ -145,7 +145,7 @@ def check_versioning(
     Args:
         version: the model version the client uses (``Client.modelVersion``, else the
             server's latest).
-        server: names the server in the message.
+        server: names the server in the message ("server 'remote' (host:port)").
 
     Raises:
         ExternalFailure: category ``ModelVersioning``; one line naming the model, the server,
@@ -160,7 +160,7 @@ def check_versioning(
     ]
     if wrong:
         raise ExternalFailure(
-            f"{what}: the server {server} serves files whose checksums differ from the local config "
+            f"{what}: {server} serves files whose checksums differ from the local config "
             f"{local.path}: {'; '.join(wrong)}",
             category="ModelVersioning",
         )

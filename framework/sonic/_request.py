@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._retry import RetryPolicy
     from ._server_info import ServerInfo
-    from ._transport import PayloadCall, ShmCall, TensorTransport
+    from ._transport import PayloadCall, ShmCall, TensorTransport, WireCall
 
 __all__ = ["RequestClient", "TIMEOUT_GRACE", "TritonRequest"]
 
@@ -147,7 +147,7 @@ class TritonRequest:
             return [slice(None)]
         return [slice(start, min(start + limit, rows)) for start in range(0, rows, limit)]
 
-    def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | ShmCall:
+    def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | WireCall | ShmCall:
         """One gRPC call's inputs and requested outputs, through shared memory or payloads
         (``framework.sonic._transport``); the caller ends it with ``call.done(ok)``."""
         client = self.client
@@ -190,7 +190,7 @@ class TritonRequest:
         return self
 
     def _finish(
-        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | ShmCall]
+        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall]
     ) -> TritonRequest:
         client = self.client
         received = 0
@@ -218,7 +218,7 @@ class TritonRequest:
         return self
 
     def _check_output(
-        self, result: Any, spec: TensorSpec, chunk: Any, call: PayloadCall | ShmCall
+        self, result: Any, spec: TensorSpec, chunk: Any, call: PayloadCall | WireCall | ShmCall
     ) -> np.ndarray[Any, Any]:
         if not spec.batched:
             expected_rows = None
@@ -301,8 +301,8 @@ class TritonRequest:
         self.tries += 1
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
-        calls: list[PayloadCall | ShmCall] = []
-        options = {k: v for k, v in client.call_options().items() if k != "outputs"}  # each call's own
+        calls: list[PayloadCall | WireCall | ShmCall] = []
+        options = client.call_options()
 
         def cancel_all() -> None:
             for context in contexts:
@@ -361,20 +361,19 @@ class TritonRequest:
     def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client
         self.tries += 1
-        calls: list[PayloadCall | ShmCall] = []
+        calls: list[PayloadCall | WireCall | ShmCall] = []
         options = client.call_options()
         try:
             results = []
             for chunk in chunks:
                 calls.append(call := self._call(server, grpc_client, chunk))
-                options["outputs"] = call.outputs
-                results.append(grpc_client.infer(client.model_name, call.inputs, **options))
+                results.append(call.infer(grpc_client, client.model_name, options))
         except BaseException as exc:
             raise self._failed_calls(server, calls, exc) from None
         return self._finish_calls(results, chunks, server, calls)
 
     def _finish_calls(
-        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | ShmCall]
+        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall]
     ) -> TritonRequest:
         """:meth:`_finish`, then end the calls (their regions reused only if all went well)."""
         try:
@@ -387,7 +386,7 @@ class TritonRequest:
         return finished
 
     def _failed_calls(
-        self, server: ServerInfo, calls: list[PayloadCall | ShmCall], exc: BaseException
+        self, server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall], exc: BaseException
     ) -> BaseException:
         """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
         recoverable one if the server lost our regions."""
@@ -412,7 +411,7 @@ class TritonRequest:
         return await self.client.retry_policy.run(self.what, attempt)
 
 
-def _end_failed(calls: list[PayloadCall | ShmCall]) -> None:
+def _end_failed(calls: list[PayloadCall | WireCall | ShmCall]) -> None:
     # A failed, cancelled or timed-out call: its region is not reused (the server may
     # still write into it).
     for call in calls:

@@ -22,6 +22,7 @@ each at a 64-byte aligned offset of one region of the client's
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import math
 import threading
@@ -37,8 +38,9 @@ from ._data import TensorSpec
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, is_same_host, remove_stale_regions_once
 from ._waits import grpc_status
+from ._wire import RAW_DATATYPES, RequestPlan, decode_response
 
-__all__ = ["SHM_MIN_BYTES", "PayloadCall", "RequestMessages", "ShmCall", "TensorTransport"]
+__all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
 
 logger = logging.getLogger("pysonic.sonic")
 
@@ -55,16 +57,23 @@ def _async_infer(
     return grpc_client.async_infer(model_name, call.inputs, callback=callback, **options, outputs=call.outputs)
 
 
+def _is_tritonclient(grpc_client: Any) -> bool:
+    """Whether ``grpc_client`` is tritonclient's own gRPC client (not a stand-in or wrapper)."""
+    import tritonclient.grpc as grpcclient
+
+    return type(grpc_client) is grpcclient.InferenceServerClient
+
+
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
 class PayloadCall:
-    """One gRPC call whose tensors travel in the request and response messages.
+    """One gRPC call whose tensors travel in the messages, through tritonclient.
 
-    Sent by :meth:`send`: as a message built by the client's :class:`RequestMessages`
-    when ``grpc_client`` is tritonclient's own ``InferenceServerClient`` and the tensors'
-    raw contents are their bytes, else by its ``async_infer`` (``inputs``, built on demand).
+    The path for what :class:`WireCall` does not write: ``BYTES`` and ``BF16`` tensors
+    (tritonclient's own serialization), and a ``grpc_client`` that is not tritonclient's
+    own ``InferenceServerClient`` (a test's stand-in, say).
     """
 
     def __init__(
@@ -72,12 +81,10 @@ class PayloadCall:
         specs: Mapping[str, TensorSpec],
         arrays: Mapping[str, np.ndarray[Any, Any]],
         outputs: Sequence[str] | None,
-        messages: RequestMessages | None = None,
     ) -> None:
         self.specs = specs
         self.arrays = arrays
         self.output_names = outputs
-        self._messages = messages
 
     @property
     def inputs(self) -> list[Any]:
@@ -100,9 +107,11 @@ class PayloadCall:
 
     def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
         """Start the call (``async_infer``'s meaning and callback); its ``CallContext``."""
-        if self._messages is not None and self._messages.usable(grpc_client, self):
-            return self._messages.send(grpc_client, model_name, self, options, callback)
         return _async_infer(grpc_client, model_name, self, options, callback)
+
+    def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> Any:
+        """The blocking call (``infer``): its ``InferResult``."""
+        return grpc_client.infer(model_name, self.inputs, **options, outputs=self.outputs)
 
     def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """The output array (a view of the response), None if missing; ValueError if malformed."""
@@ -113,97 +122,166 @@ class PayloadCall:
         pass
 
 
-class RequestMessages:
-    """Each payload call's ``ModelInferRequest``, built directly from what a model keeps.
+class WireCall:
+    """One gRPC call whose request is written from the input arrays (:mod:`framework.sonic._wire`).
 
-    tritonclient's ``async_infer`` builds an ``InferInput`` per tensor and then the message
-    from them on every call (a quarter of its Python time). The parts that do not change
-    within a job (input names and datatypes, the requested outputs' messages) are kept
-    here, per model and inputs; each call gets a **new** message with its shapes and raw
-    contents. A message is never reused: protobuf's upb runtime frees a message's memory
-    only with the message, so one refilled message kept the bytes of every call it carried
-    (the four-model job's peak memory grew by 2.4 MB per event, 3.9 GB after 1,600 events;
-    measured 2026-11-27). What is sent is what ``async_infer`` sends, byte for byte
-    (``tests/test_sonic_client.py``). Tensors whose raw contents need tritonclient's own
-    serialization (``BYTES``, ``BF16``) go through ``async_infer`` (see :meth:`usable`).
+    Sent as bytes through grpcio's multi-callable for ``ModelInfer`` on tritonclient's own
+    channel (:class:`_WireStub`: the same connection, channel options and headers); the
+    response's outputs are numpy views over its bytes. The callback and the errors are
+    those of tritonclient's ``async_infer`` (``callback(result=..., error=...)``, errors as
+    ``InferenceServerException`` with the gRPC status), so that the retry policy and the
+    batcher see no difference; ``result`` is the response's bytes, read by :meth:`as_numpy`.
     """
 
-    RAW_DATATYPES = frozenset(
-        {"BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"}
-    )
-    """Datatypes whose raw contents are the array's bytes (``ndarray.tobytes``), as
-    ``InferInput.set_data_from_numpy`` sends them."""
+    __slots__ = ("request", "_outputs")
 
-    def __init__(self) -> None:
-        self._layouts: dict[tuple[Any, ...], tuple[list[tuple[str, str]], list[Any]]] = {}
-        self._client_type: type | None = None
+    def __init__(self, plan: RequestPlan, arrays: Sequence[np.ndarray[Any, Any]]) -> None:
+        self.request = plan.encode(arrays)
+        self._outputs: dict[str, np.ndarray[Any, Any] | None] | None = None
 
-    def usable(self, grpc_client: Any, call: PayloadCall) -> bool:
-        """Whether ``grpc_client`` is tritonclient's own client (not a stand-in or wrapper)
-        and every input of ``call`` travels as its array's bytes."""
-        if self._client_type is None:
-            import tritonclient.grpc as grpcclient
-
-            self._client_type = grpcclient.InferenceServerClient
-        return type(grpc_client) is self._client_type and all(
-            call.specs[name].datatype in self.RAW_DATATYPES for name in call.arrays
+    def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
+        """Start the call; the gRPC future (``cancel()`` cancels it), whose completion calls
+        ``callback(result=bytes, error=None)`` or ``callback(result=None, error=exc)`` on
+        gRPC's thread."""
+        stub = _wire_stub(grpc_client)
+        future = stub.infer.future(
+            self.request,
+            timeout=options.get("client_timeout"),
+            metadata=stub.metadata(),
+            compression=stub.compression(options.get("compression_algorithm")),
         )
+        future.add_done_callback(functools.partial(_wire_done, callback))
+        return future
 
-    def send(self, grpc_client: Any, model_name: str, call: PayloadCall, options: dict[str, Any], callback: Any) -> Any:
-        """``grpc_client.async_infer(model_name, call's tensors, callback, **options)``."""
+    def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> bytes:
+        """The blocking call: the response's bytes.
+
+        Raises:
+            InferenceServerException: the call failed (its gRPC status set).
+        """
         import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
-        from tritonclient.grpc import InferResult, service_pb2
-        from tritonclient.grpc._client import CallContext
-        from tritonclient.grpc._utils import (
-            _grpc_compression_type,
-            get_cancelled_error,
-            get_error_grpc,
-            raise_error_grpc,
-        )
+        from tritonclient.grpc._utils import get_error_grpc
 
-        arrays = call.arrays
-        version = options.get("model_version", "")
-        key = (model_name, version, *arrays, None if call.output_names is None else tuple(call.output_names))
-        layout = self._layouts.get(key)
-        if layout is None:
-            layout = self._layouts[key] = self._layout(call)
-        inputs, outputs = layout
-        message = service_pb2.ModelInferRequest(model_name=model_name, model_version=version)
-        for (name, datatype), array in zip(inputs, arrays.values(), strict=True):
-            message.inputs.add(name=name, datatype=datatype, shape=array.shape)
-        message.outputs.extend(outputs)
-        message.raw_input_contents.extend([array.tobytes() for array in arrays.values()])
-
-        def wrapped_callback(call_future: Any) -> None:  # as tritonclient's async_infer
-            error = result = None
-            try:
-                result = InferResult(call_future.result())
-            except grpc.RpcError as rpc_error:
-                error = get_error_grpc(rpc_error)
-            except grpc.FutureCancelledError:
-                error = get_cancelled_error()
-            callback(result=result, error=error)
-
+        stub = _wire_stub(grpc_client)
         try:
-            future = grpc_client._client_stub.ModelInfer.future(  # noqa: SLF001 - tritonclient's stub
-                request=message,
-                metadata=grpc_client._get_metadata(None),  # noqa: SLF001 - its channel's headers
+            response: bytes = stub.infer(
+                self.request,
                 timeout=options.get("client_timeout"),
-                compression=_grpc_compression_type(options.get("compression_algorithm")),
+                metadata=stub.metadata(),
+                compression=stub.compression(options.get("compression_algorithm")),
             )
         except grpc.RpcError as rpc_error:
-            raise_error_grpc(rpc_error)
-        future.add_done_callback(wrapped_callback)
-        return CallContext(future)
+            raise get_error_grpc(rpc_error) from None
+        return response
+
+    def as_numpy(self, result: bytes, name: str) -> np.ndarray[Any, Any] | None:
+        """Output ``name``, a read-only view of the response (None if missing).
+
+        Raises:
+            ValueError: the response is malformed (``_wire.decode_response``).
+        """
+        if self._outputs is None:
+            self._outputs = decode_response(result)
+        return self._outputs.get(name)
+
+    def done(self, ok: bool) -> None:
+        pass
+
+
+_MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"  # grpc_service.proto
+_MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class _WireStub:
+    """``ModelInfer`` as bytes on one tritonclient client's channel.
+
+    grpcio's multi-callable without serializers passes bytes through; registered once per
+    channel (``_registered_method``: the C core interns the method once, not per call).
+    The metadata are tritonclient's for that client (``_get_metadata``: its headers and
+    plugin), taken once unless a plugin may change them per call.
+    """
+
+    def __init__(self, grpc_client: Any) -> None:
+        import grpc
+
+        channel = grpc_client._channel  # noqa: SLF001 - tritonclient's channel: one connection, its options
+        self.infer = channel.unary_unary(_MODEL_INFER, _registered_method=True)
+        self._keep_spinning(channel)
+        self._client = weakref.ref(grpc_client)
+        self._fixed = None if grpc_client._plugin is not None else tuple(grpc_client._get_metadata(None))  # noqa: SLF001
+        self._compressions: dict[str | None, Any] = {None: grpc.Compression.NoCompression}
 
     @staticmethod
-    def _layout(call: PayloadCall) -> tuple[list[tuple[str, str]], list[Any]]:
-        """The call's (input name, datatype) pairs and requested outputs' messages."""
-        import tritonclient.grpc as grpcclient
+    def _keep_spinning(channel: Any) -> None:
+        """Keep one call open on ``channel`` for as long as the channel lives.
 
-        inputs = [(name, call.specs[name].datatype) for name in call.arrays]
-        outputs = [grpcclient.InferRequestedOutput(name)._get_tensor() for name in call.output_names or ()]  # noqa: SLF001
-        return inputs, outputs
+        grpcio's synchronous channel delivers completions on a "spin" thread that EXITS
+        whenever no call is in flight and is started again (``threading.Thread.start``, on
+        the caller's thread) by the next call: in a job, between bursts of events, that is
+        a thread started every few requests (~10 % of the trio thread's samples in the
+        four-model job's profile, ``docs/performance.md``). An open ``ModelStreamInfer``
+        stream that sends nothing keeps the count of calls in flight above zero, so the
+        thread stays. It ends with the channel (``close`` cancels it); a server without
+        that RPC (an Open Inference Protocol server other than Triton) ends it at once,
+        and grpcio then behaves as before. Its request iterator ends with the call.
+        """
+        import grpc
+
+        ended = threading.Event()
+
+        def requests() -> Any:  # grpcio's request-consumer thread: blocks until the call ends
+            ended.wait()
+            return
+            yield  # a generator that sends nothing
+
+        try:
+            stream = channel.stream_stream(_MODEL_STREAM_INFER, _registered_method=True)(requests())
+            stream.add_done_callback(lambda _: ended.set())
+        except grpc.RpcError:  # the channel is closed: nothing to keep
+            ended.set()
+
+    def metadata(self) -> Any:
+        if self._fixed is not None:
+            return self._fixed or None
+        client = self._client()
+        return None if client is None else client._get_metadata(None)  # noqa: SLF001
+
+    def compression(self, algorithm: str | None) -> Any:
+        found = self._compressions.get(algorithm)
+        if found is None:
+            from tritonclient.grpc._utils import _grpc_compression_type
+
+            found = self._compressions[algorithm] = _grpc_compression_type(algorithm)
+        return found
+
+
+_stubs: weakref.WeakKeyDictionary[Any, _WireStub] = weakref.WeakKeyDictionary()
+_stubs_lock = threading.Lock()
+
+
+def _wire_stub(grpc_client: Any) -> _WireStub:
+    stub = _stubs.get(grpc_client)
+    if stub is None:
+        with _stubs_lock:
+            stub = _stubs.get(grpc_client)
+            if stub is None:
+                stub = _stubs[grpc_client] = _WireStub(grpc_client)
+    return stub
+
+
+def _wire_done(callback: Any, future: Any) -> None:
+    # gRPC's thread: tritonclient's errors for tritonclient's callback; never raises.
+    import grpc
+    from tritonclient.grpc._utils import get_cancelled_error, get_error_grpc
+
+    try:
+        result = future.result()
+    except grpc.RpcError as rpc_error:
+        callback(result=None, error=get_error_grpc(rpc_error))
+    except grpc.FutureCancelledError:
+        callback(result=None, error=get_cancelled_error())
+    else:
+        callback(result=result, error=None)
 
 
 class ShmCall:
@@ -259,6 +337,10 @@ class ShmCall:
         """Start the call (``async_infer``); its ``CallContext``."""
         return _async_infer(grpc_client, model_name, self, options, callback)
 
+    def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> Any:
+        """The blocking call (``infer``): its ``InferResult``."""
+        return grpc_client.infer(model_name, self.inputs, **options, outputs=self.outputs)
+
     def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """A COPY of the output (the region is reused), None if missing; ValueError if malformed."""
         place = self._out_places.get(name)
@@ -292,17 +374,23 @@ class TensorTransport:
         use_shared_memory: ``Client.useSharedMemory``.
         label: the module label, for region names.
         timeout: seconds for each register call (``Client.timeout``); None = none.
+        model_name, model_version: the client's model (``Client.modelName``,
+            ``modelVersion``), written into each payload call's request.
     """
 
-    def __init__(self, use_shared_memory: bool, label: str, timeout: float | None) -> None:
+    def __init__(
+        self, use_shared_memory: bool, label: str, timeout: float | None, model_name: str = "", model_version: str = ""
+    ) -> None:
         self.use_shared_memory = use_shared_memory
         self.label = label
         self.timeout = timeout
+        self.model_name = model_name
+        self.model_version = model_version
+        self._plans: dict[tuple[Any, ...], RequestPlan | None] = {}  # (inputs, outputs) -> plan; None: tritonclient
         self._pools: dict[str, ShmPool] = {}
         self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
         self._refused: set[str] = set()  # servers that cannot map our regions: payloads
         self._lock = threading.Lock()
-        self.messages = RequestMessages()  # builds the payload calls' request messages
         self.shm_calls = 0  # calls whose inputs went through shared memory
         self.payload_calls = 0  # calls with gRPC payloads
         if use_shared_memory:
@@ -335,7 +423,7 @@ class TensorTransport:
         arrays: Mapping[str, np.ndarray[Any, Any]],
         rows: int | None,
         all_outputs: bool,
-    ) -> PayloadCall | ShmCall:
+    ) -> PayloadCall | WireCall | ShmCall:
         """The inputs and requested outputs of one call to ``server``.
 
         Args:
@@ -360,7 +448,37 @@ class TensorTransport:
                 return call
         with self._lock:
             self.payload_calls += 1
-        return PayloadCall(in_specs, arrays, None if all_outputs else [s.name for s in out_specs], self.messages)
+        outputs = None if all_outputs else [s.name for s in out_specs]
+        plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
+        if plan is not None:
+            return WireCall(plan, list(arrays.values()))
+        return PayloadCall(in_specs, arrays, outputs)
+
+    def _plan(
+        self,
+        grpc_client: Any,
+        in_specs: Mapping[str, TensorSpec],
+        out_specs: Sequence[TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any]],
+        outputs: Sequence[str] | None,
+    ) -> RequestPlan | None:
+        """The :class:`~framework.sonic._wire.RequestPlan` of a payload call, made once per
+        (inputs, requested outputs); None where tritonclient must send it (BYTES or BF16
+        tensors, or a ``grpc_client`` that is not tritonclient's own)."""
+        key = (type(grpc_client), *arrays, None if outputs is None else tuple(outputs))
+        try:
+            return self._plans[key]
+        except KeyError:
+            pass
+        plan = None
+        if _is_tritonclient(grpc_client) and all(
+            s.datatype in RAW_DATATYPES for s in (*(in_specs[n] for n in arrays), *out_specs)
+        ):
+            plan = RequestPlan(
+                self.model_name, self.model_version, [(n, in_specs[n].datatype) for n in arrays], outputs or ()
+            )
+        self._plans[key] = plan
+        return plan
 
     def _use_payloads_after(self, server: ServerInfo, exc: Exception) -> bool:
         """Whether a failure to set up shared memory leaves the call to gRPC payloads.
@@ -396,7 +514,7 @@ class TensorTransport:
         return False
 
     def lost_registration(
-        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | ShmCall]
+        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | WireCall | ShmCall]
     ) -> ExternalFailure | None:
         """If the server answered ``exc`` to ``calls`` but no longer knows their shared-memory
         region (it restarted on the same address): forget the pool's registrations and return

@@ -1,0 +1,138 @@
+"""Output paths checked before the first event, and temporary files that name their owner.
+
+A job's outputs (event files, histogram files, summaries, traces) are written under a
+temporary name beside their final name and renamed when complete (``_writer``). Two
+things can still lose a user's data or time, and both are caught here, when the job is
+built: an output that IS one of the inputs (the rename would replace the input), two
+outputs with one name (one would replace the other), and a folder that is missing, not a
+folder or not writable (found only after every event otherwise). :func:`check_outputs`
+raises one :class:`~framework.ConfigurationError` naming the parameter(s) and the path.
+
+Temporary names carry the writer's pid, start time and host (``out.root.tmp-<owner>-<n>``,
+:func:`temporary_name`), so that a file left by a killed job can be told from one a
+running job is writing: :func:`remove_stale_temporaries` removes those whose owner is
+gone (the pid is not running, or runs a process started at another time: a reused pid).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .._errors import ConfigurationError
+from .._owners import OWNER_PATTERN, owner_alive, owner_tag
+from ._files import local_path
+from ._remote import is_remote
+
+__all__ = ["check_outputs", "output_folders", "remove_stale_temporaries", "temporary_name"]
+
+log = logging.getLogger("pysonic.output")
+
+_counter = itertools.count()
+# "<name>.tmp-<pid>-<start>-<host>-<n>" (framework._owners)
+_TEMPORARY = re.compile(rf"^(?P<final>.+)\.tmp-{OWNER_PATTERN}-\d+$")
+
+
+def temporary_name(path: Path) -> Path:
+    """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<host>-<n>``.
+
+    Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
+    the owner tag (``framework._owners.owner_tag``) keeps two processes apart and lets a later job find
+    the files of a killed one; ``n`` (a counter of this process) keeps two writers of one
+    process apart.
+    """
+    return path.with_name(f"{path.name}.tmp-{owner_tag()}-{next(_counter)}")
+
+
+def remove_stale_temporaries(folders: Iterable[Path]) -> list[Path]:
+    """Remove the temporary outputs in ``folders`` whose owner is gone; log one line.
+
+    Returns:
+        The files removed (absolute paths), sorted.
+    """
+    removed: list[Path] = []
+    for folder in {Path(f).resolve() for f in folders}:
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue  # missing or unreadable: check_outputs says so
+        for entry in entries:
+            match = _TEMPORARY.match(entry.name)
+            if match is None or not entry.is_file():
+                continue
+            if owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
+                continue
+            try:
+                entry.unlink()
+            except OSError:
+                continue  # another job removed it first, or not ours to remove
+            removed.append(entry)
+    if removed:
+        log.warning(
+            "removed %d temporary output(s) left by jobs that are gone: %s",
+            len(removed),
+            ", ".join(str(p) for p in sorted(removed)),
+        )
+    return sorted(removed)
+
+
+def _folder_problem(path: Path) -> str | None:
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.parent
+    if not folder.exists():
+        return f"folder '{folder}' does not exist"
+    if not folder.is_dir():
+        return f"folder '{folder}' is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder '{folder}' is not writable"
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Iterable[str] = ()) -> None:
+    """Raise if an output could not be written, or would replace an input or another output.
+
+    Args:
+        outputs: ``(who, path)`` per output: ``who`` names the parameter the user set
+            (``"OutputModule 'out' (type NanoAODOutputModule): parameter 'fileName'"``,
+            ``"--summary-json"``); relative paths are relative to the current folder.
+        inputs: input file names as configured (``file:`` prefixes allowed; URLs skipped).
+
+    Raises:
+        ConfigurationError: one line naming the parameter(s) and the path: the path is an
+            input file (symbolic and hard links included), two outputs share a path, the
+            path is a folder, or its folder is missing, not a folder or not writable.
+    """
+    local_inputs = [Path(local_path(name)) for name in inputs if not is_remote(local_path(name))]
+    seen: dict[Path, str] = {}
+    for who, path in outputs:
+        path = Path(path)
+        problem = _folder_problem(path)
+        if problem is not None:
+            raise ConfigurationError(f"{who}: cannot write '{path}' ({problem})")
+        same_input = next((i for i in local_inputs if _same_file(path, i)), None)
+        if same_input is not None:
+            raise ConfigurationError(
+                f"{who}: '{path}' is the input file '{same_input}'; writing it would replace the input "
+                f"(choose another output name)"
+            )
+        key = path.resolve()
+        if key in seen:
+            raise ConfigurationError(f"{seen[key]} and {who} both write '{path}'; each output needs a file of its own")
+        seen[key] = who
+
+
+def output_folders(outputs: Sequence[tuple[str, Path]]) -> list[Path]:
+    """The folders of ``outputs`` that exist (where stale temporaries are looked for)."""
+    return sorted({Path(p).parent for _, p in outputs if Path(p).parent.is_dir()})

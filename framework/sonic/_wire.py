@@ -1,0 +1,235 @@
+"""Triton's ``ModelInfer`` messages as bytes: requests written from numpy buffers, responses read as views.
+
+The gRPC inference call of KServe's Open Inference Protocol as Triton defines it
+(``grpc_service.proto`` of triton-inference-server/common, package ``inference``):
+
+=========================================  =====  ===========================================
+message / field                            no.    written / read here
+=========================================  =====  ===========================================
+``ModelInferRequest.model_name``           1      once per :class:`RequestPlan`
+``ModelInferRequest.model_version``        2      once per plan ("" = not written)
+``ModelInferRequest.inputs``               5      name (1) and datatype (2) once per plan;
+                                                  ``shape`` (3, packed int64) per call
+``ModelInferRequest.outputs``              6      the requested outputs' names, once per plan
+``ModelInferRequest.raw_input_contents``   7      each input array's bytes, per call
+``ModelInferResponse.outputs``             5      name (1), datatype (2), shape (3)
+``ModelInferResponse.raw_output_contents`` 6      each output's bytes: a numpy view, no copy
+=========================================  =====  ===========================================
+
+Why by hand: tritonclient's ``async_infer`` builds an ``InferInput`` per tensor, copies
+each array with ``tobytes``, builds a protobuf message and serializes it (one more copy);
+its response is parsed into a message whose ``raw_output_contents`` are copied again by
+``as_numpy``. Here what is fixed per model is encoded once, and per call the shapes are
+written and every tensor is copied once, straight into the request's bytes
+(``bytes.join`` over the arrays' buffers); the response's outputs are numpy arrays over
+the response's own bytes (read-only, as tritonclient's are). The protobuf encoding used is
+the standard wire format (https://protobuf.dev/programming-guides/encoding/): varints,
+length-delimited fields, packed repeated scalars. ``tests/test_wire.py`` checks that the
+bytes parse as tritonclient's ``ModelInferRequest`` with the content ``async_infer``
+sends, and that responses decode as tritonclient's ``InferResult.as_numpy`` does.
+
+Only datatypes whose raw contents are the array's bytes are written here
+(:data:`RAW_DATATYPES`); ``BYTES`` (length-prefixed strings) and ``BF16`` go through
+tritonclient (``_transport``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RAW_DATATYPES", "RequestPlan", "decode_response"]
+
+RAW_DATATYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+"""Triton datatypes whose raw contents are the array's own bytes (little-endian, C order),
+with their numpy dtypes (tritonclient's ``triton_to_np_dtype``)."""
+
+# Field keys (field number << 3 | wire type 2 = length-delimited), one byte each.
+_MODEL_NAME, _MODEL_VERSION, _INPUTS, _OUTPUTS, _RAW_INPUT = b"\x0a", b"\x12", b"\x2a", b"\x32", b"\x3a"
+_NAME, _DATATYPE, _SHAPE = b"\x0a", b"\x12", b"\x1a"
+
+
+def _varint(value: int) -> bytes:
+    """``value`` (>= 0) as a protobuf varint."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [_varint(i) for i in range(0x80)]  # most shapes' dims and lengths: no call
+
+
+def _length_delimited(key: bytes, payload: bytes) -> bytes:
+    return key + _varint(len(payload)) + payload
+
+
+class RequestPlan:
+    """What is fixed for one model's requests, encoded once; :meth:`encode` writes a call.
+
+    Args:
+        model_name, model_version: as in the request ("" = the server's choice).
+        inputs: (name, datatype) of each input, in the order :meth:`encode` receives the
+            arrays; every datatype one of :data:`RAW_DATATYPES`.
+        outputs: the requested outputs' names; empty = all (the server returns every one).
+
+    Raises:
+        ValueError: a datatype not in :data:`RAW_DATATYPES`.
+    """
+
+    def __init__(
+        self, model_name: str, model_version: str, inputs: Sequence[tuple[str, str]], outputs: Sequence[str]
+    ) -> None:
+        unknown = [f"{name} ({datatype})" for name, datatype in inputs if datatype not in RAW_DATATYPES]
+        if unknown:
+            raise ValueError(f"inputs not written as raw bytes: {', '.join(unknown)}")
+        head = _length_delimited(_MODEL_NAME, model_name.encode())
+        if model_version:
+            head += _length_delimited(_MODEL_VERSION, model_version.encode())
+        self._head = head
+        self._tensor_heads = [
+            _length_delimited(_NAME, name.encode()) + _length_delimited(_DATATYPE, datatype.encode())
+            for name, datatype in inputs
+        ]
+        self._outputs = b"".join(_length_delimited(_OUTPUTS, _length_delimited(_NAME, n.encode())) for n in outputs)
+        self.names = tuple(name for name, _ in inputs)
+
+    def encode(self, arrays: Sequence[np.ndarray[Any, Any]]) -> bytes:
+        """The serialized ``ModelInferRequest`` of one call.
+
+        Args:
+            arrays: one C-contiguous array per input, in the plan's order, of the input's
+                dtype (not checked here: the request's ``to_server`` made them so).
+
+        Returns:
+            The message's bytes; each array copied once into them.
+        """
+        small = _SMALL
+        parts: list[Any] = [self._head]
+        for tensor_head, array in zip(self._tensor_heads, arrays, strict=True):
+            dims = b"".join([small[d] if d < 0x80 else _varint(d) for d in array.shape])
+            tensor = tensor_head + _SHAPE + (small[len(dims)] if len(dims) < 0x80 else _varint(len(dims))) + dims
+            parts += (_INPUTS, small[len(tensor)] if len(tensor) < 0x80 else _varint(len(tensor)), tensor)
+        parts.append(self._outputs)
+        for array in arrays:
+            parts += (_RAW_INPUT, _varint(array.nbytes), array)
+        return b"".join(parts)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value, shift = 0, 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes, start: int, end: int) -> Any:
+    """(field number, wire type, value start, value end or varint value) of a message's fields."""
+    pos = start
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            length, pos = _read_varint(buf, pos)
+            yield field, wire, pos, pos + length
+            pos += length
+        elif wire == 0:
+            value, pos = _read_varint(buf, pos)
+            yield field, wire, pos, value
+        elif wire == 1:
+            yield field, wire, pos, pos + 8
+            pos += 8
+        elif wire == 5:
+            yield field, wire, pos, pos + 4
+            pos += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire} (field {field})")
+    if pos != end:
+        raise ValueError("a field runs past the end of its message")
+
+
+def _output_tensor(buf: bytes, start: int, end: int) -> tuple[str, str, tuple[int, ...]]:
+    name = datatype = ""
+    shape: list[int] = []
+    for field, wire, at, stop in _fields(buf, start, end):
+        if field == 1 and wire == 2:
+            name = buf[at:stop].decode()
+        elif field == 2 and wire == 2:
+            datatype = buf[at:stop].decode()
+        elif field == 3 and wire == 2:  # packed int64
+            while at < stop:
+                dim, at = _read_varint(buf, at)
+                shape.append(dim - (1 << 64) if dim >= 1 << 63 else dim)
+        elif field == 3 and wire == 0:  # unpacked, one dim per field
+            shape.append(stop - (1 << 64) if stop >= 1 << 63 else stop)
+    return name, datatype, tuple(shape)
+
+
+def decode_response(buf: bytes) -> dict[str, np.ndarray[Any, Any] | None]:
+    """The outputs of a serialized ``ModelInferResponse``: name -> numpy view over ``buf``.
+
+    Each array is read-only and shares memory with ``buf`` (no copy; ``buf`` lives as long
+    as any of them). An output whose datatype is not in :data:`RAW_DATATYPES` (``BYTES``,
+    ``BF16``) maps to None: the caller decodes those with tritonclient.
+
+    Raises:
+        ValueError: a malformed message, fewer raw contents than outputs, or contents whose
+            size does not match the output's shape and datatype.
+    """
+    outputs: list[tuple[str, str, tuple[int, ...]]] = []
+    contents: list[tuple[int, int]] = []
+    try:
+        for field, wire, at, stop in _fields(buf, 0, len(buf)):
+            if field == 5 and wire == 2:
+                outputs.append(_output_tensor(buf, at, stop))
+            elif field == 6 and wire == 2:
+                contents.append((at, stop))
+    except IndexError:
+        raise ValueError("truncated ModelInferResponse") from None
+    if len(contents) != len(outputs):
+        raise ValueError(f"the response has {len(outputs)} outputs and {len(contents)} raw contents")
+    arrays: dict[str, np.ndarray[Any, Any] | None] = {}
+    for (name, datatype, shape), (at, stop) in zip(outputs, contents, strict=True):
+        dtype = RAW_DATATYPES.get(datatype)
+        if dtype is None:
+            arrays[name] = None
+            continue
+        count = (stop - at) // dtype.itemsize
+        if count * dtype.itemsize != stop - at or count != _product(shape):
+            raise ValueError(f"output '{name}': {stop - at} bytes of contents for shape {list(shape)} of {datatype}")
+        arrays[name] = np.frombuffer(buf, dtype, count, at).reshape(shape)
+    return arrays
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
