@@ -18,26 +18,11 @@ jets in order) and prints the agreement with the scores CMSSW stored in the inpu
 
 import copy
 
+from pfnanoSonic_cff import pfnano_options, pfnano_sonic
+
 import framework.config as cms
 
-options = cms.VarParsing()
-options.register(
-    "inputFiles",
-    [],
-    cms.VarParsing.multiplicity.list,
-    cms.VarParsing.varType.string,
-    "input PFNano files (default: the real pfnano.root sample)",
-)
-options.register(
-    "outputFile",
-    "particlenet_ak8.root",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "output ROOT file",
-)
-options.register(
-    "maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int, "events to process (-1 = all)"
-)
+options = pfnano_options("particlenet_ak8.root")
 options.register(
     "sonic",
     0,
@@ -53,13 +38,6 @@ options.register(
     "1 (with sonic=1): CMSSW's particleNetPTSonicTriton, the TorchScript models (particlenet_PT, ...)",
 )
 options.register(
-    "server",
-    "",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "with sonic=1: address:port of a Triton server (empty: the fallback local server)",
-)
-options.register(
     "compare",
     1,
     cms.VarParsing.multiplicity.singleton,
@@ -67,13 +45,6 @@ options.register(
     "1: print the agreement with the input's FatJet_particleNet* scores (the input must have them)",
 )
 options.parseArguments()
-
-if options.inputFiles:
-    input_files = options.inputFiles
-else:
-    from framework.samples import locate_sample
-
-    input_files = [str(locate_sample("pfnano.root"))]
 
 # SONIC or direct is chosen as CMSSW chooses it: the particleNetSonicTriton process modifier
 # replaces the JetTags producers by their SONIC twins (sonic=1 asks for it, with
@@ -88,21 +59,9 @@ if options.pt and not options.sonic:
 modifiers = [enableSonicTriton, particleNetSonicTriton] if options.sonic else []
 modifiers += [particleNetPTSonicTriton] if options.pt else []
 process = cms.Process("PNET", *modifiers)
-process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
-process.maxEvents.input = options.maxEvents
+pfnano_sonic(process, options)
 process.options.numberOfStreams = 2
 process.options.numberOfThreads = 2
-
-process.load("HeterogeneousCore.SonicTriton.TritonService_cff")
-if options.server:
-    address, port = cms.host_port(options.server, "server")  # 1-65535, or a one-line error
-    process.TritonService.servers.append(
-        cms.PSet(
-            name=cms.untracked.string("remote"),
-            address=cms.untracked.string(address),
-            port=cms.untracked.uint32(port),
-        )
-    )
 
 QCD = ["probQCDbb", "probQCDcc", "probQCDb", "probQCDc", "probQCDothers"]
 

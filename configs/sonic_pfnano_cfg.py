@@ -11,24 +11,12 @@ per-model statistics. The models have untrained weights: the scores exercise the
 flow, they are no physics result.
 """
 
+from pfnanoSonic_cff import pfnano_options, pfnano_sonic
+
 import framework.config as cms
 from framework.sonic import recommended_retries
 
-options = cms.VarParsing()
-options.register(
-    "inputFiles",
-    [],
-    cms.VarParsing.multiplicity.list,
-    cms.VarParsing.varType.string,
-    "input files (default: the real pfnano.root sample)",
-)
-options.register(
-    "outputFile",
-    "sonic_pfnano.root",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "output ROOT file with the new products",
-)
+options = pfnano_options("sonic_pfnano.root")
 options.register(
     "histFile",
     "sonic_pfnano_histograms.root",
@@ -37,53 +25,21 @@ options.register(
     "output ROOT file with histograms",
 )
 options.register(
-    "maxEvents", -1, cms.VarParsing.multiplicity.singleton, cms.VarParsing.varType.int, "events to process (-1 = all)"
-)
-options.register(
     "mode",
     "Async",
     cms.VarParsing.multiplicity.singleton,
     cms.VarParsing.varType.string,
     "SONIC client mode: Async, Sync or PseudoAsync",
 )
-options.register(
-    "server",
-    "",
-    cms.VarParsing.multiplicity.singleton,
-    cms.VarParsing.varType.string,
-    "address:port of a Triton server to use (empty: the fallback local server)",
-)
 options.parseArguments()
 
-if options.inputFiles:
-    input_files = options.inputFiles
-else:
-    from framework.samples import locate_sample
-
-    input_files = [str(locate_sample("pfnano.root"))]
-
 process = cms.Process("SONIC")
-process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))
-process.maxEvents.input = options.maxEvents
+pfnano_sonic(process, options)
+process.TritonService.fallback.enable = True  # always: this job is SONIC only
+process.TritonService.fallback.device = "cpu"
 process.options.numberOfStreams = 4
 process.options.numberOfThreads = 2
 process.options.wantSummary = True
-
-servers = []
-if options.server:
-    address, port = cms.host_port(options.server, "server")  # 1-65535, or a one-line error
-    servers.append(
-        cms.PSet(
-            name=cms.untracked.string("remote"),
-            address=cms.untracked.string(address),
-            port=cms.untracked.uint32(port),
-        )
-    )
-process.TritonService = cms.Service(
-    "TritonService",
-    servers=cms.untracked.VPSet(*servers),
-    fallback=cms.PSet(enable=cms.untracked.bool(True), device=cms.untracked.string("cpu")),
-)
 
 
 def client(model_name):

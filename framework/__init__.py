@@ -27,13 +27,18 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   - ``framework.serving`` - the servers: the ``tritonserver`` binary, its processes,
     ``LocalTritonServer``, ``cmstriton``, the Python-backend runtime that runs inside it;
   - ``framework.service`` - the thin layer joining them: ``TritonService`` (discovery,
-    assignment, the fallback server's orchestration, end-of-job statistics) and the
-    models' SONIC / direct twins.
+    assignment, the fallback server's orchestration, end-of-job statistics).
 
-  The client and the server sides never import each other; only the service layer imports
-  both. None of the three knows ROOT files. Inside each, imports go one way (its
-  ``__init__`` lists the files in that order). torch is imported only by the torch runner,
-  and only lazily.
+  The client and the server sides never import each other; only the service layer and
+  ``framework.inference`` import both. What both read of a model's ``config.pbtxt`` (the
+  parse, the ``checksum`` agent's sums, the parameter prefix the servers keep them under)
+  is one neutral module below them, ``framework._triton_config``, which imports only
+  protobuf and tritonclient's config schema. None of them knows ROOT files. Inside each
+  package, imports go one way (its ``__init__`` lists the files in that order); torch is
+  imported only by the torch runner, and only lazily.
+* ``framework.inference`` - the model modules' base classes: one data conversion
+  (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
+  server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.
 * ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the ``cmsrun``
   command (and its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
   unit), the end-of-job report (rich), FastTimerService (JSON summary, Perfetto trace)
@@ -50,7 +55,8 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   (``_triton.py``, ``_load.py``) and Triton's own statistics.
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
   modules only, built on the names exported here, ``framework.io`` (files),
-  ``framework.sonic`` and ``framework.service`` (the twins). ``framework`` never imports ``modules``.
+  ``framework.sonic`` and ``framework.inference`` (the base classes of the model modules).
+  ``framework`` never imports ``modules``.
 
 Module authors need only the names exported here.
 """

@@ -3,7 +3,7 @@
 The input producer turns each event's PF candidates into the ``deepmet`` model's
 fixed-size arrays (up to 4,500 candidates, see :mod:`modules.deepmet_inputs`); the SONIC
 producer gets one weight per candidate from Triton, the direct producer from the same ONNX
-file in-process (one conversion, :class:`~framework.service.ModelConversion`), and both put
+file in-process (one conversion, :class:`~framework.inference.ModelConversion`), and both put
 MET as the weighted vector sum (CMS DeepMET, arXiv:2105.12773). The model in
 ``data/models`` has UNTRAINED (random, fixed-seed) weights: the MET it gives is not a
 physics measurement.
@@ -15,7 +15,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .deepmet_inputs import DEEPMET_MAX_CANDIDATES, build_deepmet_inputs, met_from_weights
 

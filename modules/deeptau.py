@@ -13,7 +13,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .deeptau_inputs import DEEPTAU_CLASSES, TAU_FEATURES, build_deeptau_inputs
 

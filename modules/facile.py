@@ -15,7 +15,7 @@ import numpy as np
 
 import framework.config as cms
 from framework import EDProducer
-from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .facile_inputs import FACILE_N_CHANNELS, build_facile_inputs
 

@@ -4,7 +4,7 @@ Two steps, as in CMSSW (a TagInfo producer, then the tagger): the input producer
 each event's PFNano ``Jet``/``JetPFCands``/``PFCands`` into the model's fixed-size
 per-jet arrays (see :mod:`modules.particlenet_inputs`); the SONIC producer sends them to
 the ``particlenet_ak4`` model on Triton, the direct producer runs the same ONNX file
-in-process (one conversion, :class:`~framework.service.ModelConversion`). Both put per-jet
+in-process (one conversion, :class:`~framework.inference.ModelConversion`). Both put per-jet
 class scores. The model in ``data/models`` has the ParticleNet architecture with UNTRAINED
 (random, fixed-seed) weights: its scores exercise the data flow, they carry no physics meaning.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import framework.config as cms
 from framework import EDProducer
-from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
 

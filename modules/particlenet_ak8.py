@@ -31,7 +31,7 @@ import numpy as np
 
 import framework.config as cms
 from framework import ConfigurationError, EDAnalyzer, EDProducer
-from framework.service import ModelConversion, OnnxDirectProducer, SonicConversionProducer
+from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 

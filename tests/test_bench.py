@@ -326,6 +326,21 @@ def test_an_experiment_reports_the_median_of_all_its_runs_and_keeps_them():
     assert len(opens) == 4 and set(opens.values()) == {1}, opens
 
 
+def test_wrapper_experiment_keeps_every_run_with_its_load(monkeypatch):
+    """cmsbench wrapper, quick, 2 runs of one point: the row keeps both runs (each with both
+    forms, its own ratio and the load), and each figure is the median of the two."""
+    from framework.bench import _exp_wrapper
+
+    monkeypatch.setattr(_exp_wrapper, "MODELS", ("facile",))
+    monkeypatch.setattr(_exp_wrapper, "IN_FLIGHT", (1,))
+    (row,) = _exp_wrapper.generated_vs_model_py(quick=True, repeat=2)["rows"]
+    assert len(row["runs"]) == 2 and all(len(run["loadavg"]) == 3 for run in row["runs"])
+    for key in ("generated_ms", "model_py_per_s", "throughput_ratio"):
+        assert row[key] == pytest.approx(statistics.median(run[key] for run in row["runs"]))
+    for run in row["runs"]:
+        assert run["throughput_ratio"] == pytest.approx(run["generated_per_s"] / run["model_py_per_s"])
+
+
 def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
     """cmsbench cpu --quick: the jobs' CPU from the OS, every run kept beside the medians."""
     console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test

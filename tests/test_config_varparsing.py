@@ -155,3 +155,29 @@ def test_list_suffixes_clear_and_load(tmp_path):
     assert keep.models.value() == ["a.root", "b.root"]
     with pytest.raises(ConfigurationError, match="models_load=.*nosuch.txt': cannot read the file"):
         framework.config.load_config(path, [f"models_load={tmp_path / 'nosuch.txt'}"])
+
+
+@pytest.mark.parametrize(
+    ("config", "output"),
+    [("sonic_pfnano_cfg.py", "sonic_pfnano.root"), ("particlenet_ak8_cfg.py", "particlenet_ak8.root")],
+)
+def test_pfnano_jobs_take_the_analysis_options_and_a_server(config, output):
+    """configs/pfnanoSonic_cff.py: CMSSW's "analysis" options (secondaryInputFiles too) with
+    the job's own output name, untagged by maxEvents; server=host:port becomes the service's
+    server "remote"; a server without a port is a one-line error naming it."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "configs" / config
+    process = framework.config.load_config(
+        path, ["maxEvents=10", "server=localhost:8001", "secondaryInputFiles=a.root"]
+    )
+    assert process.out.fileName.value() == output  # not the preset's output_numEvent10.root
+    assert process.maxEvents.input.value() == 10
+    assert process.source.fileNames.value()[0].endswith("pfnano.root")  # the real sample by default
+    (server,) = process.TritonService.servers
+    assert (server.name.value(), server.address.value(), server.port.value()) == ("remote", "localhost", 8001)
+    assert not framework.config.load_config(path, []).TritonService.servers
+    with pytest.raises(ConfigurationError, match=r"argument 'server=nope': expected host:port"):
+        framework.config.load_config(path, ["server=nope"])
+    with pytest.raises(ConfigurationError, match=r"'server=127.0.0.1:117611'.*\(1-65535\)"):
+        framework.config.load_config(path, ["server=127.0.0.1:117611"])

@@ -148,15 +148,38 @@ def test_only_io_and_the_benchmarks_read_or_write_root_files():
             assert "uproot" not in imported_modules(path), f"{path.relative_to(ROOT)} imports uproot"
 
 
-SONIC_SIDES = ("sonic", "serving", "service")  # the client, the servers, the layer joining them
+# the client, the servers, the layer joining them, the model modules' base classes
+SONIC_SIDES = ("sonic", "serving", "service", "inference")
+
+
+TRITON_CONFIG = FRAMEWORK / "_triton_config.py"
 
 
 def test_only_the_sonic_packages_talk_to_triton():
-    """framework.bench may too: its baselines are bare tritonclient loops and Triton's own statistics."""
+    """framework.bench may too: its baselines are bare tritonclient loops and Triton's own
+    statistics; framework._triton_config reads tritonclient's model-config schema only."""
     for path in FRAMEWORK.rglob("*.py"):
-        if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts):
+        if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts) or path == TRITON_CONFIG:
             continue
         assert "tritonclient" not in imported_modules(path), f"{path} imports tritonclient"
+
+
+def test_both_sides_share_one_neutral_model_config_reader():
+    """framework._triton_config, which both SONIC sides import (what they read of a
+    config.pbtxt), is neutral: no framework module, of Triton only
+    the model-config schema, and the core does not import it."""
+    assert qualified_imports(TRITON_CONFIG) - {"__future__", "pathlib", "collections.abc", "typing"} == {
+        "google.protobuf",
+        "tritonclient.grpc",
+    }
+    for name in CORE:
+        assert "_triton_config" not in framework_imports(FRAMEWORK / name), name
+    readers = {
+        path.relative_to(FRAMEWORK).parts[0]
+        for path in FRAMEWORK.rglob("*.py")
+        if "_triton_config" in framework_imports(path)
+    }
+    assert {"sonic", "serving"} <= readers, readers
 
 
 def test_sonic_knows_nothing_of_root_files():
@@ -185,51 +208,45 @@ def test_torch_is_not_a_runtime_dependency():
 
 
 # ----------------------------------------------------------------------------------------
-# SONIC's three packages: the client (framework.sonic), the servers (framework.serving) and
-# the thin layer joining them (framework.service); inside each, one direction written down
-# in its __init__.
+# SONIC's packages: the client (framework.sonic), the servers (framework.serving), the thin
+# layer joining them (framework.service) and the model modules' base classes
+# (framework.inference); inside each, one direction written down in its __init__.
 
 
 def test_client_and_server_sides_never_import_each_other():
     """The client never imports the server side nor the service layer; the server side
     imports neither the client nor the service layer (lazy and type-only imports count)."""
-    forbidden = {"sonic": ("serving", "service"), "serving": ("sonic", "service")}
+    forbidden = {"sonic": ("serving", "service", "inference"), "serving": ("sonic", "service", "inference")}
     for side, others in forbidden.items():
         for path in (FRAMEWORK / side).glob("*.py"):
             bad = {m for m in framework_imports(path) if m.split(".")[0] in others}
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_only_the_service_layer_imports_both_sides():
-    """framework.service is the one package that needs both sides; the rest of the framework
-    (core, executor) reaches them by what each is for, and nothing below imports the service
-    layer (the registry finds TritonService by name)."""
+def test_only_the_service_layer_and_the_model_base_classes_import_both_sides():
+    """framework.service and framework.inference (a model's SONIC producer and its direct
+    twin) are the packages that need both sides; the rest of the framework (core, executor)
+    reaches them by what each is for; nothing below imports the service layer (the registry
+    finds TritonService by name) and nothing of the framework imports the model base classes
+    (modules/ does)."""
     both = []
     for path in FRAMEWORK.rglob("*.py"):
         sides = {m.split(".")[0] for m in framework_imports(path)} & {"sonic", "serving"}
         if sides == {"sonic", "serving"}:
             both.append(path.relative_to(FRAMEWORK).parts[0])
-    assert set(both) <= {"service", "bench", "executor"}, both
+    assert set(both) <= {"service", "inference", "bench", "executor"}, both
     for side in ("sonic", "serving", "config", "io"):
         for path in (FRAMEWORK / side).glob("*.py"):
             assert "service" not in {m.split(".")[0] for m in framework_imports(path)}, path
+    for path in FRAMEWORK.rglob("*.py"):
+        if path.relative_to(FRAMEWORK).parts[0] != "inference":
+            assert "inference" not in {m.split(".")[0] for m in framework_imports(path)}, path
     for name in CORE:
         assert "service" not in {m.split(".")[0] for m in framework_imports(FRAMEWORK / name)}, name
 
 
-# The Python-backend model loads the runner a model instance needs, inside the function
-# that picks it (torch only for a GPU instance); the runners use its tensor specs. Known
-# and lazy (test_torch_is_not_a_runtime_dependency keeps the torch runner lazy), so left
-# out of the direction checks.
-LAZY_RUNNER_IMPORTS = {
-    ("framework.serving.python_backend", "framework.serving.onnx_backend"),
-    ("framework.serving.python_backend", "framework.serving.torch_backend"),
-}
-
-
 def import_graph(side: str) -> dict[str, set[str]]:
-    """framework.<side>'s modules -> the modules of the same package each imports (the
-    lazy runner imports left out)."""
+    """framework.<side>'s modules -> the modules of the same package each imports."""
     files = {}
     for path in (FRAMEWORK / side).glob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -241,14 +258,14 @@ def import_graph(side: str) -> dict[str, set[str]]:
             inside = [m for m in files if imported == m or imported.startswith(m + ".")]
             if inside:
                 targets.add(max(inside, key=len))  # framework.sonic._client, not framework.sonic
-        graph[name] = {t for t in targets - {name} if (name, t) not in LAZY_RUNNER_IMPORTS}
+        graph[name] = targets - {name}
     return graph
 
 
 @pytest.mark.parametrize("side", SONIC_SIDES)
 def test_sonic_modules_import_each_other_in_one_direction(side):
     graph = import_graph(side)
-    assert len(graph) >= 4
+    assert len(graph) >= 2
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> None:
@@ -330,3 +347,23 @@ def test_only_the_executor_knows_dask():
     assert len(executor_files) >= 4
     for path in executor_files:
         assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"
+
+
+def test_packages_import_each_other_by_public_names():
+    """A private module (``_name``) of a package is imported from inside that package only;
+    other packages use the names its ``__init__`` exports (``from framework.sonic import
+    Routing``, not ``framework.sonic._routing``). The top-level core modules
+    (``framework._errors``, ...) are the core's API and exempt."""
+    bad = []
+    for package in ("framework", "modules", "cmssw", "configs"):
+        for path in (ROOT / package).rglob("*.py"):
+            own = ".".join(path.relative_to(ROOT).parts[:-1])
+            for name in qualified_imports(path):
+                parts = name.split(".")
+                private = [i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")]
+                if parts[0] not in ("framework", "modules") or not private:
+                    continue
+                owner = ".".join(parts[: private[0]])
+                if own != owner and not own.startswith(owner + "."):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, "\n".join(bad)

@@ -22,7 +22,7 @@ import uproot
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework.serving import python_backend
+from framework.serving import model_spec, python_backend
 from modules.deepmet_inputs import (
     DEEPMET_CATEGORY_SIZES,
     DEEPMET_CONTINUOUS,
@@ -284,16 +284,14 @@ def config_json(name: str) -> str:
 
 
 def test_parse_model_config():
-    spec = python_backend.parse_model_config(config_json("deepmet"))
+    spec = model_spec.parse_model_config(config_json("deepmet"))
     assert spec.max_batch_size == 16 and spec.parameters["intra_op_threads"] == "1"
     assert [(t.name, t.dtype, t.dims) for t in spec.inputs] == [
         ("pf_cont", np.dtype(np.float32), (4500, len(DEEPMET_CONTINUOUS))),
         ("pf_cat", np.dtype(np.int32), (4500, 3)),
     ]
     with pytest.raises(ValueError, match="TYPE_STRING"):
-        python_backend.parse_model_config(
-            {"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]}
-        )
+        model_spec.parse_model_config({"name": "m", "input": [{"name": "s", "data_type": "TYPE_STRING", "dims": [1]}]})
 
 
 def backend_run(session):
@@ -302,21 +300,21 @@ def backend_run(session):
 
 
 def test_batched_equals_per_request(events, sessions):
-    spec = python_backend.parse_model_config(config_json("particlenet_ak4"))
+    spec = model_spec.parse_model_config(config_json("particlenet_ak4"))
     run = backend_run(sessions["particlenet_ak4"])
     requests = [build_particlenet_inputs(ev["jet"], ev["jet_pfcands"], ev["pfcands"]) for ev in events[:3]]
-    batch, sizes = python_backend.concatenate_requests(requests)
+    batch, sizes = model_spec.concatenate_requests(requests)
     assert sizes == [len(ev["jet"]) for ev in events[:3]] and len(batch["pf_mask"]) == sum(sizes)
-    for got, request in zip(python_backend.run_batched(spec, run, requests), requests, strict=True):
+    for got, request in zip(model_spec.run_batched(spec, run, requests), requests, strict=True):
         np.testing.assert_allclose(got["softmax"], run(request)["softmax"], atol=1e-6)
 
 
 def test_bad_request_fails_alone(events, sessions):
-    spec = python_backend.parse_model_config(config_json("deepmet"))
+    spec = model_spec.parse_model_config(config_json("deepmet"))
     good = [build_deepmet_inputs(ev["pfcands"])[0] for ev in events[:2]]
     missing = {"pf_cont": good[0]["pf_cont"]}
     wrong_dims = {"pf_cont": good[0]["pf_cont"][:, :100], "pf_cat": good[0]["pf_cat"][:, :100]}
-    results = python_backend.run_batched(
+    results = model_spec.run_batched(
         spec, backend_run(sessions["deepmet"]), [good[0], missing, RuntimeError("unreadable"), wrong_dims, good[1]]
     )
     assert "input 'pf_cat' missing" in str(results[1]) and str(results[2]) == "unreadable"
@@ -326,7 +324,7 @@ def test_bad_request_fails_alone(events, sessions):
 
 
 def test_failing_batch_falls_back_to_single_requests():
-    spec = python_backend.parse_model_config(
+    spec = model_spec.parse_model_config(
         {
             "name": "m",
             "max_batch_size": 8,
@@ -340,7 +338,7 @@ def test_failing_batch_falls_back_to_single_requests():
             raise RuntimeError("negative input")
         return {"y": inputs["x"] * 2}
 
-    results = python_backend.run_batched(
+    results = model_spec.run_batched(
         spec, run, [{"x": np.ones((1, 2))}, {"x": -np.ones((2, 2))}, {"x": np.ones((3, 2))}]
     )
     assert results[0]["y"].dtype == np.float64 and results[0]["y"].shape == (1, 2)

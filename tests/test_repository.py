@@ -24,8 +24,8 @@ from tritonclient.grpc import model_config_pb2
 from framework._errors import ExternalFailure
 from framework.serving import LocalTritonServer, ModelChecksumError, ModelRepositoryError
 from framework.serving._repository import generate_model, read_model_config, translate_config
+from framework.serving.model_spec import parse_model_config, run_ragged
 from framework.serving.onnx_backend import session_providers
-from framework.serving.python_backend import parse_model_config, run_ragged
 from framework.serving.torch_backend import ordered_by_index
 from framework.sonic import TritonClient, client_description
 

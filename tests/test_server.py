@@ -314,7 +314,7 @@ def test_servers_and_benchmark_jobs_start_without_a_python_fork(doubler_reposito
 
         import numpy as np
         import tritonclient.grpc as grpcclient
-        from framework.bench._exp_gpu import start_pinned
+        from framework.bench._children import start_pinned
         from framework.serving._server import LocalTritonServer
 
         def double(client, results):

@@ -24,7 +24,8 @@ from framework import ConfigurationError
 from framework.samples import locate_sample
 from framework.serving._repository import read_model_config
 from framework.serving._server import LocalTritonServer, resolve_device
-from framework.serving.python_backend import choose_runner, parse_model_config, run_batched
+from framework.serving.model_spec import parse_model_config, run_batched
+from framework.serving.python_backend import choose_runner
 from framework.serving.testing import write_edited_repository
 from modules.deepmet_inputs import build_deepmet_inputs
 from modules.deeptau_inputs import build_deeptau_inputs

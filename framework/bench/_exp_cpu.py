@@ -46,18 +46,15 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
-from ._exp_gpu import start_pinned
-from ._exp_sonic import _env
-from ._harness import CONFIGS, SERVERS, config_args
+from ._children import cmsrun_command, run_child
+from ._harness import CONFIGS, SERVERS
 from ._modules import chunks_for
 
 MS = 1e3
@@ -74,8 +71,7 @@ JOB_CORE = 0  # the jobs' core; the server gets the others (where the machine ha
 
 def _cmsrun(summary: pathlib.Path | None = None, **options: Any) -> list[str]:
     """The command of a ``cmsrun framework/bench/configs/models_cfg.py`` child with ``options``."""
-    command = [sys.executable, "-m", "framework._cmsrun", str(CONFIGS / "models_cfg.py"), *config_args(**options)]
-    return [*command, "--no-progress", *(["--summary-json", str(summary)] if summary else [])]
+    return cmsrun_command(CONFIGS / "models_cfg.py", options, summary=summary)
 
 
 def _child(command: list[str], folder: pathlib.Path, what: str, timeout: float = 900.0) -> tuple[float, float]:
@@ -84,28 +80,7 @@ def _child(command: list[str], folder: pathlib.Path, what: str, timeout: float =
     Raises:
         RuntimeError: it failed (with the end of its stderr) or ran past ``timeout``.
     """
-    err_path = folder / "stderr.txt"
-    with err_path.open("w") as err:
-        start = time.perf_counter()
-        process = start_pinned(
-            command, JOB_CORE, cwd=folder, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=_env()
-        )
-        deadline = time.monotonic() + timeout
-        while True:  # os.wait4: this child's own resource usage, nothing else's
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                process.kill()
-                os.wait4(process.pid, 0)
-                raise RuntimeError(f"cmsbench cpu: {what} ran past {timeout:g} s")
-            time.sleep(0.01)
-        wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        tail = " | ".join(err_path.read_text(errors="replace").strip()[-800:].splitlines())
-        raise RuntimeError(f"cmsbench cpu: {what} failed ({process.returncode}): {tail}")
-    return usage.ru_utime + usage.ru_stime, wall
+    return run_child(command, folder, f"cmsbench cpu: {what}", timeout, core=JOB_CORE)
 
 
 def _tree_cpu(pid: int) -> float:

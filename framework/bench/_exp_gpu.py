@@ -45,7 +45,8 @@ import numpy as np
 
 from framework.serving.testing import write_edited_repository
 
-from ._harness import CONFIGS, REPO, config_args, median_of, model_seconds, run_config, temporary_folder
+from ._children import child_env, run_cmsruns_together, start_pinned
+from ._harness import CONFIGS, median_of, model_seconds, run_config, temporary_folder
 from ._load import load_requests
 
 MS = 1e3
@@ -74,31 +75,6 @@ def client_cores() -> list[int]:
     return cores[SERVER_CORES:] if len(cores) > SERVER_CORES + 1 else cores
 
 
-def start_pinned(command: Sequence[str], core: int, **popen_kwargs: Any) -> subprocess.Popen[Any]:
-    """Popen ``command`` and pin it to ``core``.
-
-    No Python code runs between fork and exec (CPython's vfork path: a pre-exec callback
-    would force a fork() that runs at-fork handlers, which can hang under live gRPC
-    threads, issue 18). The process is pinned after its start, every thread it already
-    has (``/proc/<pid>/task``; the threads it starts later inherit the affinity).
-    """
-    process = subprocess.Popen(command, close_fds=True, **popen_kwargs)
-    try:
-        threads = [int(t) for t in os.listdir(f"/proc/{process.pid}/task")]
-    except FileNotFoundError:  # gone already: nothing to pin
-        threads = []
-    for thread in threads:
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(thread, {core})
-    return process
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
-
-
 # ----------------------------------------------------------------------------------------
 # Servers and their counters
 
@@ -124,7 +100,7 @@ def _variant_repository(
 def gpu_server(variants: dict[str, tuple[str, Callable[[Any], None] | None]], instances: int) -> Iterator[Any]:
     """A started server of ``variants`` (see :func:`_variant_repository`) on :func:`bench_device`,
     ``instances`` instances per model."""
-    from framework.serving._server import LocalTritonServer
+    from framework.serving import LocalTritonServer
 
     with temporary_folder("gpu") as folder:
         server = LocalTritonServer(
@@ -247,7 +223,7 @@ def run_load_processes(
                 start_pinned(
                     command,
                     cores[i % len(cores)],
-                    env=_env(),
+                    env=child_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
@@ -287,59 +263,11 @@ def run_jobs(n: int, options: dict[str, Any], folder: pathlib.Path, timeout: flo
     job's CPU seconds (``os.wait4`` rusage: user + system, all its threads).
 
     Raises:
-        RuntimeError: a job failed or did not start within ``timeout`` seconds (with its stderr).
+        RuntimeError: a job failed, or did not start or end within ``timeout`` seconds (with its stderr).
     """
-    cores = client_cores()
-    barrier = folder / f"barrier-{time.monotonic_ns()}"
-    barrier.mkdir()
-    jobs = []
-    for i in range(n):
-        out, err = barrier / f"job{i}.json", barrier / f"job{i}.err"
-        command = [
-            sys.executable,
-            "-m",
-            "framework._cmsrun",
-            str(CONFIGS / "models_cfg.py"),
-            *config_args(**options, barrier=barrier),
-            "--summary-json",
-            str(out),
-            "--no-progress",
-        ]
-        with open(err, "wb") as stderr:
-            process = start_pinned(
-                command,
-                cores[i % len(cores)],
-                cwd=barrier,
-                env=_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        jobs.append((process, out, err))
-    try:
-        deadline = time.monotonic() + timeout
-        while len(list(barrier.glob("ready.*"))) < n:
-            failed = [j for j in jobs if j[0].poll() is not None]
-            if failed or time.monotonic() > deadline:
-                tail = failed[0][2].read_text()[-800:] if failed else "(timeout)"
-                raise RuntimeError(f"{len(failed)} of {n} jobs exited before the start: {tail}")
-            time.sleep(0.05)
-        (barrier / "go").touch()
-        summaries = []
-        for process, out, err in jobs:
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
-            if process.returncode != 0:
-                raise RuntimeError(f"a job failed ({process.returncode}): {err.read_text()[-800:]}")
-            summary = json.loads(out.read_text())
-            summary["cpu_s"] = usage.ru_utime + usage.ru_stime
-            summaries.append(summary)
-        return summaries
-    finally:
-        for process, _, _ in jobs:
-            if process.returncode is None and process.poll() is None:
-                process.kill()
-                process.wait()
+    return run_cmsruns_together(
+        CONFIGS / "models_cfg.py", options, n, folder, "cmsbench gpu", timeout=timeout, cores=client_cores()
+    )
 
 
 # ----------------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ import functools
 import json
 import os
 import pathlib
-import subprocess
-import sys
 from typing import Any
 
+from ._children import run_cmsrun
 from ._harness import CONFIGS, SERVERS, median_of, temporary_folder
 
 CONFIG = CONFIGS / "scale_cfg.py"
@@ -50,32 +49,16 @@ def _run(
     folder: pathlib.Path, fileset: pathlib.Path, workers: int, chunk: int, options: dict[str, Any]
 ) -> dict[str, Any]:
     summary_path = folder / f"summary-{workers}.json"
-    args = [f"{k}={v}" for k, v in options.items()]
-    cmd = [
-        sys.executable,
-        "-m",
-        "framework._cmsrun",
-        str(CONFIG),
-        *args,
-        "--dataset",
-        str(fileset),
-        "--chunk-size",
-        str(chunk),
-        "--executor",
-        "dask",
-        "--workers",
-        str(workers),
-        "--no-progress",
-        "--summary-json",
-        str(summary_path),
-    ]
-    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"cmsrun --executor dask --workers {workers} failed ({proc.returncode}): "
-            f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}"
-        )
-    summary = json.loads(summary_path.read_text())
+    extra = ["--dataset", str(fileset), "--chunk-size", str(chunk), "--executor", "dask", "--workers", str(workers)]
+    summary = run_cmsrun(
+        CONFIG,
+        options,
+        folder,
+        f"cmsrun --executor dask --workers {workers}",
+        summary=summary_path,
+        timeout=3600,
+        extra=extra,
+    )
     units = summary["units"]
     merged = [m for m in summary["merge"] if m["dataset"] == "PFNano"]
     merge_s = sum(m["seconds"] for m in merged)

@@ -10,11 +10,7 @@ gain is a ratio of two numbers measured in the same run against the same server.
 from __future__ import annotations
 
 import contextlib
-import json
 import pathlib
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -23,11 +19,10 @@ import numpy as np
 
 from framework.serving.testing import write_edited_repository
 
+from ._children import run_cmsruns_together
 from ._harness import (
     CONFIGS,
-    REPO,
     SERVERS,
-    config_args,
     local_server,
     median_of,
     run_config,
@@ -445,8 +440,6 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
 
 def _run_clients(n: int, address: str, events: int, folder: pathlib.Path, timeout: float) -> list[dict[str, Any]]:
     """``n`` cmsrun processes of ``models_cfg.py`` (FACILE), started together; their summaries."""
-    barrier = folder / "barrier"
-    barrier.mkdir()
     options = dict(
         models="facile",
         source="empty",
@@ -458,72 +451,8 @@ def _run_clients(n: int, address: str, events: int, folder: pathlib.Path, timeou
         streams=1,
         threads=1,
         events=events,
-        barrier=barrier,
     )
-    processes = []
-    for i in range(n):
-        out = folder / f"client{i}.json"
-        command = [
-            sys.executable,
-            "-m",
-            "framework._cmsrun",
-            str(CONFIGS / "models_cfg.py"),
-            *config_args(**options),
-            "--summary-json",
-            str(out),
-            "--no-progress",
-        ]
-        processes.append(
-            (
-                subprocess.Popen(
-                    command,
-                    cwd=folder,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    stdin=subprocess.DEVNULL,
-                    env=_env(),
-                    text=True,
-                    errors="replace",
-                ),
-                out,
-            )
-        )
-    try:
-        deadline = time.monotonic() + timeout
-        while len(list(barrier.glob("ready.*"))) < n:
-            failed = [p for p, _ in processes if p.poll() is not None]
-            if failed or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"clients benchmark: {len(failed)} of {n} jobs exited before the start"
-                    + (f": {_stderr_tail(failed[0].communicate()[1])}" if failed else " (timeout)")
-                )
-            time.sleep(0.05)
-        (barrier / "go").touch()
-        summaries = []
-        for process, out in processes:
-            _, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            if process.returncode != 0:
-                raise RuntimeError(f"clients benchmark: a job failed ({process.returncode}): {_stderr_tail(err)}")
-            summaries.append(json.loads(out.read_text()))
-        return summaries
-    finally:
-        for process, _ in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-
-
-def _stderr_tail(err: str | None) -> str:
-    """The end of a failed job's stderr (text: the job runs with ``text=True``), on one line."""
-    return " | ".join((err or "").strip()[-800:].splitlines())
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
+    return run_cmsruns_together(CONFIGS / "models_cfg.py", options, n, folder, "clients benchmark", timeout=timeout)
 
 
 def clients_per_server(quick: bool, repeat: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ in one run (target: no regression, ratio >= 0.95).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Any
@@ -21,7 +22,7 @@ import trio
 
 from framework._paths import default_model_repository
 
-from ._harness import temporary_folder
+from ._harness import median_of, temporary_folder
 
 MS = 1e3
 MODELS = ("particlenet_ak4", "facile")
@@ -39,7 +40,7 @@ def write_former_model(folder: Any, name: str) -> Any:
     """The stand-in ``name`` as it was committed before issue 16, under ``folder/<name>_model_py``."""
     from google.protobuf import text_format
 
-    from framework.serving._repository import read_model_config
+    from framework.serving import read_model_config
 
     source = default_model_repository() / name
     config = read_model_config(source)
@@ -58,7 +59,7 @@ def write_former_model(folder: Any, name: str) -> Any:
 
 
 def _inputs(name: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    from framework.serving._repository import read_model_config
+    from framework.serving import read_model_config
 
     config = read_model_config(default_model_repository() / name)
     arrays = {}
@@ -89,6 +90,18 @@ async def _measure(client: Any, inputs: dict[str, np.ndarray], in_flight: int, c
     return {"p50": statistics.median(latencies), "wall": time.perf_counter() - t0}
 
 
+def _paired_run(clients: dict[str, Any], inputs: dict[str, np.ndarray], in_flight: int, calls: int) -> dict[str, float]:
+    """One run of each form in turn (the forms alternate, run after run): p50 [ms], requests/s,
+    and the run's own throughput ratio generated / model.py."""
+    run = {}
+    for form, client in clients.items():
+        measured = trio.run(_measure, client, inputs, in_flight, calls)
+        run[f"{form}_ms"] = measured["p50"] * MS
+        run[f"{form}_per_s"] = calls / measured["wall"]
+    run["throughput_ratio"] = run["generated_per_s"] / run["model_py_per_s"]
+    return run
+
+
 def generated_vs_model_py(quick: bool, repeat: int) -> dict[str, Any]:
     """Served throughput and p50 latency, generated wrapper vs former ``model.py``, one server."""
     from framework.serving.testing import serving
@@ -114,18 +127,11 @@ def generated_vs_model_py(quick: bool, repeat: int) -> dict[str, Any]:
                     clients[form].connect(ServerInfo("bench", server.grpc_address))
                 try:
                     for n in IN_FLIGHT:
-                        entry: dict[str, Any] = {"model": name, "in_flight": n}
                         for client in clients.values():
                             trio.run(_measure, client, inputs, n, max(n, 2))  # warm-up
-                        runs: dict[str, list[dict[str, float]]] = {form: [] for form in clients}
-                        for _ in range(repeat):  # alternate the two forms
-                            for form, client in clients.items():
-                                runs[form].append(trio.run(_measure, client, inputs, n, calls))
-                        for form in clients:
-                            entry[f"{form}_ms"] = statistics.median(r["p50"] for r in runs[form]) * MS
-                            entry[f"{form}_per_s"] = calls / statistics.median(r["wall"] for r in runs[form])
-                        entry["throughput_ratio"] = entry["generated_per_s"] / entry["model_py_per_s"]
-                        rows.append(entry)
+
+                        measure = functools.partial(_paired_run, clients, inputs, n, calls)
+                        rows.append({"model": name, "in_flight": n, **median_of(repeat, measure)})
                 finally:
                     for client in clients.values():
                         client.close()
@@ -162,6 +168,8 @@ def generated_vs_model_py(quick: bool, repeat: int) -> dict[str, Any]:
         ],
         "notes": [
             "SONIC client, Async, one local server serving both forms of each model (CPU instances)",
+            "each figure is the median of the point's runs (the ratio: of each run's own ratio); "
+            "every run is kept in the row's runs, with the load",
             "both forms run the same runtime (framework/serving/python_backend.py); what differs is the "
             "generated config and model.py, and the symlinked files",
         ],

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import os
 import pathlib
 import platform
 import re
@@ -47,6 +46,8 @@ import numpy as np
 import framework.config as cms
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import SonicEDProducer
+
+from ._children import child_env, cmsrun_command
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EVENTS_PER_FILE = 10  # pfnano.root
@@ -203,20 +204,11 @@ def write_job(folder: pathlib.Path, args: argparse.Namespace, sample_path: str) 
 
 def run_job(config: pathlib.Path, args: argparse.Namespace) -> dict:
     """Run cmsrun on ``config``, sampling memory; returns what was measured."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    cmd = [
-        sys.executable,
-        "-m",
-        "framework._cmsrun",
-        str(config),
-        "--no-progress",
-        "--summary-json",
-        str(config.parent / "summary.json"),
-    ]
-    job = subprocess.Popen(
+    cmd = cmsrun_command(config, summary=config.parent / "summary.json")
+    job = subprocess.Popen(  # stderr read line by line as it comes (the records' times): not run_cmsrun
         cmd,
         cwd=config.parent,
-        env=env,
+        env=child_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

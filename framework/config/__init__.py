@@ -41,6 +41,8 @@ from ._modules import Service as Service
 from ._modules import Source as Source
 from ._process import Process as Process
 from ._process import ProcessFragment as ProcessFragment
+from ._pset import ParameterHolder as ParameterHolder
+from ._pset import ProxyParameter as ProxyParameter
 from ._pset import PSet as PSet
 from ._pset import PSetTemplate as PSetTemplate
 from ._pset import VPSet as VPSet
@@ -59,6 +61,7 @@ from ._ranges import VLuminosityBlockRange as VLuminosityBlockRange
 from ._sequences import ConditionalTask as ConditionalTask
 from ._sequences import EndPath as EndPath
 from ._sequences import FinalPath as FinalPath
+from ._sequences import Labelable as Labelable
 from ._sequences import Path as Path
 from ._sequences import Schedule as Schedule
 from ._sequences import Sequence as Sequence
@@ -71,7 +74,7 @@ from ._types import ESInputTag as ESInputTag
 from ._types import FileInPath as FileInPath
 from ._types import InputTag as InputTag
 from ._types import VInputTag as VInputTag
-from ._types import _bool
+from ._types import _bool, _ParameterTypeBase
 from ._types import double as double
 from ._types import int32 as int32
 from ._types import int64 as int64
@@ -107,6 +110,11 @@ def __getattr__(name: str) -> Any:
 # CMSSW's cms.bool: an assignment, not "import ... as bool", so that it is re-exported
 # explicitly (mypy, ruff's F401); _types keeps the builtin's name for itself.
 bool = _bool  # noqa: A001
+
+# The base classes configs test against (isinstance), for CMSSW's FWCore.ParameterSet.Mixins
+# (_Parameterizable = ParameterHolder, _ProxyParameter, _Labelable, _ParameterTypeBase);
+# not in __all__: a config's "from ... import *" gets the language, not these.
+ParameterTypeBase = _ParameterTypeBase
 
 __all__ = [
     "TaskPlaceholder",

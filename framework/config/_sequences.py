@@ -291,7 +291,7 @@ class _ModuleSequence(_Closed, Labelable):
         in nested Sequences and Tasks too. Returns whether anything was replaced.
 
         Raises:
-            ConfigTypeError: a Task replaced by a non-Task or the reverse.
+            ~framework.config._types.ConfigTypeError: a Task replaced by a non-Task or the reverse.
         """
         if isinstance(original, Task) != isinstance(replacement, Task):
             raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")

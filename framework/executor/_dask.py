@@ -278,7 +278,7 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
     service = job.services.services.get("TritonService")
     if service is None or not service.models:  # type: ignore[attr-defined]
         return "", None
-    from framework.sonic._routing import ready_models
+    from framework.sonic import ready_models
 
     routing = service.routing  # type: ignore[attr-defined]
     served: set[str] = set()

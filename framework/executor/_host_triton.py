@@ -64,7 +64,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _alive(state: dict[str, Any] | None) -> bool:
-    from framework.serving._processes import pid_is_tritonserver
+    from framework.serving import pid_is_tritonserver
 
     return state is not None and pid_is_tritonserver(int(state["pid"]), state.get("start_time"))
 
@@ -116,8 +116,7 @@ class HostTritonServer(NannyPlugin):
         await asyncio.to_thread(self._leave)
 
     def _join(self) -> None:
-        from framework.serving._processes import process_start_time
-        from framework.serving._server import LocalTritonServer
+        from framework.serving import LocalTritonServer, process_start_time
 
         path = state_path(self.tag)
         with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT):
@@ -171,7 +170,7 @@ def _write(path: Path, state: dict[str, Any]) -> None:
 def stop_host_server(tag: str) -> None:
     """Stop this host's server for ``tag`` and remove its files, whoever started it: the
     driver's last resort after the cluster closed (a nanny that could not tear down)."""
-    from framework.serving._processes import terminate_server
+    from framework.serving import terminate_server
 
     path = state_path(tag)
     state = _read(path)

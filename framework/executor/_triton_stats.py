@@ -3,7 +3,7 @@
 Each worker's TritonService only sees its own requests; Triton's server-side counters
 (``get_inference_statistics``: requests, batch rows, model executions, queue and compute
 time) belong to the server, shared by every worker. So the driver snapshots them itself
-(``framework.service._service_stats.snapshot``) for each (model, server) pair: the
+(:func:`framework.service.snapshot`) for each (model, server) pair: the
 configured servers before the units start and after they end (the difference is the run's,
 plus any other user of a shared server), the host servers started for this run at the end
 only (their counters began with the run).
@@ -54,7 +54,7 @@ class ServerCounters:
                     c.close()
 
     def take_begin(self) -> None:
-        from framework.service._service_stats import snapshot
+        from framework.service import snapshot
 
         with self._clients() as client:
             self.begin = snapshot(client, self.pairs)
@@ -62,7 +62,7 @@ class ServerCounters:
     def statistics(self) -> dict[str, dict[str, Any]]:
         """``"<model> @ <server>"`` -> address, requests, inferences, executions, and mean
         queue_ms and compute_ms per request (milliseconds) during the run."""
-        from framework.service._service_stats import snapshot
+        from framework.service import snapshot
 
         with self._clients() as client:
             end = snapshot(client, self.pairs)

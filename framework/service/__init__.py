@@ -1,8 +1,8 @@
 """TritonService: the thin layer that joins the SONIC client to the Triton servers.
 
-Layering: the layer joining ``framework.sonic`` (the client) and ``framework.serving`` (the
-servers); what it may import is written once, in :mod:`framework`. It holds what needs
-both sides:
+Layering: with ``framework.inference`` (the model modules' base classes), the layer joining
+``framework.sonic`` (the client) and ``framework.serving`` (the servers); what it may import
+is written once, in :mod:`framework`. It holds what needs both sides:
 
 * ``_fallback``: the fallback server's life (start on demand, restart, load, stop): a
   :class:`~framework.serving.LocalTritonServer` behind the client's
@@ -11,13 +11,11 @@ both sides:
   own statistics);
 * ``_service``: :class:`TritonService` (CMSSW's ``TritonService``, a framework ``Service``):
   parameters, discovery of what each server serves and assignment at begin_job, the
-  fallback when no server serves a model, end_job;
-* ``_twins``: a model's SONIC producer and its direct (in-process onnxruntime, through the
-  server side's ONNX runner) twin sharing one conversion: :class:`ModelConversion`,
-  :class:`SonicConversionProducer`, :class:`OnnxDirectProducer`.
+  fallback when no server serves a model, end_job.
+
+Public names: :class:`TritonService`, and :func:`snapshot` (Triton's own cumulative
+counters per (model, server), which ``cmsrun --executor dask`` reads for its servers).
 """
 
 from ._service import TritonService as TritonService
-from ._twins import ModelConversion as ModelConversion
-from ._twins import OnnxDirectProducer as OnnxDirectProducer
-from ._twins import SonicConversionProducer as SonicConversionProducer
+from ._service_stats import snapshot as snapshot

@@ -30,9 +30,8 @@ from typing import Any
 import trio
 
 from framework._errors import ConfigurationError, ExternalFailure
-from framework.serving._server import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
-from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo
-from framework.sonic._waits import Blocking, Steps, grpc_status
+from framework.serving import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
+from framework.sonic import FALLBACK_SERVER, Blocking, ServerInfo, Steps, grpc_status
 
 __all__ = ["DEFAULT_WAIT", "STOP_TIMEOUT", "FallbackParameters", "FallbackServer"]
 

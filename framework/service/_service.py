@@ -36,10 +36,8 @@ import trio
 import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure, check_port
 from framework._services import Service
-from framework.serving._server import LocalTritonServer, resolve_device
-from framework.sonic._client import TritonClient
-from framework.sonic._routing import Routing, ServerHealth, ready_models
-from framework.sonic._server_info import FALLBACK_SERVER, ServerInfo, SslOptions
+from framework.serving import LocalTritonServer, resolve_device
+from framework.sonic import FALLBACK_SERVER, Routing, ServerHealth, ServerInfo, SslOptions, TritonClient, ready_models
 
 from ._fallback import FallbackParameters, FallbackServer
 from ._service_stats import Snapshot, report_tables, settled_snapshot, snapshot, statistics

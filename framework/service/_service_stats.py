@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from framework.sonic._client import TritonClient
+    from framework.sonic import TritonClient
 
 __all__ = ["Snapshot", "report_tables", "settled_snapshot", "snapshot", "statistics"]
 

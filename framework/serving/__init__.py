@@ -6,10 +6,12 @@ goes through :class:`LocalTritonServer`; the client only ever sees an address.
 
 Files, in the direction of their imports:
 
-* ``python_backend``, ``onnx_backend``, ``torch_backend``: the framework's Triton
-  Python-backend model and its ONNX (onnxruntime) and TorchScript (torch, GPU) runners;
-  they run inside the server's Python and import nothing else of the framework (the
-  direct twins in ``framework.service`` use the ONNX runner in-process);
+* ``model_spec``: a Triton model config's tensors and the dynamic batching done on them
+  (numpy arrays or torch tensors), without a server;
+* ``onnx_backend``, ``torch_backend``, ``python_backend``: the ONNX (onnxruntime) and
+  TorchScript (torch, GPU) runners and the framework's Triton Python-backend model that
+  picks one (lazily); they run inside the server's Python and import nothing else of the
+  framework (the direct producers of ``framework.inference`` use the ONNX runner in-process);
 * ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
   Python-backend folder, the server's environment;
 * ``_repository``: model-repository translation: any standard Triton model repository
@@ -24,10 +26,17 @@ Files, in the direction of their imports:
 * ``_cmstriton``: the ``cmstriton`` command (CMSSW's ``cmsTriton``);
 * ``testing`` (public, not imported here): tiny Python-backend models written into a
   repository and a server that is checked to leave nothing behind, for tests and benchmarks.
+
+The names below are the server side's public API; the other packages (the service layer,
+the executor's host servers, the benchmarks) import them from here, never from the files.
 """
 
+from ._processes import pid_is_tritonserver as pid_is_tritonserver
+from ._processes import process_start_time as process_start_time
+from ._processes import terminate_server as terminate_server
 from ._repository import ModelChecksumError as ModelChecksumError
 from ._repository import ModelRepositoryError as ModelRepositoryError
+from ._repository import read_model_config as read_model_config
 from ._server import DEVICES as DEVICES
 from ._server import LocalTritonServer as LocalTritonServer
 from ._server import TritonServerError as TritonServerError

@@ -30,7 +30,8 @@ file it names is checked before the model is served; a mismatch refuses the mode
 line (file, expected and found sum). The generated config has no agent block (the server
 has no agent library) and keeps the sums in its ``parameters`` under
 ``checksum:<algorithm>:<file>`` (e.g. ``checksum:MD5:1/model.onnx``), where the client's
-ModelVersioning check reads them (:mod:`framework.sonic._model_config`). CMSSW reads them
+ModelVersioning check reads them (:mod:`framework.sonic._model_config`; the prefix and
+the parsing both sides share are in :mod:`framework._triton_config`). CMSSW reads them
 from the agent block of the served config instead; the sums compared are the same.
 
 Generated models are cached by content: a model's folder is named by a hash of its
@@ -52,12 +53,13 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from framework._triton_config import CHECKSUM_PREFIX, ModelConfigSyntaxError, checksum_sums, parse_config_file
+
 from ._installation import TritonServerError
 
 logger = logging.getLogger("pysonic.serving")
 
 __all__ = [
-    "CHECKSUM_PREFIX",
     "ModelRepositoryError",
     "ModelChecksumError",
     "generate_model",
@@ -66,9 +68,6 @@ __all__ = [
     "read_model_config",
     "translate_config",
 ]
-
-CHECKSUM_PREFIX = "checksum:"
-"""Prefix of the generated config's ``parameters`` keys holding the checksum agent's sums."""
 
 RUNTIME_FILE = "model.py"
 _RUNTIME_SOURCE = (
@@ -134,20 +133,18 @@ def read_model_config(folder: pathlib.Path) -> Any:
         ModelRepositoryError: the config is not a valid model configuration (names the
             file and the parser's message), or there is neither config nor ONNX file.
     """
-    from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     path = folder / "config.pbtxt"
-    config = model_config_pb2.ModelConfig()
     if path.is_file():
         try:
-            text_format.Parse(path.read_text(), config)
-        except text_format.ParseError as err:
+            config = parse_config_file(path)
+        except ModelConfigSyntaxError as err:
             raise ModelRepositoryError(f"{path}: invalid model configuration: {err}") from None
         if not config.name:
             config.name = folder.name
         return config
-    return _complete_from_onnx(folder, config)
+    return _complete_from_onnx(folder, model_config_pb2.ModelConfig())
 
 
 def _complete_from_onnx(folder: pathlib.Path, config: Any) -> Any:
@@ -222,14 +219,6 @@ def _md5(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def checksum_entries(config: Any) -> dict[str, str]:
-    """The ``checksum`` agent's parameters of a config: ``"MD5:1/model.onnx"`` -> sum ({} if none)."""
-    for agent in config.model_repository_agents.agents:
-        if agent.name == "checksum":
-            return dict(agent.parameters)
-    return {}
-
-
 def verify_checksums(name: str, folder: pathlib.Path, entries: Mapping[str, str]) -> None:
     """Check the MD5 of each file the ``checksum`` agent names (keys ``MD5:<path in the model folder>``).
 
@@ -285,7 +274,7 @@ def translate_config(name: str, config: Any, *, instances: int = 0, kind: str | 
             f"(this tritonserver has the Python backend only; ONNX, TorchScript and Python models are "
             f"translated); it needs {serves}"
         )
-    for key, value in checksum_entries(config).items():
+    for key, value in checksum_sums(config).items():
         config.parameters[CHECKSUM_PREFIX + key].string_value = value
     config.ClearField("model_repository_agents")
     if config.HasField("optimization"):
@@ -374,7 +363,7 @@ def generate_model(
 
     source = pathlib.Path(folder).absolute()
     config = read_model_config(source)
-    verify_checksums(name, source, checksum_entries(config))
+    verify_checksums(name, source, checksum_sums(config))
     config, runner = translate_config(name, config, instances=instances, kind=kind)
     key = hashlib.sha256(f"pysonic-model {_FORMAT} {name} {source} instances={instances} kind={kind}\n".encode())
     key.update(f"{text_format.MessageToString(config)}\n".encode())

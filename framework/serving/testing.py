@@ -36,7 +36,7 @@ from framework._errors import ConfigurationError
 
 from ._processes import server_remains
 from ._server import LocalTritonServer, TritonServerError, default_model_repository
-from .python_backend import TRITON_DTYPES
+from .model_spec import TRITON_DTYPES
 
 __all__ = [
     "TensorConfig",
@@ -57,7 +57,7 @@ class TensorConfig:
     Attributes:
         name: the tensor's name (``"x"``).
         data_type: Triton's type name, ``TYPE_FP32``, ``TYPE_INT64``, ... (the keys of
-            ``framework.serving.python_backend.TRITON_DTYPES``).
+            ``framework.serving.model_spec.TRITON_DTYPES``).
         dims: the shape without the batch dimension; -1 for a variable one.
     """
 

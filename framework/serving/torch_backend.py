@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .python_backend import Arrays, ModelSpec
+from .model_spec import Arrays, ModelSpec
 
 
 def _torch_dtypes() -> dict[np.dtype[Any], Any]:
@@ -66,7 +66,7 @@ def ordered_by_index(names: Iterable[str]) -> list[str]:
 
 
 class TorchOps:
-    """:class:`~framework.serving.python_backend.ArrayOps` for torch tensors (on any one device)."""
+    """:class:`~framework.serving.model_spec.ArrayOps` for torch tensors (on any one device)."""
 
     def __init__(self) -> None:
         import torch
@@ -127,7 +127,7 @@ class TorchRunner:
     Raises:
         RuntimeError: ``device`` is a CUDA device but torch sees none (torch built
             without CUDA, or no GPU visible to the server).
-        torch errors: the file is missing or is not TorchScript.
+        Exception: torch's own error, the file is missing or is not TorchScript.
     """
 
     def __init__(

@@ -36,11 +36,18 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
   health and probes, the shared gRPC clients; it owns the fallback, which it sees through
   its :class:`~framework.sonic._routing.Fallback` interface (made by TritonService).
+
+The names below are the client's public API: for module authors (``SonicEDProducer``, the
+tensor maps, the retry parameters) and for the packages above it (``framework.service``,
+``framework.inference``, ``framework.executor``: the router, the server descriptions, the
+waits as steps), which import them from here and never from the files.
 """
 
 from ._client import TritonClient as TritonClient
 from ._client import client_description as client_description
+from ._client import resolve_config_path as resolve_config_path
 from ._client_stats import ClientStatistics as ClientStatistics
+from ._data import BatchRows as BatchRows
 from ._data import TensorSpec as TensorSpec
 from ._data import TritonInputData as TritonInputData
 from ._data import TritonInputMap as TritonInputMap
@@ -55,6 +62,12 @@ from ._retry import RetryAction as RetryAction
 from ._retry import is_recoverable as is_recoverable
 from ._retry import recommended_retries as recommended_retries
 from ._retry import retries_pset as retries_pset
+from ._routing import Routing as Routing
 from ._routing import ServerHealth as ServerHealth
+from ._routing import ready_models as ready_models
+from ._server_info import FALLBACK_SERVER as FALLBACK_SERVER
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
+from ._waits import Blocking as Blocking
+from ._waits import Steps as Steps
+from ._waits import grpc_status as grpc_status

@@ -162,7 +162,7 @@ def resolve_config_path(value: Any) -> pathlib.Path:
     """``Client.modelConfigPath`` as a file.
 
     A ``cms.FileInPath`` resolves itself (its ``fullPath()``); a plain string (a path given
-    to :meth:`TritonService.add_model`, say) is looked up as a FileInPath is: an absolute
+    to ``TritonService.add_model``, say) is looked up as a FileInPath is: an absolute
     path as it is, a relative one on ``$CMSSW_SEARCH_PATH`` and then in the project's
     ``data/`` folder.
 

@@ -7,7 +7,8 @@ local ``config.pbtxt`` (``Client.modelConfigPath``, a ``FileInPath``): it gives
 the server serves (the **ModelVersioning** check), else the job stops with an exception
 of category ``ModelVersioning``.
 
-Here the local config is parsed with tritonclient's ``model_config_pb2`` (the client never
+Here the local config is parsed with tritonclient's ``model_config_pb2`` by
+:mod:`framework._triton_config`, which the server side reads it with too (the client never
 imports the server side), and the checks run once per client at begin_job
 (:meth:`TritonClient.connect`). Differences from CMSSW:
 
@@ -28,12 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from framework._errors import ConfigurationError, ExternalFailure
+from framework._triton_config import ModelConfigSyntaxError, checksum_sums, parse_config_file, served_checksums
 
-__all__ = ["CHECKSUM_PREFIX", "LocalModelConfig", "check_io", "check_versioning", "read_local_config"]
-
-CHECKSUM_PREFIX = "checksum:"
-"""Prefix of the served config's ``parameters`` keys that hold the checksum agent's sums
-(written by the project's servers, ``framework/serving/_repository.py``)."""
+__all__ = ["LocalModelConfig", "check_io", "check_versioning", "read_local_config"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,15 +60,13 @@ def read_local_config(path: pathlib.Path, what: str) -> LocalModelConfig | None:
         ConfigurationError: the file is not a valid model configuration (one line naming
             ``what``, the file and the parser's message).
     """
-    from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     if not path.is_file():
         return None
-    config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(path.read_text(), config)
-    except text_format.ParseError as err:
+        config = parse_config_file(path)
+    except ModelConfigSyntaxError as err:
         raise ConfigurationError(f"{what}: Client.modelConfigPath {path} is not a valid model config: {err}") from None
 
     def tensors(entries: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -78,24 +74,8 @@ def read_local_config(path: pathlib.Path, what: str) -> LocalModelConfig | None:
         names = {e.name: model_config_pb2.DataType.Name(e.data_type).removeprefix("TYPE_") for e in entries}
         return {e.name: (names[e.name].replace("STRING", "BYTES"), tuple(e.dims)) for e in entries}
 
-    checksums: dict[str, str] = {}
-    for agent in config.model_repository_agents.agents:
-        if agent.name == "checksum":
-            checksums = dict(agent.parameters)
+    checksums = checksum_sums(config)
     return LocalModelConfig(path, config.max_batch_size, tensors(config.input), tensors(config.output), checksums)
-
-
-def served_checksums(config: Mapping[str, Any]) -> dict[str, str]:
-    """The checksum sums of a served model config (Triton's JSON, ``get_model_config(as_json=True)``):
-    its ``checksum`` agent block (a real Triton), else its ``checksum:<key>`` parameters (ours)."""
-    for agent in (config.get("model_repository_agents") or {}).get("agents", ()):
-        if agent.get("name") == "checksum":
-            return dict(agent.get("parameters") or {})
-    return {
-        key.removeprefix(CHECKSUM_PREFIX): value.get("string_value", "")
-        for key, value in (config.get("parameters") or {}).items()
-        if key.startswith(CHECKSUM_PREFIX)
-    }
 
 
 def check_io(local: LocalModelConfig, metadata: Mapping[str, Any], max_batch_size: int, what: str) -> None:

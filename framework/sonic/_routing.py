@@ -120,7 +120,7 @@ class Routing:
         servers: the configured servers, in order of preference.
         health: TritonService's validated ``health`` PSet (``unhealthyAfter``,
             ``probeInterval`` and ``probeTimeout`` in seconds).
-        fallback: makes the job's :class:`Fallback` (TritonService passes one that makes a
+        fallback: makes the job's :class:`~framework.sonic._routing.Fallback` (TritonService passes one that makes a
             ``framework.service._fallback.FallbackServer``), given the callback it
             must call when a new server process serves.
 
@@ -129,7 +129,7 @@ class Routing:
         served: configured server name -> its READY models (begin_job; unreachable ones absent).
         assignment: model -> the name of its server at begin_job.
         health: server name -> :class:`ServerHealth`.
-        fallback: the job's :class:`Fallback`.
+        fallback: the job's :class:`~framework.sonic._routing.Fallback`.
     """
 
     def __init__(self, servers: Mapping[str, ServerInfo], health: Any, fallback: FallbackFactory) -> None:

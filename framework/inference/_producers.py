@@ -1,4 +1,4 @@
-"""A model's SONIC producer and its direct twin, sharing one data conversion.
+"""The base classes of every model module: one data conversion, a SONIC producer and a direct twin.
 
 CMSSW runs ML either in the module (``ONNXRuntime``, PhysicsTools/ONNXRuntime) or as a
 service (SONIC). To compare the two on the same events, and to switch a config between
@@ -34,18 +34,20 @@ import framework.config as cms
 from framework._errors import ConfigurationError
 from framework._event import Event
 from framework._module import EDProducer
+from framework._triton_config import ModelConfigSyntaxError, parse_config_file
+from framework.serving.model_spec import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.serving.onnx_backend import OnnxRunner
-from framework.serving.python_backend import ModelSpec, cast_outputs, check_inputs, parse_model_config
-from framework.sonic._client import client_description, resolve_config_path
-from framework.sonic._data import (
+from framework.sonic import (
     BatchRows,
+    SonicEDProducer,
     TensorSpec,
     TritonInputData,
     TritonInputMap,
     TritonOutputData,
     TritonOutputMap,
+    client_description,
+    resolve_config_path,
 )
-from framework.sonic._producer import SonicEDProducer
 
 __all__ = ["ModelConversion", "OnnxDirectProducer", "SonicConversionProducer", "read_model_config"]
 
@@ -77,18 +79,17 @@ class SonicConversionProducer(ModelConversion, SonicEDProducer):
 
 
 def read_model_config(config_path: pathlib.Path) -> ModelSpec:
-    """The :class:`~framework.serving.python_backend.ModelSpec` of a Triton ``config.pbtxt``
+    """The :class:`~framework.serving.model_spec.ModelSpec` of a Triton ``config.pbtxt``
     (as the Python backend sees it).
 
     Raises:
         ConfigurationError: the file is missing or is not a valid model configuration.
     """
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
+    from google.protobuf import json_format
 
     try:
-        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
-    except (OSError, text_format.ParseError) as err:
+        config = parse_config_file(config_path)
+    except (OSError, ModelConfigSyntaxError) as err:
         raise ConfigurationError(f"{config_path}: cannot read the model configuration: {err}") from None
     return parse_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
 
@@ -171,7 +172,7 @@ class OnnxDirectProducer(ModelConversion):
 
 
 def _tensor_spec(tensor: Any) -> TensorSpec:
-    """The SONIC :class:`TensorSpec` (batched) of a ``python_backend`` tensor of the config."""
+    """The SONIC :class:`TensorSpec` (batched) of a :class:`~framework.serving.model_spec.TensorSpec` of the config."""
     from tritonclient.utils import np_to_triton_dtype
 
     return TensorSpec(tensor.name, np_to_triton_dtype(tensor.dtype), tensor.dtype, tensor.dims, True)
