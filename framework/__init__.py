@@ -56,7 +56,8 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``modules/`` (a sibling package) - concrete producers, filters, analyzers and outputs,
   modules only, built on the names exported here, ``framework.io`` (files),
   ``framework.sonic`` and ``framework.inference`` (the base classes of the model modules).
-  ``framework`` never imports ``modules``.
+  ``framework`` never imports ``modules``, except ``framework.bench``, which builds real
+  inputs for its bare load generators with the modules' own code.
 
 Module authors need only the names exported here.
 """

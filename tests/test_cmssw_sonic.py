@@ -154,6 +154,9 @@ def test_the_triton_service_pset_is_cmssws():
         "health.unhealthyAfter",
         "health.probeInterval",
         "health.probeTimeout",
+        "servers[].headers",
+        "servers[].bearerTokenFile",
+        "servers[].bearerTokenVariable",
     }
 
 

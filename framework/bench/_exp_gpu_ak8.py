@@ -101,7 +101,7 @@ def _no_batching(config: Any) -> None:
 def ak8_server(folder: pathlib.Path) -> Iterator[Any]:
     """A started server of ``particlenet_PT`` (CMS's config) and ``particlenet_PT_nobatching``
     on :func:`~._exp_gpu.bench_device`, one instance each."""
-    from framework.serving._server import LocalTritonServer
+    from framework.serving import LocalTritonServer
     from framework.serving.testing import write_edited_repository
 
     models = cms_file(TORCHSCRIPT).parent.parent

@@ -284,7 +284,7 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
     served: set[str] = set()
     pairs = []
     for name, server in routing.servers.items():
-        found = ready_models(server)
+        found = ready_models(server, service.models)  # type: ignore[attr-defined]
         if not isinstance(found, str):
             served |= found
             pairs += [(m, name) for m in sorted(found & set(service.models))]  # type: ignore[attr-defined]

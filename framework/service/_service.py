@@ -25,6 +25,7 @@ all; a configured one has CMSSW's defaults (fallback disabled unless ``fallback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pathlib
@@ -37,7 +38,16 @@ import framework.config as cms
 from framework._errors import ConfigurationError, ExternalFailure, check_port
 from framework._services import Service
 from framework.serving import LocalTritonServer, resolve_device
-from framework.sonic import FALLBACK_SERVER, Routing, ServerHealth, ServerInfo, SslOptions, TritonClient, ready_models
+from framework.sonic import (
+    FALLBACK_SERVER,
+    Routing,
+    ServerHealth,
+    ServerInfo,
+    SslOptions,
+    TritonClient,
+    ready_models,
+    request_metadata,
+)
 
 from ._fallback import FallbackParameters, FallbackServer
 from ._service_stats import Snapshot, report_tables, settled_snapshot, snapshot, statistics
@@ -88,7 +98,9 @@ class TritonService(Service):
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         """CMSSW's ``TritonService::fillDescriptions`` (the release whose ``tritonTest_cfg.py``
         uses VarParsing), with the later releases' ``fallback.container`` and ``fallback.device``
-        and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``).
+        and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``,
+        and per server ``headers``, ``bearerTokenFile``, ``bearerTokenVariable``: gRPC metadata
+        of every call, for a server behind an authenticating proxy such as SuperSONIC's).
 
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
@@ -103,6 +115,24 @@ class TritonService(Service):
         server.add("rootCertificates", cms.untracked.string(""), "PEM file ('' = gRPC's default)")
         server.add("privateKey", cms.untracked.string(""), "PEM file ('' = none)")
         server.add("certificateChain", cms.untracked.string(""), "PEM file ('' = none)")
+        server.add(
+            "headers",
+            cms.untracked.vstring(),
+            "gRPC metadata sent with every call, 'key: value' (no secrets: the config is printed; use a token)",
+            extension=True,
+        )
+        server.add(
+            "bearerTokenFile",
+            cms.untracked.string(""),
+            "file holding a token sent as 'authorization: Bearer <token>' with every call (read once)",
+            extension=True,
+        )
+        server.add(
+            "bearerTokenVariable",
+            cms.untracked.string(""),
+            "environment variable holding that token (instead of bearerTokenFile)",
+            extension=True,
+        )
         fallback = cms.ParameterSetDescription()
         unused = "accepted, no effect here (CMSSW's container script)"
         fallback.add("enable", cms.untracked.bool(False), "start a local server for models no server serves")
@@ -180,7 +210,10 @@ class TritonService(Service):
             if item.useSsl:
                 ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
             port = check_port(int(item.port), f"TritonService: servers '{item.name}': port")
-            servers[item.name] = ServerInfo(item.name, f"{item.address}:{port}", ssl)
+            metadata = request_metadata(
+                f"TritonService: servers '{item.name}'", item.headers, item.bearerTokenFile, item.bearerTokenVariable
+            )
+            servers[item.name] = ServerInfo(item.name, f"{item.address}:{port}", ssl, metadata)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
         # The fallback is made by the router (it passes its on_start) and kept here too: the
@@ -195,6 +228,7 @@ class TritonService(Service):
         self._clients: list[TritonClient] = []
         self._stats_begin: Snapshot = {}
         self._stats_end: Snapshot = {}
+        self._no_statistics: set[tuple[str, str]] = set()  # (model, server) pairs: a server without statistics
 
     @property
     def _fallback(self) -> FallbackServer:
@@ -249,7 +283,7 @@ class TritonService(Service):
             return  # no SONIC module in this job: nothing to find or start
         routing = self.routing
         for server in routing.servers.values():
-            served = await trio.to_thread.run_sync(ready_models, server)
+            served = await trio.to_thread.run_sync(ready_models, server, tuple(self.models))
             if isinstance(served, str):
                 logger.warning(
                     "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
@@ -283,7 +317,9 @@ class TritonService(Service):
                 name,
                 routing.address(name),
             )
-        self._stats_begin = await trio.to_thread.run_sync(snapshot, routing.grpc_client, self._stats_pairs())
+        self._stats_begin = await trio.to_thread.run_sync(
+            snapshot, routing.grpc_client, self._stats_pairs(), self._no_statistics
+        )
 
     def connect(self, client: TritonClient) -> None:
         """Connect a module's client to its model's server (blocking: metadata fetch)."""
@@ -303,7 +339,11 @@ class TritonService(Service):
                         pair = (client.model_name, server_name)
                         answered[pair] = answered.get(pair, 0) + calls
                 self._stats_end = await trio.to_thread.run_sync(
-                    settled_snapshot, self.routing.grpc_client, self._stats_pairs(end=True), self._stats_begin, answered
+                    functools.partial(settled_snapshot, no_statistics=self._no_statistics),
+                    self.routing.grpc_client,
+                    self._stats_pairs(end=True),
+                    self._stats_begin,
+                    answered,
                 )
         except Exception as exc:  # noqa: BLE001 - statistics are a nicety, the stop is not
             logger.warning("TritonService: no end-of-job statistics: %s", exc)
@@ -342,6 +382,7 @@ class TritonService(Service):
             end=self._stats_end,
             clients=self._clients,
             servers=self.routing.health_report(),
+            no_statistics=self._no_statistics,
         )
 
     def report(self) -> list[Any]:

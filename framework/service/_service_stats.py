@@ -6,7 +6,9 @@ server) pair, summed over the servers a model was served by (failover spreads a 
 over several). A server started during the job (the fallback on demand) counts from zero;
 a server that restarted during the job has counters smaller at the end than at the
 beginning and counts from its restart; a server that is gone or out of service at the end
-gives no numbers (listed as ``unavailable``).
+gives no numbers (listed as ``unavailable``). A server without statistics (an Open
+Inference Protocol server other than Triton: MLServer, KServe) gives none either: "n/a",
+never a failure.
 
 Works on what it is given (a function that opens a server's gRPC client, the assignment,
 the clients, the servers' health), not on TritonService.
@@ -17,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from framework.sonic import unimplemented
 
 if TYPE_CHECKING:
     from framework.sonic import TritonClient
@@ -38,17 +42,27 @@ _ZERO = {"requests": 0, "inferences": 0, "executions": 0, "queue_ns": 0, "comput
 Snapshot = dict[tuple[str, str], dict[str, int]]  # (model, server name) -> Triton's counters
 
 
-def snapshot(grpc_client: Callable[[str], Any], pairs: list[tuple[str, str]]) -> Snapshot:
+def snapshot(
+    grpc_client: Callable[[str], Any],
+    pairs: list[tuple[str, str]],
+    no_statistics: set[tuple[str, str]] | None = None,
+) -> Snapshot:
     """Triton's cumulative counters per (model, server) pair (blocking; worker thread).
 
     Args:
         grpc_client: server name -> its ``InferenceServerClient``.
+        no_statistics: gets the pairs whose server has no statistics RPC (absent from the result).
     """
     result = {}
     for model, server_name in pairs:
         try:
             stats = grpc_client(server_name).get_inference_statistics(model, as_json=True, client_timeout=STATS_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the server may be gone
+            if unimplemented(exc):
+                if no_statistics is not None and (model, server_name) not in no_statistics:
+                    no_statistics.add((model, server_name))
+                    logger.info("TritonService: server '%s' keeps no statistics: model '%s' n/a", server_name, model)
+                continue
             logger.warning(
                 "TritonService: statistics of model '%s' on server '%s' unavailable: %s", model, server_name, exc
             )
@@ -63,6 +77,7 @@ def settled_snapshot(
     begin: Snapshot,
     answered: Mapping[tuple[str, str], int],
     timeout: float = SETTLE_TIMEOUT,
+    no_statistics: set[tuple[str, str]] | None = None,
 ) -> Snapshot:
     """The end-of-job :func:`snapshot`, taken again while Triton lags behind the clients.
 
@@ -72,10 +87,11 @@ def settled_snapshot(
     job's clients saw answered there (``answered``: gRPC calls), the snapshot is taken again
     every ``SETTLE_INTERVAL`` s, ``timeout`` s at most; then the last one is returned as it is.
     A server whose counters went down (restarted during the job) counts from zero.
+    ``no_statistics``: as for :func:`snapshot`.
     """
     deadline = time.monotonic() + timeout
     while True:
-        end = snapshot(grpc_client, pairs)
+        end = snapshot(grpc_client, pairs, no_statistics)
         behind = [
             pair
             for pair, calls in answered.items()
@@ -108,9 +124,15 @@ def _sum_model_stats(model_stats: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _model_entry(
-    model: str, server_name: str, modules: list[str], begin_all: Snapshot, end_all: Snapshot
+    model: str,
+    server_name: str,
+    modules: list[str],
+    begin_all: Snapshot,
+    end_all: Snapshot,
+    no_statistics: Collection[tuple[str, str]],
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {"server": server_name, "modules": modules}
+    entry["no_statistics"] = sorted(srv for m, srv in no_statistics if m == model)
     begin = {srv: c for (m, srv), c in begin_all.items() if m == model}
     end = {srv: c for (m, srv), c in end_all.items() if m == model}
     if not end:
@@ -142,6 +164,7 @@ def statistics(
     end: Snapshot,
     clients: Iterable[TritonClient],
     servers: Mapping[str, dict[str, Any]],
+    no_statistics: Collection[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """What the job asked of Triton, JSON-ready.
 
@@ -150,6 +173,7 @@ def statistics(
         begin, end: the :func:`snapshot` at begin_job and at end_job.
         clients: the modules' clients.
         servers: per server, its health (``Routing.health_report``).
+        no_statistics: (model, server) pairs whose server keeps no statistics (:func:`snapshot`).
 
     Returns:
         ``{"models": {model: {...}}, "clients": {module label: {...}}, "servers": {name: {...}}}``.
@@ -158,14 +182,18 @@ def statistics(
         ``inferences`` (batch rows), ``executions`` (model runs: fewer than requests when
         the dynamic batcher merged them), ``queue_ms`` and ``compute_ms`` (mean per
         request, milliseconds; compute = input + infer + output), ``servers`` (requests
-        per server) and ``unavailable`` (servers that gave no end numbers). Per client:
+        per server), ``unavailable`` (servers that gave no end numbers) and
+        ``no_statistics`` (servers that keep none: not Triton; "n/a" in the table). Per client:
         ``model``, ``server``, ``mode``, the :class:`~framework.sonic.ClientStatistics`
         fields (``retries``, ``failovers`` included) and ``servers`` (successful calls per
         server), ``shm_calls`` (calls whose inputs went through shared memory). Per server:
         ``address``, ``healthy``, ``outages`` (times out of service),
         ``failures`` (consecutive, at the end) and ``last_error``.
     """
-    models = {model: _model_entry(model, server, users[model], begin, end) for model, server in assignment.items()}
+    models = {
+        model: _model_entry(model, server, users[model], begin, end, no_statistics)
+        for model, server in assignment.items()
+    }
     per_client = {
         client.debug_name: {
             "model": client.model_name,
@@ -206,7 +234,7 @@ def report_tables(stats: dict[str, Any]) -> list[Any]:
                 f"{s['compute_ms']:.3f}",
             ]
             if "requests" in s
-            else ["-"] * 5
+            else ["n/a" if s.get("no_statistics") else "-"] * 5
         )
         used = {name: n for name, n in s.get("servers", {}).items() if n}
         # Several servers (spread or failover): each with its request count.
@@ -214,6 +242,8 @@ def report_tables(stats: dict[str, Any]) -> list[Any]:
             ", ".join(f"{name} ({n})" for name, n in used.items()) if len(used) > 1 else next(iter(used), s["server"])
         )
         where += "".join(f" (no numbers from {name})" for name in s.get("unavailable", []))
+        if "requests" in s:  # served partly by a server without statistics
+            where += "".join(f" (n/a from {name})" for name in s.get("no_statistics", []))
         models.add_row(*map(Text, [model, where, *numbers]))
     clients = Table(
         title=Text("TritonService ---------- Client Summary ---[MB of tensor data]----"), title_justify="left"

@@ -19,9 +19,14 @@ Files, in the direction of their imports: each imports only files listed before 
   makes them: the local ``config.pbtxt`` (``Client.modelConfigPath``, parsed with
   tritonclient's ``model_config_pb2``) against the server's metadata, and ModelVersioning
   (checksum sums of the local and the served config);
+* ``_oip``: Open Inference Protocol servers other than Triton (Seldon MLServer, KServe):
+  discovery without a repository index, a model without ``ModelConfig``, which RPCs a
+  server lacks (UNIMPLEMENTED);
 * ``_shm``: the clients' system shared-memory regions: a pool per client and server,
   registration, cleanup (end of job, failover, dead jobs' regions), which servers are on
   this host;
+* ``_wire``: Triton's ``ModelInfer`` request written from the input arrays, and the
+  response's outputs read as numpy views (the protobuf wire format, by hand);
 * ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
   shared-memory region or as gRPC payloads;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
@@ -53,6 +58,7 @@ from ._data import TritonInputData as TritonInputData
 from ._data import TritonInputMap as TritonInputMap
 from ._data import TritonOutputData as TritonOutputData
 from ._data import TritonOutputMap as TritonOutputMap
+from ._oip import unimplemented as unimplemented
 from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer
 from ._request import TritonRequest as TritonRequest
@@ -68,6 +74,7 @@ from ._routing import ready_models as ready_models
 from ._server_info import FALLBACK_SERVER as FALLBACK_SERVER
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
+from ._server_info import request_metadata as request_metadata
 from ._waits import Blocking as Blocking
 from ._waits import Steps as Steps
 from ._waits import grpc_status as grpc_status

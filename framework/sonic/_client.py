@@ -40,6 +40,7 @@ from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
 from ._data import TensorSpec, spec_from_metadata
 from ._model_config import check_io, check_versioning, read_local_config
+from ._oip import config_without_server_config, served_model_config
 from ._request import TritonRequest
 from ._retry import (
     DEADLINE_STATUS,
@@ -257,7 +258,9 @@ class TritonClient:
         grpc_client: grpcclient.InferenceServerClient | None = None,
         router: Router | None = None,
     ) -> None:
-        """Fetch the model's metadata and config from ``server``; blocking (begin_job).
+        """Fetch the model's metadata and config from ``server``; blocking (begin_job). A server
+        without ``ModelConfig`` (MLServer, KServe) is used with the local config's
+        ``max_batch_size`` (see ``framework.sonic._oip``).
 
         Args:
             server: where the model is served (a ``"host:port"`` string = plain channel).
@@ -297,12 +300,14 @@ class TritonClient:
             metadata = grpc_client.get_model_metadata(
                 self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
             )
-            config = grpc_client.get_model_config(
-                self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
-            )["config"]
+            config = served_model_config(grpc_client, self.model_name, self.model_version, self.timeout)
         except InferenceServerException as exc:
             raise self._failure(exc, during="fetching the model metadata") from None
-        self._check_model(metadata, config)
+        if config is None:  # an Open Inference Protocol server other than Triton (framework.sonic._oip)
+            local = read_local_config(self.model_config_path, self.what)
+            config = config_without_server_config(local, metadata, self.what, self._where())
+        else:
+            self._check_model(metadata, config)
         self._setup(metadata, config)
 
     def _check_model(self, metadata: Mapping[str, Any], config: dict[str, Any]) -> None:

@@ -35,11 +35,12 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from framework._errors import ExternalFailure
 
+from ._oip import READY_STATES, ready_by_model, unimplemented
 from ._server_info import FALLBACK_SERVER, ServerInfo
 from ._waits import Blocking, Steps, drive, drive_blocking
 
@@ -415,8 +416,12 @@ class Routing:
         return "tried " + "; ".join(parts)
 
 
-def ready_models(server: ServerInfo) -> set[str] | str:
-    """The READY models of ``server`` (blocking), or the reason it cannot be asked."""
+def ready_models(server: ServerInfo, wanted: Iterable[str] = ()) -> set[str] | str:
+    """The READY models of ``server`` (blocking), or the reason it cannot be asked.
+
+    Its repository index (Triton's, MLServer's); a server without one (KServe's) is asked
+    whether each of ``wanted`` is ready (``framework.sonic._oip``).
+    """
     from tritonclient.utils import InferenceServerException
 
     try:
@@ -426,10 +431,12 @@ def ready_models(server: ServerInfo) -> set[str] | str:
     try:
         index = client.get_model_repository_index(as_json=True, client_timeout=PROBE_TIMEOUT)
     except InferenceServerException as exc:
+        if unimplemented(exc):
+            return ready_by_model(client, wanted, PROBE_TIMEOUT)
         return f"{exc.status()}: {exc.message()}"
     finally:
         client.close()
-    return {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
+    return {m["name"] for m in index.get("models", []) if m.get("state") in READY_STATES}
 
 
 def _probe(client: grpcclient.InferenceServerClient, model: str, timeout: float) -> bool:
