@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ._children import cmsrun_command, run_child
-from ._harness import CONFIGS, SERVERS
+from ._harness import CONFIGS, SERVERS, local_server
 from ._modules import chunks_for
 
 MS = 1e3
@@ -139,6 +139,76 @@ def _job(
     out["calls"] = sum(c.get("calls", 0) for c in clients.values())
     out["requests"] = sum(c.get("requests", c.get("calls", 0)) for c in clients.values())
     return out
+
+
+AK8_EVENTS = (20, 220)  # the AK8 job's two event counts (the 10-event sample listed 22 times)
+AK8_MODELS = ("particlenet", "particlenet_AK8_MD-2prong")  # CMS's General and MD-2prong, ONNX
+
+
+def _ak8_repository() -> pathlib.Path | None:
+    """CMS's model repository on ``CMSSW_SEARCH_PATH`` (None where absent: no AK8 row)."""
+    import framework.config as cms
+
+    try:
+        config = pathlib.Path(cms.FileInPath("RecoBTag/Combined/data/models/particlenet/config.pbtxt").fullPath())
+    except Exception:  # noqa: BLE001 - not found: the row is left out, and the JSON says why
+        return None
+    return config.parents[1]
+
+
+def _ak8_jets_per_event() -> float:
+    """Fat jets per event of the real sample (the AK8 job tags every one)."""
+    import uproot
+
+    from framework.samples import locate_sample
+
+    with uproot.open(locate_sample("pfnano.root")) as file:
+        counts = file["Events"]["nFatJet"].array(library="np")
+    return float(counts.sum() / len(counts))
+
+
+def _ak8_run(server: Any, folder: pathlib.Path) -> dict[str, Any]:
+    """The AK8 job direct and as a service (``framework/bench/configs/ak8_cfg.py``) at
+    :data:`AK8_EVENTS`, once each; CPU per event of each and their ratio."""
+    run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
+    for variant, sonic in (("direct", 0), ("sonic", 1)):
+        jobs = []
+        for events in AK8_EVENTS:
+            options = dict(sonic=sonic, server=server.grpc_address, repeat=AK8_EVENTS[1] // 10, events=events)
+            server_before = _tree_cpu(server.pid)
+            command = cmsrun_command(CONFIGS / "ak8_cfg.py", options)
+            cpu_s, wall = _child(command, folder, f"AK8 {variant} job on {events} events")
+            jobs.append({"cpu_s": cpu_s, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before})
+        run[variant] = {
+            "cpu_ms_per_event": _per_event(jobs[0], jobs[1], AK8_EVENTS, "cpu_s") * MS,
+            "server_cpu_ms_per_event": _per_event(jobs[0], jobs[1], AK8_EVENTS, "server_cpu_s") * MS,
+            "jobs": jobs,
+        }
+    run["sonic_vs_direct"] = run["sonic"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    return run
+
+
+def _ak8_row(repeat: int, folder: pathlib.Path, cores: set[int]) -> dict[str, Any]:
+    """CMS's ParticleNet AK8 job, direct vs SONIC: CPU per event and per jet, medians of
+    ``repeat`` runs; its server serves CMS's two ONNX models (``LocalTritonServer``)."""
+    repository = _ak8_repository()
+    if repository is None:
+        return {"config": "ParticleNet AK8 (CMS)", "skipped": "CMS's models are not on CMSSW_SEARCH_PATH"}
+    jets = _ak8_jets_per_event()
+    with local_server(repository, AK8_MODELS) as server:
+        _pin_tree(server.pid, cores)
+        runs = [_ak8_run(server, folder) for _ in range(max(1, repeat))]
+    row: dict[str, Any] = {"config": "ParticleNet AK8 (CMS)", "jets_per_event": jets, "runs": len(runs)}
+    for variant in ("direct", "sonic"):
+        for key in ("cpu_ms_per_event", "server_cpu_ms_per_event"):
+            row[f"{variant}_{key}"] = float(statistics.median(r[variant][key] for r in runs))
+        row[f"{variant}_cpu_ms_per_jet"] = row[f"{variant}_cpu_ms_per_event"] / jets
+    ratios = [r["sonic_vs_direct"] for r in runs]
+    row["sonic_vs_direct"] = float(statistics.median(ratios))
+    row["sonic_vs_direct_spread"] = [min(ratios), max(ratios)]
+    row["loadavg"] = [r["loadavg"][0] for r in runs]
+    row["all_runs"] = runs
+    return row
 
 
 def _bare(
@@ -273,6 +343,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
     server_cores = cores - {JOB_CORE} if len(cores) > 1 and JOB_CORE in cores else cores
     _pin_tree(server.pid, server_cores)  # the jobs run on JOB_CORE (start_pinned)
     rows = []
+    ak8: dict[str, Any] = {"skipped": "--quick"}
     with tempfile.TemporaryDirectory(prefix="pysonic-bench-cpu-") as name:
         folder = pathlib.Path(name)
         (folder / "tensors").mkdir()
@@ -298,6 +369,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             chunks = chunks_for(cpu_time * 1e-3)
             runs = [_one_run(server, folder, models, events_miniaod, chunks, events) for _ in range(max(1, repeat))]
             rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs) | {"cpu_chunks": chunks})
+            ak8 = _ak8_row(repeat, folder, server_cores)
     four = rows[0]
     return {
         "experiment": "cpu",
@@ -321,6 +393,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             "repeat": repeat,
         },
         "rows": rows,
+        "ak8": ak8,
         "columns": [
             ("config", "config", "s"),
             ("direct_cpu_ms_per_event", "direct [ms/ev]", ".2f"),
@@ -368,6 +441,21 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
                 "met": four["sonic_vs_direct"] <= 0.55,
                 "note": "direct: onnxruntime, one intra-op thread",
             },
+            *(
+                [
+                    {
+                        "name": "CMS's ParticleNet AK8 job: SONIC / direct CPU per event",
+                        "value": ak8["sonic_vs_direct"],
+                        "target": 0.5,
+                        "met": ak8["sonic_vs_direct"] <= 0.5,
+                        "note": f"direct {ak8['direct_cpu_ms_per_event']:.2f} ms/event = "
+                        f"{ak8['direct_cpu_ms_per_jet']:.2f} ms/jet ({ak8['jets_per_event']:.1f} jets/event), "
+                        f"SONIC {ak8['sonic_cpu_ms_per_event']:.2f} ms/event",
+                    }
+                ]
+                if "skipped" not in ak8
+                else []
+            ),
             {
                 "name": "client CPU / the direct inference it replaces",
                 "value": four["client_vs_inference"],
