@@ -1,6 +1,7 @@
 """pysonic's event-processing framework: CMSSW's model on trio.
 
-Layering (read this first; ``tests/test_layering.py`` keeps it true). Data flows
+Layering (read this first; it is written here only, the sub-packages' docstrings and
+``docs/architecture.md`` point here, and ``tests/test_layering.py`` keeps it true). Data flows
 config -> builder -> scheduler -> io -> modules -> sonic:
 
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
@@ -16,7 +17,8 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
   and work units, output names per dataset/unit and the merge of unit parts, the real
   CMS samples (``framework.samples`` re-exports them). Built on the core's source
-  protocol and errors only; knows nothing of Triton, the scheduler or the modules.
+  protocol and errors only; knows nothing of Triton, the scheduler or the modules. Only
+  ``framework.io`` (and the benchmarks' bare-uproot baselines) imports uproot.
 * SONIC, in three packages (each with its file map in its ``__init__``):
 
   - ``framework.sonic`` - the client: TritonClient, requests in the three modes, retries,
@@ -31,7 +33,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   ``framework.inference`` import both. What both read of a model's ``config.pbtxt`` (the
   parse, the ``checksum`` agent's sums, the parameter prefix the servers keep them under)
   is one neutral module below them, ``framework._triton_config``, which imports only
-  protobuf and tritonclient's config schema. None of them knows ROOT files.
+  protobuf and tritonclient's config schema. None of them knows ROOT files. Inside each
+  package, imports go one way (its ``__init__`` lists the files in that order); torch is
+  imported only by the torch runner, and only lazily.
 * ``framework.inference`` - the model modules' base classes: one data conversion
   (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
   server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.
@@ -41,8 +45,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   and the progress bar.
 * ``framework.executor`` - ``cmsrun --executor dask``: the datasets' work units on a Dask
   cluster (a job begun once per worker, unit after unit; one server per host for the
-  fallback; merge and one summary). The only package that imports Dask; above the data
-  path, which never imports it.
+  fallback; merge and one summary). The only package that imports Dask (``dask``,
+  ``distributed``) and ``filelock``; above the data path, which never imports it
+  (``cmsrun`` reaches it lazily for ``--executor dask``).
 * ``framework.bench`` - ``cmsbench``: every benchmark (delaying proxy, experiments, plots,
   the soak run, and the benchmarks' own jobs and module types: ``framework/bench/configs``,
   ``_modules.py``); it drives those configs like a user, and

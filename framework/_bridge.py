@@ -34,7 +34,7 @@ __all__ = ["ThreadSafeFuture", "WaitingTaskHolder"]
 class ThreadSafeFuture:
     """A one-shot result that any thread may set and one trio task awaits.
 
-    Must be created inside a trio run (it belongs to that run's :class:`_Inbox`).
+    Must be created inside a trio run (it belongs to that run's ``_Inbox``).
     The first ``set_*`` call wins; later ones return False and are ignored.
 
     Cost: no ``trio.Event``, lock or task list of its own. The waiting task is parked with

@@ -81,7 +81,7 @@ def build_deepmet_inputs(
         max_candidates: rows of the model input (N).
 
     Returns:
-        (inputs, n): ``inputs = {"pf_cont": float32 (1, N, 8)`` (columns
+        The pair (inputs, n), ``inputs = {"pf_cont": float32 (1, N, 8)`` (columns
         ``DEEPMET_CONTINUOUS``), ``"pf_cat": int32 (1, N, 3)}`` (columns
         ``DEEPMET_CATEGORICAL``: charge + 2, pdgId class 1..8, pvAssocQuality + 1);
         rows [0, n) hold the kept candidates (see ``kept_candidates``), rows [n, N) are

@@ -166,8 +166,8 @@ def build_deeptau_inputs(
         event_id: (run, lumi, event): seeds the synthesized features.
 
     Returns:
-        ``{"inner": float32 (n, 188, 11, 11), "outer": float32 (n, 188, 21, 21),
-        "tau_features": float32 (n, 16)}``, cell axes (eta, phi) ascending, feature blocks
+        A dict of ``inner`` float32 (n, 188, 11, 11), ``outer`` float32 (n, 188, 21, 21)
+        and ``tau_features`` float32 (n, 16); cell axes (eta, phi) ascending, feature blocks
         e/gamma [0, 86), muon [86, 150), hadrons [150, 188). ``n`` may be 0.
 
     Raises:

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 FACILE_N_CHANNELS = 16000
-"""Rows per event by default (seed talk 004: "FACILE (batch 16000)")."""
+"""Rows per event by default, from seed talk 004 ("FACILE (batch 16000)")."""
 FACILE_FEATURES = [
     "ieta",
     "cos_iphi",

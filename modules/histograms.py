@@ -82,7 +82,7 @@ class HistogramAnalyzer(EDAnalyzer):
         ConfigurationError: nbins < 1, min >= max, or two histograms with one name.
         FileOpenError: the output folder is missing (``begin_job``) or the file cannot be
             written (``end_job``).
-        TypeError (wrapped by the framework): the value has no such field, or is a
+        TypeError: (wrapped by the framework) the value has no such field, or is a
             collection and no field was given.
     """
 

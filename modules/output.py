@@ -85,7 +85,7 @@ class NanoAODOutputModule(OutputModule):
     Raises:
         ConfigurationError: bad ``outputCommands``, an unknown Path in ``SelectEvents``.
         FileOpenError: the output cannot be created (in ``begin_job``, before any event).
-        TypeError (wrapped by the framework): a product has a type that cannot be written or
+        TypeError: (wrapped by the framework) a product has a type that cannot be written or
             changes type between events.
     """
 

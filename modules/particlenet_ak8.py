@@ -322,8 +322,8 @@ class JetTagAgreementAnalyzer(EDAnalyzer):
     ``scores``: a PSet ``<branch field> = cms.InputTag("<produced product>")``, e.g.
     ``particleNet_TvsQCD = "pfParticleNetDiscriminatorsJetTags:TvsQCD"``; the stored
     values are read from the ``jets`` collection's field of that name. Per score the
-    table gives the jets compared, max and median |difference|, the fraction within
-    ``tolerance`` and the correlation. :attr:`results` holds it after ``end_job``.
+    table gives the jets compared, max and median ``|difference|``, the fraction within
+    ``tolerance`` and the correlation. ``results`` holds it after ``end_job``.
     An input without the stored field is a one-line error at the first event.
     """
 

@@ -74,7 +74,7 @@ PFCAND_VARIABLES = (
     "pfcand_ptrel",
     "pfcand_erel",
 )
-"""The per-constituent variables built here: CMSSW's offline ones that PFNano allows
+"""The per-constituent variables built here, CMSSW's offline ones that PFNano allows
 (not ``hcalFrac``, ``drminsv``, ``drsubjet*``, the track covariances, ``btagSip2d*``)."""
 
 SV_VARIABLES = (

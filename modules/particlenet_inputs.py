@@ -21,7 +21,7 @@ import numpy as np
 from framework.io import JaggedView, SingletonView
 
 PARTICLENET_N_CONSTITUENTS = 50
-"""Constituents per jet (P): padded with zeros / truncated in pT order."""
+"""Constituents per jet (P), padded with zeros / truncated in pT order."""
 
 PARTICLENET_CLASSES = ["b", "c", "uds", "g", "pileup"]
 """Output classes of ``particlenet_ak4``, in softmax order."""

@@ -34,9 +34,9 @@ BATCH_SIZES = (1, 2, 0)
 class TritonIdentityProducer(SonicEDProducer):
     """CMSSW's ``TritonIdentityProducer``: ragged entries to ``ragged_io`` and back.
 
-    Each event sends the first ``n`` of :data:`RAGGED_ENTRIES` (float32, shapes (2,), (4,),
+    Each event sends the first ``n`` of ``RAGGED_ENTRIES`` (float32, shapes (2,), (4,),
     (1,), (3,)) as ``n`` ragged entries of input ``INPUT0``, ``n`` cycling through
-    :data:`BATCH_SIZES` from the first event this module sees, and logs each entry of
+    ``BATCH_SIZES`` from the first event this module sees, and logs each entry of
     ``OUTPUT0`` ("output i (shape): values", as CMSSW's LogInfo).
 
     Product (instance ""): ``list[np.ndarray]``, the output entries (float32, the shape of

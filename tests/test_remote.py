@@ -757,7 +757,7 @@ def histograms(path: pathlib.Path) -> dict[str, list[float]]:
 
 @needs_xrootd
 def test_fileset_of_urls_and_lfns(xrootd, pfnano, cmsrun, tmp_path):
-    """The README's remote example: configs/remote_cfg.py over a fileset of a root:// URL and
+    """The remote example of docs/scale-out.md: configs/remote_cfg.py over a fileset of a root:// URL and
     a /store/ name (preprocessed through the redirectors too), as with the local file."""
     fileset = tmp_path / "fileset.yaml"
     fileset.write_text(f"URL: ['{xrootd.url}{LFN.lstrip('/')}']\nLFN: {{files: {{'{LFN}': Events}}}}\n")

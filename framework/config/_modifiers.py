@@ -39,7 +39,7 @@ class _BoolModifierBase:
         (a dict edits a nested PSet, None removes a parameter).
 
         Raises:
-            ConfigTypeError: both ``func`` and parameters given.
+            ~framework.config._types.ConfigTypeError: both ``func`` and parameters given.
             KeyError: a parameter that ``obj`` lacks given an untyped value.
         """
         if func is not None and kw:
@@ -55,7 +55,7 @@ class _BoolModifierBase:
         """If chosen: ``to_obj`` takes the content of ``from_obj`` (same kind), keeping its label.
 
         Raises:
-            ConfigTypeError: the two are not of the same class.
+            ~framework.config._types.ConfigTypeError: the two are not of the same class.
         """
         if type(to_obj) is not type(from_obj):
             raise ConfigTypeError(

@@ -485,7 +485,7 @@ class Process:
         that name (CMSSW's ``resolve``; ``load_config`` runs it).
 
         Raises:
-            ConfigRuntimeError: a placeholder names nothing the process holds.
+            ~framework.config._types.ConfigRuntimeError: a placeholder names nothing the process holds.
         """
         for obj in list(self._objects.values()):
             if isinstance(obj, (_ModuleSequence, Task)):
@@ -588,7 +588,7 @@ class Process:
         Sequence, Path, Task and the Schedule (CMSSW's ``globalReplace``).
 
         Raises:
-            ConfigValueError: no object has that label.
+            ~framework.config._types.ConfigValueError: no object has that label.
         """
         if label not in self._objects:
             raise ConfigValueError(f"globalReplace: process '{self._name}' has no '{label}'")

@@ -201,7 +201,7 @@ class ParameterHolder:
         A dict edits a nested PSet, ``{index: dict}`` an item of a VPSet, None removes.
 
         Raises:
-            ConfigTypeError: a new parameter given an untyped value, or None for an absent one.
+            ~framework.config._types.ConfigTypeError: a new parameter given an untyped value, or None for an absent one.
         """
         if isinstance(values, ParameterHolder):
             values = values.parameters_()
@@ -432,8 +432,8 @@ class ProxyParameter(_ParameterTypeBase):
         """The typed parameter for ``value``.
 
         Raises:
-            ConfigTypeError: a typed value of none of the allowed types.
-            ConfigValueError: a plain value that none of the allowed types accepts.
+            ~framework.config._types.ConfigTypeError: a typed value of none of the allowed types.
+            ~framework.config._types.ConfigValueError: a plain value that none of the allowed types accepts.
         """
         classes = tuple(t.param_class() if isinstance(t, PSetTemplate) else t for t in self._types)
         param: _ParameterTypeBase | None = None

@@ -291,7 +291,7 @@ class _ModuleSequence(_Closed, Labelable):
         in nested Sequences and Tasks too. Returns whether anything was replaced.
 
         Raises:
-            ConfigTypeError: a Task replaced by a non-Task or the reverse.
+            ~framework.config._types.ConfigTypeError: a Task replaced by a non-Task or the reverse.
         """
         if isinstance(original, Task) != isinstance(replacement, Task):
             raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")
@@ -337,7 +337,7 @@ class _ModuleSequence(_Closed, Labelable):
         """Position of ``item`` in the top level.
 
         Raises:
-            ConfigValueError: not there.
+            ~framework.config._types.ConfigValueError: not there.
         """
         for i, x in enumerate(self._items):
             if _same(x, item):

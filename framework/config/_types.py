@@ -381,7 +381,7 @@ class FileInPath(_Scalar):
 
     ``cms.FileInPath("RecoBTag/Combined/data/models/particlenet/config.pbtxt")`` names the
     first ``<folder>/<relative path>`` that exists, ``folder`` running over
-    :func:`search_path` (``$CMSSW_SEARCH_PATH``, then the project's ``data/``), as CMSSW
+    ``search_path`` (``$CMSSW_SEARCH_PATH``, then the project's ``data/``), as CMSSW
     resolves it. :meth:`relativePath` gives the path as written, :meth:`fullPath` the file
     found (absolute, as a str); ``os.fspath(f)`` and ``pathlib.Path(f)`` give the file too.
     The value (``value()``, ``dumpPython``) is the relative path. An empty path means "not

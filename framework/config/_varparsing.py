@@ -326,7 +326,7 @@ def host_port(text: str, option: str) -> tuple[str, int]:
     port, since gRPC would take 117611 modulo 65536 and dial another server.
 
     Raises:
-        UsageError: no ``:``, no host, or a port that is not a number in 1-65535 (names
+        ~framework._errors.UsageError: no ``:``, no host, or a port that is not a number in 1-65535 (names
             ``option`` and the value as typed).
     """
     host, _, port = text.rpartition(":")

@@ -1,6 +1,6 @@
 """The scale-out executor: ``cmsrun CONFIG --dataset FILESET --executor dask``.
 
-The only part of the framework that knows Dask (``tests/test_layering.py``). It sits
+The only part of the framework that knows Dask (the layering: :mod:`framework`). It sits
 above the data path (config -> builder -> scheduler -> io -> modules -> sonic) and drives
 it: the datasets' work units (``framework.io``) become Dask tasks, each worker builds and
 begins the job once (``framework._scheduler.begin_job``) and runs unit after unit
@@ -10,7 +10,7 @@ Files:
 
 * ``_host_triton``: :class:`HostTritonServer`, a Dask nanny plugin: one fallback Triton
   server per host (``filelock``), shared by the host's workers;
-* ``_unit_task``: the worker side: :class:`JobSpec`, the per-worker :class:`JobCache`
+* ``_unit_task``: the worker side: :class:`JobSpec`, the per-worker :class:`~framework.executor._unit_task.JobCache`
   (a worker plugin), the task :func:`run_unit_task` and its :class:`UnitOutcome`;
 * ``_report``: the one summary of the run (``framework._summary`` merged, plus workers,
   units retried/skipped, merge times, Triton servers);

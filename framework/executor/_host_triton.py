@@ -20,7 +20,7 @@ server also dies with the nanny's process (LocalTritonServer's ``die_with_parent
 default), so a killed ``cmsrun`` with its LocalCluster leaves no server behind. A worker
 killed and restarted by its nanny keeps the server (the nanny owns it, not the worker).
 
-The files are named by a tag unique to the cluster and the models (:func:`host_tag`), so
+The files are named by a tag unique to the cluster and the models (``host_tag``), so
 that two runs on one host never share a server whose lifetime the other controls.
 """
 
@@ -82,7 +82,7 @@ class HostTritonServer(NannyPlugin):
     """The Dask nanny plugin that starts and stops the host's shared server (module docstring).
 
     Args:
-        tag: :func:`host_tag` of the run.
+        tag: ``host_tag`` of the run.
         repository: the model repository (TritonService's fallback would serve the same).
         models: the models no configured server serves.
         device, instances, wait, verbose: as TritonService's ``fallback`` PSet

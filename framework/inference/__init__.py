@@ -8,10 +8,10 @@ is the short example)::
 
     from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
-Layering: with ``framework.service``, the one package that imports both SONIC sides: the
-client (``framework.sonic``: the producer and its tensors) and the server side's runtime
-(``framework.serving``: the ONNX runner and the model-config reading of the Python
-backend); nothing of the framework imports it (``tests/test_layering.py`` checks both).
+Layering: with ``framework.service``, it imports both SONIC sides: the client
+(``framework.sonic``: the producer and its tensors) and the server side's runtime
+(``framework.serving``: the ONNX runner and the model-config reading); what it may import
+is written once, in :mod:`framework`.
 
 Files, in the direction of their imports:
 

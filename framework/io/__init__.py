@@ -29,9 +29,8 @@ Files (implementation modules are underscored; the names below are the public on
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
   (``python -m framework.samples NAME``).
 
-It knows uproot, awkward and numpy, and the core's source protocol and errors; it knows
-nothing of Triton, and the core never imports it (``PoolSource`` is found by name
-through the registry).
+What it may import (and what may import it): :mod:`framework`, the one place the layering
+is written (``PoolSource`` is found by name through the registry).
 """
 
 from ._chunks import JaggedChunk as JaggedChunk

@@ -91,7 +91,7 @@ class SingletonChunk:
     """A collection with one object per entry: ``chunk[i]`` is a :class:`SingletonView`.
 
     ``records`` is the awkward ``RecordArray`` of the fields; ``columns`` gives per-entry
-    NumPy access to its numeric fields (:func:`numpy_column`); ``fields``, the names.
+    NumPy access to its numeric fields (``numpy_column``); ``fields``, the names.
     """
 
     __slots__ = ("records", "columns", "fields")

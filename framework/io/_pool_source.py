@@ -133,7 +133,9 @@ class PoolSource(Source):
     Files without ``run``/``luminosityBlock``/``event`` branches get ids
     ``1:1:<entry + 1>`` and are left out of the duplicate check (with a warning).
 
-    Raises (from :meth:`collections`, :meth:`set_branch_request`, :meth:`run`):
+    Errors come from :meth:`collections`, :meth:`set_branch_request` and :meth:`run`.
+
+    Raises:
         FileOpenError: a file cannot be opened or has no such tree (names file and trees).
         FileReadError: a requested branch is missing (names the nearest ones), cannot be
             interpreted, or its data cannot be read (names file and entry range; for a
@@ -256,7 +258,7 @@ class PoolSource(Source):
         self._seen: set[tuple[int, int, int]] = set()
 
     async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
-        """Send one :class:`SourceEvent` per event, in input order, then close the channel.
+        """Send one :class:`~framework.SourceEvent` per event, in input order, then close the channel.
 
         Args:
             send_channel: where events go; closed when the input ends.

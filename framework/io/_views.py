@@ -194,7 +194,7 @@ class SingletonView(_SourceView, ak.Record):  # type: ignore[misc]  # awkward ha
 
     Args:
         chunk: the chunk's :class:`~framework.io._chunks.SingletonChunk` (``fields``;
-            ``columns``: field -> per-entry NumPy access as :func:`numpy_column` gives,
+            ``columns``: field -> per-entry NumPy access as ``numpy_column`` gives,
             for numeric fields; ``records``: the awkward ``RecordArray``).
         index: the entry in the chunk.
     """

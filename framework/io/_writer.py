@@ -299,7 +299,7 @@ def atomic_write(path: Path) -> Iterator[Path]:
 class TreeWriter:
     """One new ROOT file with one NanoAOD-style TTree, written atomically.
 
-    The file is created as :func:`temporary_name` by :meth:`open`, receives chunks of
+    The file is created as :func:`temporary_name` by ``open()``, receives chunks of
     columns through :meth:`extend` (each call one basket per branch), and is renamed to
     ``path`` by :meth:`close`; :meth:`abort` removes it. The tree is created at the first
     :meth:`extend`, from the types of its columns: ``{name: 1-D NumPy array}`` gives a
@@ -313,7 +313,7 @@ class TreeWriter:
         context: who writes, for errors and logs ("OutputModule 'out'").
 
     Raises:
-        FileOpenError: from :meth:`open`, the file cannot be created (names path and why).
+        FileOpenError: from ``open()``, the file cannot be created (names path and why).
     """
 
     def __init__(self, path: Path, tree_name: str = "Events", compression: Any = None, context: str = "") -> None:

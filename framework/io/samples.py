@@ -38,6 +38,7 @@ __all__ = ["SHA256", "locate_sample", "search_folders", "extract_from_sdist"]
 log = logging.getLogger("pysonic.samples")
 
 # From /work/shared/data/SHA256SUMS (identical to the files in the packages named below).
+#: Sample name -> its SHA-256 checksum (hex), verified on every use.
 SHA256 = {
     "Run2012BC_DoubleMuParked_Muons_1000evts_rntuple_v1-0-0-0.root": "6a71d6ca866b76c8d89689dfce2cc402aecd2aea0ff03a650db9fe78e60b8385",  # noqa: E501 - a file name and its hash
     "nanoAOD_2015_CMS_Open_Data_ttbar.root": "c14a29b25b15b837226f396e920b5d9fb134f3558bef5b0a9db5d6d9606c5f3a",

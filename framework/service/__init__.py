@@ -1,9 +1,8 @@
 """TritonService: the thin layer that joins the SONIC client to the Triton servers.
 
-Layering: with ``framework.inference`` (the model modules' base classes), the only package
-that imports both ``framework.sonic`` (the client) and ``framework.serving`` (the servers);
-neither of them imports it (``tests/test_layering.py`` checks all three). It holds what
-needs both sides:
+Layering: with ``framework.inference`` (the model modules' base classes), the layer joining
+``framework.sonic`` (the client) and ``framework.serving`` (the servers); what it may import
+is written once, in :mod:`framework`. It holds what needs both sides:
 
 * ``_fallback``: the fallback server's life (start on demand, restart, load, stop): a
   :class:`~framework.serving.LocalTritonServer` behind the client's

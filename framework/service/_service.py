@@ -106,7 +106,7 @@ class TritonService(Service):
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
         ``imageName``, ``sandboxName``, ``instanceBaseName``, ``instanceName``, ``tempDir``,
-        ``retries`` and ``debug`` are accepted and have no effect (see the README).
+        ``retries`` and ``debug`` are accepted and have no effect (see docs/cmssw.md).
         """
         server = cms.ParameterSetDescription()
         server.add("name", cms.untracked.string, "server name (for Client.preferredServer)")
@@ -386,7 +386,7 @@ class TritonService(Service):
         return pairs
 
     def statistics(self) -> dict[str, Any]:
-        """What the job asked of Triton, JSON-ready; see :func:`~framework.service._service_stats.statistics`."""
+        """What the job asked of Triton, JSON-ready; see ``framework.service._service_stats.statistics``."""
         return statistics(
             assignment=self.assignment,
             users={m: [label for label, _ in u] for m, u in self.models.items()},

@@ -1,8 +1,7 @@
 """Triton servers: starting, watching and stopping ``tritonserver``, and what runs inside it.
 
-Layering: the server side of SONIC. It imports the core (``framework._errors``,
-``framework._paths``) and never the client (``framework.sonic``) nor the service layer
-(``framework.service``); ``tests/test_layering.py`` checks it. What a job needs of a server
+Layering: the server side of SONIC; what it may import is written once, in
+:mod:`framework` (``tests/test_layering.py`` checks it). What a job needs of a server
 goes through :class:`LocalTritonServer`; the client only ever sees an address.
 
 Files, in the direction of their imports:

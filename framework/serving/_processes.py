@@ -235,12 +235,12 @@ def terminate_server(pid: int, timeout: float = 30.0, *, region_prefix: str | No
     The caller vouches that ``pid`` is the server (a live ``tritonserver``, or an unreaped
     child of the caller); it is not reaped here. After SIGTERM the server unloads its models
     and its stubs exit and remove their regions; after SIGKILL they stay, and
-    :func:`end_server_remains` ends them. Last, the server's process group gets SIGKILL: the
+    ``end_server_remains`` ends them. Last, the server's process group gets SIGKILL: the
     server leads its own session, so the group holds everything it started. Works for
     processes that are not our children.
 
     Args:
-        region_prefix: the server's region prefix (:func:`new_region_prefix`); None: its
+        region_prefix: the server's region prefix (``new_region_prefix``); None: its
             stubs are found by process group.
 
     Returns:

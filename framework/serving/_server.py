@@ -222,7 +222,7 @@ def resolve_device(device: str, owner: str = "LocalTritonServer") -> str:
     """``"cpu"`` or ``"gpu"``: where a server's models run; ``auto`` is ``gpu`` when a GPU is visible.
 
     Raises:
-        ConfigurationError: ``device`` is not one of :data:`DEVICES`, or is ``gpu`` and
+        ConfigurationError: ``device`` is not one of ``DEVICES``, or is ``gpu`` and
             no GPU is visible (``nvidia-smi -L`` lists none); one line naming ``owner``.
     """
     if device not in DEVICES:
@@ -254,7 +254,7 @@ class LocalTritonServer:
         model_repository: a standard Triton model repository (``<name>/config.pbtxt``,
             ``<name>/<version>/``), or a mapping model name -> model folder (models of
             several repositories served together). It is only read: what tritonserver
-            loads is generated from it (:mod:`framework.serving._repository`: ONNX and
+            loads is generated from it (``framework.serving._repository``: ONNX and
             TorchScript models run in the Python backend, checksums checked) under
             ``<work_dir or ~/.cache/pysonic>/generated-models``, cached by content, and
             served through a folder of symlinks in the work folder.
@@ -279,13 +279,13 @@ class LocalTritonServer:
         host: the IPv4 address it listens on and clients use (default ``127.0.0.1``);
             another address of this host for a server other hosts reach (the Dask
             executor's host server listens on its worker's address).
-        grpc_ssl: serve gRPC over TLS (:class:`GrpcSsl`). Readiness is then checked over
+        grpc_ssl: serve gRPC over TLS (:class:`~framework.serving._server.GrpcSsl`). Readiness is then checked over
             the plain HTTP endpoint (127.0.0.1 only), which needs no client certificate;
             ``ready_models()`` (plain gRPC) sees no model.
 
     Attributes:
         region_prefix: the names of this server's Python-backend regions in ``/dev/shm``
-            start with it (:func:`new_region_prefix`); so do the command lines of its stubs.
+            start with it (``new_region_prefix``); so do the command lines of its stubs.
 
     The server runs in a session (and process group) of its own. ``stop()`` ends it with
     everything it started, also when it was killed: its stubs and its /dev/shm regions.
@@ -444,7 +444,7 @@ class LocalTritonServer:
             timeout: seconds (monotonic clock) for the whole start, all launches included.
 
         Returns:
-            self (already running: nothing is done).
+            This server; nothing is done if it is already running.
 
         Raises:
             TritonServerError: no tritonserver, an explicit port is busy, the process
@@ -619,7 +619,7 @@ class LocalTritonServer:
         """SIGTERM the server, SIGKILL it after ``timeout`` seconds; remove temporary folders.
 
         Whatever the server left (it may have been killed): its Python-backend stubs get
-        SIGKILL and its /dev/shm regions are removed (:func:`end_server_remains`).
+        SIGKILL and its /dev/shm regions are removed (``end_server_remains``).
         Idempotent; a no-op after ``detach()``.
         """
         with self._lock:

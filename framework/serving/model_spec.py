@@ -13,7 +13,7 @@ one 1-D array instead, and ``batch_output`` (``BATCH_SCATTER_WITH_INPUT_SHAPE``)
 each request its part of the output in the shape of its input (:func:`run_ragged`). A
 request whose inputs are missing or malformed gets its own error response; the others
 still run. Tests call these functions without a server; they work on numpy arrays
-(:data:`NUMPY_OPS`) or, given :class:`~framework.serving.torch_backend.TorchOps`, on torch
+(``NUMPY_OPS``) or, given :class:`~framework.serving.torch_backend.TorchOps`, on torch
 tensors.
 """
 

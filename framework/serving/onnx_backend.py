@@ -96,7 +96,7 @@ class OnnxRunner:
     Raises:
         ValueError: config and ONNX graph disagree on tensor names.
         RuntimeError: ``gpu`` given but onnxruntime has no CUDA provider.
-        onnxruntime errors: the file is missing or invalid.
+        Exception: onnxruntime's own error, the file is missing or invalid.
     """
 
     ops = NUMPY_OPS

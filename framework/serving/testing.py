@@ -57,7 +57,7 @@ class TensorConfig:
     Attributes:
         name: the tensor's name (``"x"``).
         data_type: Triton's type name, ``TYPE_FP32``, ``TYPE_INT64``, ... (the keys of
-            :data:`~framework.serving.model_spec.TRITON_DTYPES`).
+            ``framework.serving.model_spec.TRITON_DTYPES``).
         dims: the shape without the batch dimension; -1 for a variable one.
     """
 
@@ -179,7 +179,7 @@ def serving(
     Raises:
         TritonServerError: the server did not start; or, after the block, its stopped
             server left Python-backend stub processes or /dev/shm regions behind for
-            :data:`SETTLE` seconds (names them). An error of the block itself wins.
+            ``SETTLE`` seconds (names them). An error of the block itself wins.
     """
     server = LocalTritonServer(repository, models=list(models) if models is not None else None, **options)
     try:

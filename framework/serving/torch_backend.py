@@ -127,7 +127,7 @@ class TorchRunner:
     Raises:
         RuntimeError: ``device`` is a CUDA device but torch sees none (torch built
             without CUDA, or no GPU visible to the server).
-        torch errors: the file is missing or is not TorchScript.
+        Exception: torch's own error, the file is missing or is not TorchScript.
     """
 
     def __init__(

@@ -1,10 +1,7 @@
 """SONIC's client: inference as a service on NVIDIA Triton (CMSSW's HeterogeneousCore/Sonic*).
 
-Layering: the client side of SONIC. It builds on the core's ExternalWork and bridge and
-knows Triton only through ``tritonclient``; it never imports the server side
-(``framework.serving``) nor the packages that join the two (``framework.service``:
-TritonService, the fallback server; ``framework.inference``: the model modules' SONIC and
-direct producers). ``tests/test_layering.py`` checks it.
+Layering: the client side of SONIC, built on the core's ExternalWork; what it may import
+is written once, in :mod:`framework` (``tests/test_layering.py`` checks it).
 
 Files, in the direction of their imports: each imports only files listed before it
 (``tests/test_layering.py`` checks that there is no cycle):
@@ -35,7 +32,7 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
   (one generator of steps for the three modes), which drives the ``Router`` and the
   callables it is given;
-* ``_batching``: ``Client.batching``, cross-event batching: the :class:`Batcher` merging
+* ``_batching``: ``Client.batching``, cross-event batching: the :class:`~framework.sonic._batching.Batcher` merging
   the requests of events in flight for one model into one call, and giving each its rows;
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
   client through the ``RequestClient`` interface;

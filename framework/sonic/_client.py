@@ -85,7 +85,7 @@ def client_description() -> cms.ParameterSetDescription:
     ``allowedTries``) is accepted too and read as ``retries``.
 
     ``modelConfigPath`` is a ``cms.FileInPath``, found on ``$CMSSW_SEARCH_PATH`` and then in
-    the project's ``data/`` folder (see :func:`resolve_config_path`).
+    the project's ``data/`` folder (see ``resolve_config_path``).
 
     pysonic's extensions (marked in ``cmsrun --describe``): ``batchMode``, ``retries``
     (the retry policy, of which ``allowedTries`` is the simplest case) and ``batching``.
@@ -163,7 +163,7 @@ def resolve_config_path(value: Any) -> pathlib.Path:
     """``Client.modelConfigPath`` as a file.
 
     A ``cms.FileInPath`` resolves itself (its ``fullPath()``); a plain string (a path given
-    to :meth:`TritonService.add_model`, say) is looked up as a FileInPath is: an absolute
+    to ``TritonService.add_model``, say) is looked up as a FileInPath is: an absolute
     path as it is, a relative one on ``$CMSSW_SEARCH_PATH`` and then in the project's
     ``data/`` folder.
 
@@ -187,8 +187,10 @@ class TritonClient:
         params: the module's validated ``Client`` PSet (see :func:`client_description`).
         debug_name: the module label, for messages.
 
-    Attributes (after :meth:`connect`):
-        server: the :class:`ServerInfo` the model was assigned to (requests may go elsewhere
+    The attributes are set by :meth:`connect`.
+
+    Attributes:
+        server: the :class:`~framework.sonic.ServerInfo` the model was assigned to (requests may go elsewhere
             while it is out of service; see ``request.server``).
         router: TritonService's routing, which routes requests and starts the fallback
             server (None for a client connected by hand: it retries on its one server only).
@@ -258,7 +260,7 @@ class TritonClient:
     ) -> None:
         """Fetch the model's metadata and config from ``server``; blocking (begin_job). A server
         without ``ModelConfig`` (MLServer, KServe) is used with the local config's
-        ``max_batch_size`` (see :mod:`framework.sonic._oip`).
+        ``max_batch_size`` (see ``framework.sonic._oip``).
 
         Args:
             server: where the model is served (a ``"host:port"`` string = plain channel).

@@ -42,8 +42,8 @@ class ClientStatistics:
 class ClientCounters:
     """The running :class:`ClientStatistics` of one client, and its calls per server.
 
-    The request adds its calls (:meth:`add_calls`); the retry policy is given
-    :meth:`add_retry` and :meth:`add_error`. Plain integers under a lock (once per call:
+    The request adds its calls (``add_calls``); the retry policy is given
+    ``add_retry`` and ``add_error``. Plain integers under a lock (once per call:
     no dataclass copied per event); snapshots are immutable.
     """
 

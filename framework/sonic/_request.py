@@ -121,7 +121,7 @@ class TritonRequest:
 
     @property
     def batch_size(self) -> int:
-        """Rows of this request: the inputs' leading dimension (batching models; 0 before
+        """Rows of this request, the inputs' leading dimension (batching models; 0 before
         any input is set), or 1 (models without batching)."""
         if self.client.max_batch_size == 0 and not self._ragged:
             return 1

@@ -14,7 +14,7 @@ actions, tried one after the other when an attempt fails with a *recoverable* er
 
 The default is CMSSW's, no retry (``allowedTries = 0``); ``allowedTries = N`` is
 ``[sameServer x (N - 1)]`` and later CMSSW releases' ``Retry`` VPSet is read as these
-actions (:func:`parse_retries`); :data:`RECOMMENDED_RETRIES` (``recommended_retries()`` in
+actions (:func:`parse_retries`); ``RECOMMENDED_RETRIES`` (``recommended_retries()`` in
 a config) is pysonic's policy with failover.
 
 Each action waits ``backoff * backoffFactor**k`` seconds before its k-th try (k from 0),
@@ -36,10 +36,10 @@ Sync mode needs the same policy without an event loop, so the policy is kept her
 The loop is written once, as a generator of steps (:meth:`RetryPolicy.steps`; the steps
 and their drivers are ``framework.sonic._waits``): the modes differ only in how they wait.
 
-Direction: the loop knows servers (:class:`ServerInfo`) and the steps, nothing else of the
+Direction: the loop knows servers (:class:`~framework.sonic.ServerInfo`) and the steps, nothing else of the
 package.
 A :class:`RetryPolicy` is built once per client and hands the loop what it drives: a
-:class:`Router` (TritonService's routing, or :class:`SingleServer` for a client connected
+:class:`Router` (TritonService's routing, or ``SingleServer`` for a client connected
 by hand) and the callables that count and describe failures. The try itself is a callable
 ``attempt(server, grpc_client)`` given by the request.
 """
@@ -144,7 +144,7 @@ def retry_description() -> cms.ParameterSetDescription:
 
 
 def retries_pset(actions: Sequence[RetryAction]) -> list[dict[str, Any]]:
-    """``actions`` as ``Client.retries`` VPSet items (e.g. of :data:`RECOMMENDED_RETRIES`)."""
+    """``actions`` as ``Client.retries`` VPSet items (e.g. of ``RECOMMENDED_RETRIES``)."""
     return [
         {"action": a.action, "maxTries": a.max_tries, "backoff": a.backoff, "backoffFactor": a.backoff_factor}
         for a in actions
@@ -152,9 +152,11 @@ def retries_pset(actions: Sequence[RetryAction]) -> list[dict[str, Any]]:
 
 
 def recommended_retries() -> cms.VPSet:
-    """:data:`RECOMMENDED_RETRIES` as a config's ``Client.retries`` (typed, untracked)::
+    """``RECOMMENDED_RETRIES`` as a config's ``Client.retries`` (typed, untracked).
 
-    Client = cms.PSet(..., retries = recommended_retries())
+    For example::
+
+        Client = cms.PSet(..., retries = recommended_retries())
     """
     vpset: cms.VPSet = cms.untracked.VPSet(
         *[
@@ -231,8 +233,8 @@ def parse_retries(
 
 def is_recoverable(exc: BaseException) -> bool:
     """Whether another try (here or elsewhere) may succeed after ``exc``: an
-    :class:`ExternalFailure`'s ``retryable``; for tritonclient's ``InferenceServerException``,
-    whether its gRPC status is one of :data:`RECOVERABLE_STATUSES`."""
+    :class:`~framework.ExternalFailure`'s ``retryable``; for tritonclient's ``InferenceServerException``,
+    whether its gRPC status is one of ``RECOVERABLE_STATUSES``."""
     if isinstance(exc, ExternalFailure):
         return exc.retryable
     return grpc_status(exc) in RECOVERABLE_STATUSES
@@ -258,7 +260,7 @@ class Router(Protocol):
     server, which spread requests over several servers of a model.
 
     Implemented by TritonService's routing (``framework.sonic._routing.Routing``) and, for
-    a client connected by hand, by :class:`SingleServer`.
+    a client connected by hand, by ``SingleServer``.
     """
 
     def route_steps(self, model: str, preferred: str) -> Steps[ServerInfo]: ...

@@ -28,7 +28,7 @@ service that serves the model.
   routing, one that went away or no longer serves a model leaves it, a saturated one
   (queue time per execution above ``discovery.saturatedAbove`` us) is the last choice;
 * the fallback server (a :class:`Fallback`, made by the factory TritonService passes:
-  :class:`framework.service._fallback.FallbackServer`, owned here) is asked for when a
+  ``framework.service._fallback.FallbackServer``, owned here) is asked for when a
   ``fallback`` retry needs it. The client side never imports the server side
   (``framework.serving``): the fallback comes in through this interface.
 
@@ -81,7 +81,7 @@ class Fallback(Protocol):
     models: frozenset[str]
 
     def info(self) -> ServerInfo | None:
-        """Its current address as a :class:`ServerInfo`, or None if never started."""
+        """Its current address as a :class:`~framework.sonic.ServerInfo`, or None if never started."""
 
     def is_running(self) -> bool:
         """Whether its process runs."""
@@ -137,19 +137,19 @@ class Routing:
         servers: the configured servers, in order of preference.
         health: TritonService's validated ``health`` PSet (``unhealthyAfter``,
             ``probeInterval`` and ``probeTimeout`` in seconds).
-        fallback: makes the job's :class:`Fallback` (TritonService passes one that makes a
-            :class:`framework.service._fallback.FallbackServer`), given the callback it
+        fallback: makes the job's :class:`~framework.sonic._routing.Fallback` (TritonService passes one that makes a
+            ``framework.service._fallback.FallbackServer``), given the callback it
             must call when a new server process serves.
         discovery: TritonService's ``discovery`` PSet (:class:`~framework.sonic._pool.
             DiscoveryParameters`); None: CMSSW's behaviour (ask once, no wait, no survey).
         clock: the clock of probes and surveys, seconds (``time.monotonic``; tests pass a fake).
 
     Attributes:
-        servers: name -> :class:`ServerInfo` of the configured servers.
+        servers: name -> :class:`~framework.sonic.ServerInfo` of the configured servers.
         served: configured server name -> its READY models (begin_job; unreachable ones absent).
         assignment: model -> the name of its server at begin_job.
         health: server name -> :class:`ServerHealth`.
-        fallback: the job's :class:`Fallback`.
+        fallback: the job's :class:`~framework.sonic._routing.Fallback`.
     """
 
     def __init__(
@@ -402,7 +402,7 @@ class Routing:
     # -- servers and channels ----------------------------------------------------------
 
     def server(self, name: str) -> ServerInfo:
-        """The :class:`ServerInfo` of a configured server or of the fallback.
+        """The :class:`~framework.sonic.ServerInfo` of a configured server or of the fallback.
 
         Raises:
             ExternalFailure: ``name`` is the fallback and it is not running.
@@ -604,7 +604,7 @@ def ready_models(server: ServerInfo, wanted: Iterable[str] = ()) -> set[str] | s
     """The READY models of ``server`` (blocking), or the reason it cannot be asked.
 
     Its repository index (Triton's, MLServer's); a server without one (KServe's) is asked
-    whether each of ``wanted`` is ready (:mod:`framework.sonic._oip`).
+    whether each of ``wanted`` is ready (``framework.sonic._oip``).
     """
     from tritonclient.utils import InferenceServerException
 

@@ -75,9 +75,8 @@ def request_metadata(
         where: who configures it, for messages (``"TritonService: servers 'name'"``).
         headers: ``"key: value"`` entries (the key is case-insensitive, sent in lower case).
         token_file: a file whose contents, without surrounding white space, are the token.
-        token_variable: the environment variable that holds the token.
-        At most one of ``token_file``/``token_variable``; both "" = no token. The token is
-        read now, once.
+        token_variable: the environment variable that holds the token. At most one of
+            ``token_file``/``token_variable``; both "" = no token. The token is read now, once.
 
     Raises:
         ConfigurationError: a malformed or reserved header, a header given twice, an

@@ -156,7 +156,7 @@ _PREFIX = "StatusCode."
 
 def grpc_status(exc: BaseException) -> str | None:
     """The gRPC status name of a failed call (``"UNAVAILABLE"``, ``"DEADLINE_EXCEEDED"``, ...):
-    an ``InferenceServerException``'s status, an :class:`ExternalFailure`'s ``status``;
+    an ``InferenceServerException``'s status, an :class:`~framework.ExternalFailure`'s ``status``;
     None for anything else or an error without status."""
     from tritonclient.utils import InferenceServerException
 
