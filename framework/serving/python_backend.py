@@ -3,7 +3,7 @@
 The server bundled with nvidia-pytriton has no ONNX Runtime or PyTorch backend, so every
 ONNX (``onnxruntime_onnx``) or TorchScript (``pytorch_libtorch``) model a server of the
 project serves becomes a Python-backend model whose generated ``<version>/model.py``
-re-exports :class:`TritonPythonModel` from here (:mod:`framework.serving._repository`
+re-exports :class:`TritonPythonModel` from here (``framework/serving/_repository.py``
 writes it, with these parameters set). Its ``config.pbtxt`` names the inputs and outputs
 (the same names as the ONNX graph; ``NAME__i`` positions for TorchScript) and may set
 these ``parameters``:
@@ -76,7 +76,7 @@ class TritonPythonModel:
                 true or false, or config and model file disagree.
             RuntimeError: a GPU instance, but torch sees no CUDA device, or onnxruntime
                 has no CUDA provider (one line naming the package to install).
-            onnxruntime / torch errors: the model file is missing or invalid (Triton then
+            Exception: onnxruntime's or torch's own error: the model file is missing or invalid (Triton then
                 fails the load and logs the message).
         """
         self.spec = parse_model_config(args["model_config"])

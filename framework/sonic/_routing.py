@@ -140,8 +140,9 @@ class Routing:
         fallback: makes the job's :class:`~framework.sonic._routing.Fallback` (TritonService passes one that makes a
             ``framework.service._fallback.FallbackServer``), given the callback it
             must call when a new server process serves.
-        discovery: TritonService's ``discovery`` PSet (:class:`~framework.sonic._pool.
-            DiscoveryParameters`); None: CMSSW's behaviour (ask once, no wait, no survey).
+        discovery: TritonService's ``discovery`` PSet
+            (:class:`~framework.sonic.DiscoveryParameters`); None: CMSSW's behaviour (ask
+            once, no wait, no survey).
         clock: the clock of probes and surveys, seconds (``time.monotonic``; tests pass a fake).
 
     Attributes:
@@ -195,10 +196,10 @@ class Routing:
     async def discover(self, models: Collection[str]) -> None:
         """Ask every configured server what it serves (begin_job, worker threads).
 
-        With ``discovery.saturatedAbove``, the load is read twice, :data:`~framework.sonic.
-        _pool.SATURATION_WINDOW` s apart, and a saturated server is skipped (a later survey
-        lets it join). With ``discovery.wait``, while a model of ``models`` is served by no
-        server, the servers are asked again every :data:`BEGIN_POLL` s (at most) for up to
+        With ``discovery.saturatedAbove``, the load is read twice, ``SATURATION_WINDOW``
+        (``framework/sonic/_pool.py``) seconds apart, and a saturated server is skipped (a
+        later survey lets it join). With ``discovery.wait``, while a model of ``models`` is
+        served by no server, the servers are asked again every ``BEGIN_POLL`` s (at most) for up to
         that many seconds, with one progress line per round naming the models and what each
         server answered. A server that cannot be reached is skipped with a warning.
         """
