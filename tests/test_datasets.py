@@ -245,3 +245,35 @@ def test_units_and_file_facts_are_picklable():
     info = preprocess_file(str(locate_sample("nano_dy.root")), "Events")
     [unit] = split_units("DY", info, 100)
     assert pickle.loads(pickle.dumps(info)) == info and pickle.loads(pickle.dumps(unit)).id == unit.id
+
+
+def test_run_folders_of_a_killed_driver_are_removed_by_the_next_run(tmp_path, caplog):
+    """A Dask driver killed with SIGKILL leaves ``<output>.parts/run-<owner>-<n>/``: the next
+    run removes the folders whose driver is gone (one line), never those of a driver that
+    still runs or of another host, nor folders without an owner tag."""
+    import os
+    import subprocess
+
+    import psutil
+
+    from framework._owners import host_id, owner_tag
+    from framework.io import new_run_name, remove_stale_runs
+
+    final = tmp_path / "out.root"
+    folder = parts_folder(final)
+    gone = subprocess.Popen(["sleep", "60"])
+    gone_tag = owner_tag(gone.pid)
+    gone.kill()
+    gone.wait()
+    dead = folder / f"run-{gone_tag}-abc123"
+    alive = folder / new_run_name()
+    other_host = folder / f"run-{os.getpid()}-{int(psutil.Process().create_time())}-{'0' * 8}-abc123"
+    untagged = folder / "run-0123456789ab"
+    assert host_id() != "0" * 8
+    for run in (dead, alive, other_host, untagged):
+        (run / "part.root").parent.mkdir(parents=True)
+        (run / "part.root").write_bytes(b"x")
+    with caplog.at_level("WARNING", logger="pysonic.merge"):
+        assert remove_stale_runs(final) == [dead]
+    assert not dead.exists() and alive.exists() and other_host.exists() and untagged.exists()
+    assert "removed 1 parts folder(s) left by runs whose driver is gone" in caplog.text

@@ -39,7 +39,6 @@ import functools
 import json
 import logging
 import os
-import secrets
 import shutil
 import signal
 import time
@@ -62,7 +61,9 @@ from ..io import (
     dataset_output_path,
     final_path,
     merge_unit_parts,
+    new_run_name,
     parts_folder,
+    remove_stale_runs,
     run_parts_folder,
 )
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
@@ -105,7 +106,7 @@ class _Run:
     skipped: list[UnitOutcome] = field(default_factory=list)
     retried: dict[str, int] = field(default_factory=dict)
     outputs: list[Path] = field(default_factory=list)  # configured output names (for cleanup)
-    name: str = field(default_factory=lambda: f"run-{secrets.token_hex(6)}")  # its parts folders' name
+    name: str = field(default_factory=new_run_name)  # its parts folders' name (owner-tagged)
     folders: list[Path] = field(default_factory=list)  # the run's parts folders, as created
 
     def run_folders(self) -> RunFolders:
@@ -527,6 +528,7 @@ def _make_run_folders(run: _Run) -> None:
             if not final.parent.is_dir():
                 continue
             parts_folder(final).mkdir(exist_ok=True)
+            remove_stale_runs(final)  # a driver killed before it could remove its own
             folder = run_parts_folder(final, run.name)
             folder.mkdir()
             run.folders.append(folder)

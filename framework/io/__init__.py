@@ -50,10 +50,12 @@ from ._parts import dataset_output_path as dataset_output_path
 from ._parts import final_path as final_path
 from ._parts import merge_parts as merge_parts
 from ._parts import merge_unit_parts as merge_unit_parts
+from ._parts import new_run_name as new_run_name
 from ._parts import output_naming as output_naming
 from ._parts import output_path as output_path
 from ._parts import part_path as part_path
 from ._parts import parts_folder as parts_folder
+from ._parts import remove_stale_runs as remove_stale_runs
 from ._parts import run_parts_folder as run_parts_folder
 from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics

@@ -29,6 +29,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
+import secrets
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,8 @@ from typing import Any
 import awkward as ak
 import numpy as np
 import uproot
+
+from framework._owners import OWNER_PATTERN, owner_alive, owner_tag
 
 from .._errors import FileOpenError, FileReadError
 from ._files import one_line
@@ -99,6 +104,37 @@ def parts_folder(final: str | Path) -> Path:
 def run_parts_folder(final: str | Path, run: str) -> Path:
     """Where run ``run`` writes the parts of ``final``: ``<final>.parts/<run>/``."""
     return parts_folder(final) / run
+
+
+def new_run_name() -> str:
+    """A run's name for its parts folders: ``run-<owner tag>-<random>``; the owner tag
+    (``framework._owners``: pid, start time, host) lets a later run tell a folder left by a
+    killed driver from one a running driver is writing (:func:`remove_stale_runs`)."""
+    return f"run-{owner_tag()}-{secrets.token_hex(3)}"
+
+
+def remove_stale_runs(final: str | Path) -> list[Path]:
+    """Remove the run folders in ``<final>.parts/`` whose driver is gone (a driver killed
+    with SIGKILL cannot remove its own), logging one line; a driver of another host, or of
+    an older version (no owner tag), is left alone. Returns the folders removed."""
+    folder = parts_folder(final)
+    removed = []
+    for entry in sorted(folder.glob("run-*")) if folder.is_dir() else []:
+        match = _RUN.fullmatch(entry.name)
+        if match is None or owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    if removed:
+        log.warning(
+            "removed %d parts folder(s) left by runs whose driver is gone: %s",
+            len(removed),
+            ", ".join(str(p) for p in removed),
+        )
+    return removed
+
+
+_RUN = re.compile(rf"run-{OWNER_PATTERN}-[0-9a-f]+")
 
 
 def part_path(final: str | Path, unit: WorkUnit, run: str | None = None) -> Path:
