@@ -130,7 +130,7 @@ def test_surveys_on_the_routing_clock_let_servers_join_and_leave(monkeypatch):
     answers = {"a": {"m"}, "b": "StatusCode.UNAVAILABLE: connection refused"}
     asked = []
 
-    def ready(server):
+    def ready(server, wanted=()):
         asked.append((now[0], server.name))
         return answers[server.name]
 
@@ -166,7 +166,7 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     monkeypatch.setattr(
         _routing,
         "ready_models",
-        lambda server: (
+        lambda server, wanted=(): (
             {"m"} if trio.from_thread.run_sync(trio.current_time) >= 5 else "StatusCode.UNAVAILABLE: refused"
         ),
     )
@@ -180,7 +180,7 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     caplog.clear()
     routing = two_server_routing(DiscoveryParameters(wait=3.0), clock=trio.current_time, served=())
     start = trio.current_time()
-    monkeypatch.setattr(_routing, "ready_models", lambda server: "StatusCode.UNAVAILABLE: connection refused")
+    monkeypatch.setattr(_routing, "ready_models", lambda server, wanted=(): "StatusCode.UNAVAILABLE: connection refused")
     await routing.discover({"m"})
     assert trio.current_time() - start == 3.0 and routing.served == {}
     assert sum("cannot be reached, skipped" in r.getMessage() for r in caplog.records) == 2

@@ -271,6 +271,7 @@ def _one_run(
     run["client_ms_per_event"] = sonic["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
     run["client_ms_per_request"] = run["client_ms_per_event"] / max(sonic["calls_per_event"], 1e-9)
     run["batched_client_ms_per_event"] = run["sonic_batched"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
+    run["batched_client_ms_per_request"] = run["batched_client_ms_per_event"] / requests  # per event and model
     run["client_vs_bare"] = run["client_ms_per_request"] / bare["cpu_ms_per_request"]
     run["client_vs_floor"] = run["client_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
     run["bare_vs_floor"] = bare["cpu_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
@@ -286,6 +287,7 @@ ROW_KEYS = (
     "client_ms_per_event",
     "client_ms_per_request",
     "batched_client_ms_per_event",
+    "batched_client_ms_per_request",
     "client_vs_bare",
     "client_vs_floor",
     "bare_vs_floor",

@@ -98,7 +98,7 @@ def hosts_point(
 ) -> dict[str, Any]:
     """One run on the simulated cluster at ``scheduler`` (``hosts`` workers): events/s, the
     workers' CPU per event (ms) and the number of Triton servers that served the run."""
-    from framework.executor._hosts import worker_pids
+    from framework.executor import worker_pids
 
     from ._exp_cpu import _tree_cpu
 
@@ -120,7 +120,7 @@ def _hosts_rows(
 ) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
     """The rows across simulated hosts (see the module docstring), notes, settings
     (``counts``: the numbers of hosts; ``copies`` of ``sample`` in the fileset)."""
-    from framework.executor._hosts import namespaces_missing, simulated_cluster
+    from framework.executor import namespaces_missing, simulated_cluster
     from framework.serving.testing import write_tiny_repository
 
     chunk = 10

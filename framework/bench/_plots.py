@@ -389,8 +389,9 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
     ax_job.legend(fontsize=7)
     client = [
         ("client_ms_per_request", "SONIC client per request"),
+        ("batched_client_ms_per_request", "SONIC batched, per event and model"),
         ("bare_cpu_ms_per_request", "bare async_infer per request"),
-        ("batched_client_ms_per_event", "SONIC batched client per event"),
+        ("floor_cpu_ms_per_request", "floor (prebuilt bytes) per request"),
     ]
     width = 0.8 / len(client)
     from ._exp_cpu import client_resolved
@@ -399,8 +400,9 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
     # MiniAOD-like config) is not drawn; the bare loop's is.
     resolved = [client_resolved(r) for r in rows]
     for i, (key, label) in enumerate(client):
-        heights = [r[key] if ok or key.startswith("bare") else 0.0 for r, ok in zip(rows, resolved, strict=True)]
-        ax_client.bar(x + (i - 1) * width, heights, width, label=label)
+        loops = key.startswith(("bare", "floor"))  # measured on their own: always drawn
+        heights = [r.get(key, 0.0) if ok or loops else 0.0 for r, ok in zip(rows, resolved, strict=True)]
+        ax_client.bar(x + (i - 1.5) * width, heights, width, label=label)
     for xi, ok in zip(x, resolved, strict=True):
         if not ok:
             ax_client.text(

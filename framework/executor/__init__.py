@@ -23,6 +23,9 @@ Files:
 from ._dask import DaskOptions as DaskOptions
 from ._dask import run_on_dask as run_on_dask
 from ._host_triton import HostTritonServer as HostTritonServer
+from ._hosts import namespaces_missing as namespaces_missing
+from ._hosts import simulated_cluster as simulated_cluster
+from ._hosts import worker_pids as worker_pids
 from ._unit_task import JobSpec as JobSpec
 from ._unit_task import UnitOutcome as UnitOutcome
 from ._unit_task import run_unit_task as run_unit_task

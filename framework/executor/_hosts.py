@@ -146,7 +146,7 @@ def simulated_cluster(
 
     Raises:
         RuntimeError: namespaces are not permitted (:func:`namespaces_missing`'s line).
-        TimeoutError: the workers did not all join within :data:`START_TIMEOUT` s.
+        TimeoutError: the workers did not all join within ``START_TIMEOUT`` seconds.
     """
     from distributed import Client, LocalCluster
 
