@@ -20,6 +20,8 @@ candidates (pfnano.root stores no taus; see ``modules/deeptau_inputs.py``). With
 ``server`` the SONIC modules use the fallback local server on ``data/models``.
 """
 
+from benchServer_cff import servers_from
+
 import framework.config as cms
 
 V = cms.VarParsing
@@ -101,18 +103,8 @@ process.maxEvents.input = options.events
 process.options.numberOfStreams = options.streams
 process.options.numberOfThreads = options.threads
 
-servers = []
-if options.server:
-    address, _, port = options.server.rpartition(":")
-    servers.append(
-        cms.PSet(
-            name=cms.untracked.string("bench"),
-            address=cms.untracked.string(address),
-            port=cms.untracked.uint32(int(port)),
-        )
-    )
 process.TritonService = cms.Service(
-    "TritonService", servers=cms.untracked.VPSet(*servers), fallback=cms.PSet(enable=cms.untracked.bool(True))
+    "TritonService", servers=servers_from(options.server, "bench"), fallback=cms.PSet(enable=cms.untracked.bool(True))
 )
 
 

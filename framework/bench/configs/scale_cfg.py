@@ -12,6 +12,8 @@ the jets' HT and the echoed value (not the CPU producer's product: its calibrati
 from process to process), so runs can be compared event by event.
 """
 
+from benchServer_cff import servers_from
+
 import framework.config as cms
 from framework.sonic import recommended_retries
 
@@ -56,19 +58,9 @@ process.cpu = cms.EDProducer("framework.bench._modules:BenchCPUProducer", cpuTim
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
 sequence = process.cpu * process.jetHT
 if options.sonic:
-    servers = []
-    if options.server:
-        address, _, port = options.server.rpartition(":")
-        servers.append(
-            cms.PSet(
-                name=cms.untracked.string("scale"),
-                address=cms.untracked.string(address),
-                port=cms.untracked.uint32(int(port)),
-            )
-        )
     process.TritonService = cms.Service(
         "TritonService",
-        servers=cms.untracked.VPSet(*servers),
+        servers=servers_from(options.server, "scale"),
         fallback=cms.PSet(
             enable=cms.untracked.bool(not options.server),
             device=cms.untracked.string("cpu"),
