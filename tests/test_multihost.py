@@ -250,7 +250,8 @@ def test_one_server_per_host_and_every_event_once_when_a_worker_is_killed(hosts,
     servers = summary["host_servers"]
     assert set(servers) == set(workers) and len(set(servers.values())) == HOSTS
     assert all(address.rsplit(":", 1)[0] == workers[worker]["host"] for worker, address in servers.items())
-    assert {w["host"] for w in summary["workers"].values()} == {h.name for h in made}
+    # The workers that ran units are the hosts' (after a kill, the survivor may run them all).
+    assert {w["host"] for w in summary["workers"].values()} <= {h.name for h in made}
     models = summary["services"]["TritonService"]["models"]  # Triton's own counters, per host server
     assert len(models) == HOSTS and sum(m["requests"] for m in models.values()) >= 40  # a rerun unit asks again
     assert_hosts_clean(made)

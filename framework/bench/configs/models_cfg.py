@@ -20,9 +20,8 @@ candidates (pfnano.root stores no taus; see ``modules/deeptau_inputs.py``). With
 ``server`` the SONIC modules use the fallback local server on ``data/models``.
 """
 
-from benchServer_cff import servers_from
-
 import framework.config as cms
+from framework.bench.configs.benchServer_cff import servers_from
 
 V = cms.VarParsing
 options = V()

@@ -12,9 +12,8 @@ the jets' HT and the echoed value (not the CPU producer's product: its calibrati
 from process to process), so runs can be compared event by event.
 """
 
-from benchServer_cff import servers_from
-
 import framework.config as cms
+from framework.bench.configs.benchServer_cff import servers_from
 from framework.sonic import recommended_retries
 
 V = cms.VarParsing
