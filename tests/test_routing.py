@@ -180,7 +180,8 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     caplog.clear()
     routing = two_server_routing(DiscoveryParameters(wait=3.0), clock=trio.current_time, served=())
     start = trio.current_time()
-    monkeypatch.setattr(_routing, "ready_models", lambda server, wanted=(): "StatusCode.UNAVAILABLE: connection refused")
+    refused = "StatusCode.UNAVAILABLE: connection refused"
+    monkeypatch.setattr(_routing, "ready_models", lambda server, wanted=(): refused)
     await routing.discover({"m"})
     assert trio.current_time() - start == 3.0 and routing.served == {}
     assert sum("cannot be reached, skipped" in r.getMessage() for r in caplog.records) == 2
