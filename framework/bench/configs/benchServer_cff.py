@@ -1,7 +1,7 @@
 """The benchmark jobs' Triton server from their ``server=host:port`` option (what they share).
 
-    from framework.bench.configs.benchServer_cff import servers_from
-    process.TritonService = cms.Service("TritonService", servers=servers_from(options.server, "bench"), ...)
+from framework.bench.configs.benchServer_cff import servers_from
+process.TritonService = cms.Service("TritonService", servers=servers_from(options.server, "bench"), ...)
 """
 
 import framework.config as cms
