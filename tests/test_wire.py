@@ -244,37 +244,3 @@ def test_resident_memory_stays_flat_over_many_1_mb_calls(server, grpc_client):
     calls(200)
     growth = _resident_mb() - before
     assert growth < 60, f"resident memory grew by {growth:.0f} MB over 200 calls of 1.1 MB"
-
-
-def test_no_thread_is_started_per_call_when_calls_come_one_at_a_time(server, monkeypatch):
-    """grpcio's spin thread exits when no call is in flight and is started again by the next
-    call; the wire stub keeps one call open so that it stays (fails without: one start per call)."""
-    import threading
-
-    import tritonclient.grpc as grpcclient
-
-    grpc_client = grpcclient.InferenceServerClient(server.grpc_address)  # a channel of its own
-    arrays = _arrays(2, 3)
-    plan = RequestPlan("identity", "", [(n, DTYPES[n][0]) for n in arrays], ())
-
-    def one_call() -> None:
-        done = threading.Event()
-        outcome: dict[str, object] = {}
-
-        def callback(result, error):
-            outcome.update(result=result, error=error)
-            done.set()
-
-        WireCall(plan, list(arrays.values())).send(grpc_client, "identity", {"client_timeout": 30}, callback)
-        assert done.wait(30) and outcome["error"] is None
-
-    try:
-        one_call()  # the stub, its open call and the spin thread start here
-        started = []
-        original = threading.Thread.start
-        monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), original(self))[1])
-        for _ in range(20):
-            one_call()
-        assert started == [], f"{len(started)} threads started over 20 calls one at a time"
-    finally:
-        grpc_client.close()

@@ -191,7 +191,6 @@ class WireCall:
 
 
 _MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"  # grpc_service.proto
-_MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 
 class _WireStub:
@@ -208,39 +207,9 @@ class _WireStub:
 
         channel = grpc_client._channel  # noqa: SLF001 - tritonclient's channel: one connection, its options
         self.infer = channel.unary_unary(_MODEL_INFER, _registered_method=True)
-        self._keep_spinning(channel)
         self._client = weakref.ref(grpc_client)
         self._fixed = None if grpc_client._plugin is not None else tuple(grpc_client._get_metadata(None))  # noqa: SLF001
         self._compressions: dict[str | None, Any] = {None: grpc.Compression.NoCompression}
-
-    @staticmethod
-    def _keep_spinning(channel: Any) -> None:
-        """Keep one call open on ``channel`` for as long as the channel lives.
-
-        grpcio's synchronous channel delivers completions on a "spin" thread that EXITS
-        whenever no call is in flight and is started again (``threading.Thread.start``, on
-        the caller's thread) by the next call: in a job, between bursts of events, that is
-        a thread started every few requests (~10 % of the trio thread's samples in the
-        four-model job's profile, ``docs/performance.md``). An open ``ModelStreamInfer``
-        stream that sends nothing keeps the count of calls in flight above zero, so the
-        thread stays. It ends with the channel (``close`` cancels it); a server without
-        that RPC (an Open Inference Protocol server other than Triton) ends it at once,
-        and grpcio then behaves as before. Its request iterator ends with the call.
-        """
-        import grpc
-
-        ended = threading.Event()
-
-        def requests() -> Any:  # grpcio's request-consumer thread: blocks until the call ends
-            ended.wait()
-            return
-            yield  # a generator that sends nothing
-
-        try:
-            stream = channel.stream_stream(_MODEL_STREAM_INFER, _registered_method=True)(requests())
-            stream.add_done_callback(lambda _: ended.set())
-        except grpc.RpcError:  # the channel is closed: nothing to keep
-            ended.set()
 
     def metadata(self) -> Any:
         if self._fixed is not None:
