@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
+import re
+import shutil
 import socket
+from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
-__all__ = ["OWNER_PATTERN", "host_id", "owner_alive", "owner_tag"]
+__all__ = ["OWNER_PATTERN", "host_id", "owner_alive", "owner_tag", "remove_orphans"]
 
 # The regular expression of an owner tag: groups pid, start, host.
 OWNER_PATTERN = r"(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{8})"
@@ -49,3 +54,31 @@ def owner_alive(pid: int, start: int | None, host: str | None = None) -> bool:
     except psutil.Error:  # AccessDenied: it exists; a start time we cannot read counts as ours
         return True
     return start is None or abs(int(created) - start) <= 1
+
+
+def remove_orphans(entries: Iterable[Path], pattern: re.Pattern[str], log: logging.Logger, what: str) -> list[Path]:
+    """Remove the files and folders of ``entries`` whose name ``pattern`` matches (its groups
+    ``pid``, ``start``, ``host``: :data:`OWNER_PATTERN`) and whose owner is gone
+    (:func:`owner_alive`); log one line, ``removed <n> <what>: <paths>``. Names that do not
+    match (no owner tag: older versions, other programs) and entries that another process
+    removed meanwhile are left alone. Never raises for a file system error.
+
+    Returns:
+        The entries removed, in the order given.
+    """
+    removed = []
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            continue  # removed by another job meanwhile, or not ours to remove
+        removed.append(entry)
+    if removed:
+        log.warning("removed %d %s: %s", len(removed), what, ", ".join(str(p) for p in removed))
+    return removed

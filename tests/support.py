@@ -115,3 +115,41 @@ def processes_with_marker(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def local_sample(name: str) -> str:
+    """The real sample ``name`` on this machine (never fetched); the test is skipped, saying
+    why, where it is absent."""
+    from framework import FileOpenError
+    from framework.samples import locate_sample
+
+    try:
+        return str(locate_sample(name, fetch=False))
+    except FileOpenError as exc:
+        pytest.skip(f"no local {name} ({exc})")
+
+
+def kill_once_module(marker: pathlib.Path, record: str) -> str:
+    """The text of a module file defining ``KillOnce``, an EDAnalyzer that SIGKILLs its own
+    worker process at its 3rd event, once: before, it writes the value of the expression
+    ``record`` (e.g. ``str(event.id)``, ``os.uname().nodename``) into ``marker``, which also
+    says that it did. Written next to a config, it is importable as ``"<module>:KillOnce"``."""
+    return f"""
+import os, pathlib, signal
+from framework import EDAnalyzer
+
+MARKER = pathlib.Path({str(marker)!r})
+
+
+class KillOnce(EDAnalyzer):
+    \"\"\"SIGKILLs its own worker process at its 3rd event, once (the marker file says it did).\"\"\"
+
+    def __init__(self, params):
+        self.seen = 0
+
+    def analyze(self, event):
+        self.seen += 1
+        if self.seen == 3 and not MARKER.exists():
+            MARKER.write_text({record})
+            os.kill(os.getpid(), signal.SIGKILL)
+"""

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import uproot
 
-from framework import FileOpenError
 from framework._cmsrun import main as cmsrun_main
-from framework.samples import locate_sample
+
+from support import kill_once_module, local_sample
 
 distributed = pytest.importorskip("distributed")
 
@@ -34,33 +34,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATASET_CFG = ROOT / "configs" / "dataset_cfg.py"
 SCALE_CFG = ROOT / "framework" / "bench" / "configs" / "scale_cfg.py"
 ID = ["run", "luminosityBlock", "event"]
-
-KILLER = '''
-import os, pathlib, signal
-from framework import EDAnalyzer
-
-MARKER = pathlib.Path({marker!r})
-
-
-class KillOnce(EDAnalyzer):
-    """SIGKILLs its own worker process at its 3rd event, once (the marker file says it did)."""
-
-    def __init__(self, params):
-        self.seen = 0
-
-    def analyze(self, event):
-        self.seen += 1
-        if self.seen == 3 and not MARKER.exists():
-            MARKER.write_text(str(event.id))
-            os.kill(os.getpid(), signal.SIGKILL)
-'''
-
-
-def sample(name: str) -> str:
-    try:
-        return str(locate_sample(name, fetch=False))
-    except FileOpenError as exc:
-        pytest.skip(f"no local {name} ({exc})")
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +84,7 @@ def files_under(folder: pathlib.Path) -> list[pathlib.Path]:
 
 
 def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypatch):
-    dy, dimuon, tt = sample("nano_dy.root"), sample("nano_dimuon.root"), sample("nano_tt_v12.root")
+    dy, dimuon, tt = local_sample("nano_dy.root"), local_sample("nano_dimuon.root"), local_sample("nano_tt_v12.root")
     fileset = write_fileset(tmp_path, {"DY": [dy, dimuon], "Mixed": [dimuon, tt, dy]})  # two files in both
     common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
     assert (
@@ -157,10 +130,10 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
 
 def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch):
     marker = tmp_path / "killed"
-    (tmp_path / "killer.py").write_text(KILLER.format(marker=str(marker)))
+    (tmp_path / "killer.py").write_text(kill_once_module(marker, "str(event.id)"))
     config = tmp_path / "kill_cfg.py"
     config.write_text(SCALE_CFG.read_text())  # next to killer.py: "killer:KillOnce" is importable
-    fileset = write_fileset(tmp_path, {"K": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    fileset = write_fileset(tmp_path, {"K": [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]})
     common = [str(config), "cpuTime=1", "extra=killer:KillOnce", "--dataset", str(fileset), "--chunk-size", "20"]
     assert (
         run(
@@ -199,10 +172,10 @@ def test_a_worker_killed_mid_unit_leaves_every_event_once_and_no_part(cluster, t
     have written into a re-created one, issue 18)."""
     marker = tmp_path / "killed"
     killer = f"killer_{uuid.uuid4().hex}"  # a module name the shared workers have not imported yet
-    (tmp_path / f"{killer}.py").write_text(KILLER.format(marker=str(marker)))
+    (tmp_path / f"{killer}.py").write_text(kill_once_module(marker, "str(event.id)"))
     config = tmp_path / "kill_cfg.py"
     config.write_text(SCALE_CFG.read_text())
-    fileset = write_fileset(tmp_path, {"K": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    fileset = write_fileset(tmp_path, {"K": [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]})
     common = [str(config), "cpuTime=1", f"extra={killer}:KillOnce", "--dataset", str(fileset), "--chunk-size", "20"]
     dask_args = ["--executor", "dask", "--scheduler", cluster, "--summary-json", "summary.json"]
     assert run(tmp_path / "dask", monkeypatch, *common, *dask_args) == 0
@@ -234,7 +207,7 @@ def test_a_unit_run_after_the_merge_writes_nothing(cluster, tmp_path, monkeypatc
         return real_submit(self, function, *args, **kwargs)
 
     monkeypatch.setattr(distributed.Client, "submit", recording_submit)
-    fileset = write_fileset(tmp_path, {"DY": [sample("nano_dy.root")]})
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})
     folder = tmp_path / "dask"
     common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
     assert run(folder, monkeypatch, *common, "--executor", "dask", "--scheduler", cluster) == 0
@@ -288,7 +261,7 @@ def wait_for_both_workers(address: str) -> None:
 
 def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkeypatch, left_behind):
     wait_for_both_workers(cluster)
-    fileset = write_fileset(tmp_path, {"S": [sample("nano_dy.root"), sample("nano_dimuon.root")]})
+    fileset = write_fileset(tmp_path, {"S": [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]})
     assert (
         run(
             tmp_path,
@@ -331,7 +304,7 @@ def test_one_fallback_server_per_host(cluster, tiny_repository, tmp_path, monkey
 @pytest.fixture
 def corrupt_file(tmp_path) -> pathlib.Path:
     """nano_dy.root with its Jet_pt basket overwritten: metadata fine, the data unreadable."""
-    good = pathlib.Path(sample("nano_dy.root"))
+    good = pathlib.Path(local_sample("nano_dy.root"))
     data = bytearray(good.read_bytes())
     with uproot.open(good) as f:
         branch = f["Events"]["Jet_pt"]
@@ -344,7 +317,7 @@ def corrupt_file(tmp_path) -> pathlib.Path:
 
 
 def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_path, monkeypatch, capsys):
-    fileset = write_fileset(tmp_path, {"C": [sample("nano_dimuon.root"), str(corrupt_file)]})
+    fileset = write_fileset(tmp_path, {"C": [local_sample("nano_dimuon.root"), str(corrupt_file)]})
     common = [
         str(DATASET_CFG),
         "--dataset",
@@ -367,7 +340,7 @@ def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_p
     truncated = tmp_path / "truncated.root"
     truncated.write_bytes(corrupt_file.read_bytes()[:20000])
     common[2] = str(
-        write_fileset(tmp_path / "skip", {"C": [sample("nano_dimuon.root"), str(corrupt_file), str(truncated)]})
+        write_fileset(tmp_path / "skip", {"C": [local_sample("nano_dimuon.root"), str(corrupt_file), str(truncated)]})
     )
     assert run(tmp_path / "skip", monkeypatch, *common, "--skip-bad-files", "--summary-json", "s.json") == 0
     summary = json.loads((tmp_path / "skip" / "s.json").read_text())
@@ -397,7 +370,7 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     links = []
     for i in range(6):  # a file is listed once per dataset: links make six files of it
         links.append(tmp_path / f"pfnano_{i}.root")
-        links[-1].symlink_to(sample("pfnano.root"))
+        links[-1].symlink_to(local_sample("pfnano.root"))
     fileset = write_fileset(tmp_path, {"I": [str(link) for link in links]})
     env = {**os.environ, "TMPDIR": str(temp), marker.split("=")[0]: marker.split("=")[1]}
     proc = subprocess.Popen(
@@ -450,6 +423,6 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
     assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
     assert "--executor dask needs --dataset" in capsys.readouterr().err
-    fileset = write_fileset(tmp_path, {"A": [sample("nano_dy.root")]})
+    fileset = write_fileset(tmp_path, {"A": [local_sample("nano_dy.root")]})
     assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
     assert "--max-events is not supported with --executor dask" in capsys.readouterr().err

@@ -28,10 +28,10 @@ import awkward as ak
 import pytest
 import uproot
 
-from framework import FileOpenError
 from framework._cmsrun import main as cmsrun_main
 from framework.executor._hosts import START_TIMEOUT, SimulatedHost, namespaces_missing, simulated_cluster
-from framework.samples import locate_sample
+
+from support import kill_once_module, local_sample
 
 distributed = pytest.importorskip("distributed")
 
@@ -39,26 +39,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCALE_CFG = ROOT / "framework" / "bench" / "configs" / "scale_cfg.py"
 ID = ["run", "luminosityBlock", "event"]
 HOSTS = 2
-
-KILLER = '''
-import os, pathlib, signal
-from framework import EDAnalyzer
-
-MARKER = pathlib.Path({marker!r})
-
-
-class KillOnce(EDAnalyzer):
-    """SIGKILLs its own worker process at its 3rd event, once (the marker file says it did)."""
-
-    def __init__(self, params):
-        self.seen = 0
-
-    def analyze(self, event):
-        self.seen += 1
-        if self.seen == 3 and not MARKER.exists():
-            MARKER.write_text(os.uname().nodename)
-            os.kill(os.getpid(), signal.SIGKILL)
-'''
 
 
 def processes_with(marker: str) -> list[str]:
@@ -88,13 +68,6 @@ def hosts(tmp_path_factory):
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_with(marker) == []  # no worker, nanny or server left
-
-
-def sample(name: str) -> str:
-    try:
-        return str(locate_sample(name, fetch=False))
-    except FileOpenError as exc:
-        pytest.skip(f"no local {name} ({exc})")
 
 
 @pytest.fixture(scope="module")
@@ -234,10 +207,10 @@ def test_one_server_per_host_and_every_event_once_when_a_worker_is_killed(hosts,
     wait_for_workers(scheduler)
     marker = tmp_path / "killed"
     killer = f"killer_{uuid.uuid4().hex}"  # a module the workers have not imported yet
-    (tmp_path / f"{killer}.py").write_text(KILLER.format(marker=str(marker)))
+    (tmp_path / f"{killer}.py").write_text(kill_once_module(marker, "os.uname().nodename"))
     config = tmp_path / "kill_cfg.py"
     config.write_text(SCALE_CFG.read_text())  # next to the killer module: "file:Class" importable
-    files = [sample("nano_dy.root")]
+    files = [local_sample("nano_dy.root")]
     args = ["sonic=1", f"repository={tiny_repository}", f"extra={killer}:KillOnce"]
     summary = run_cmsrun(tmp_path / "run", scheduler, {"K": files}, *args, config=config)
     assert marker.read_text() in {h.name for h in made}  # a worker of a host did die
@@ -291,7 +264,7 @@ def test_every_event_once_when_a_hosts_server_is_killed(hosts, tiny_repository, 
     (tmp_path / f"{killer}.py").write_text(SERVER_KILLER.format(marker=str(marker), host=made[1].name))
     config = tmp_path / "kill_cfg.py"
     config.write_text(SCALE_CFG.read_text())
-    files = [sample("nano_dy.root"), sample("nano_dimuon.root")]
+    files = [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]
     args = ["sonic=1", "failover=1", f"repository={tiny_repository}", f"extra={killer}:KillHostServerOnce"]
     summary = run_cmsrun(tmp_path / "run", scheduler, {"K": files}, *args, config=config)
     assert marker.exists()  # host 2's server was killed while its worker ran a unit
@@ -310,7 +283,7 @@ def test_cmsbench_scale_point_across_hosts(hosts, tiny_repository, tmp_path):
     from framework.bench._exp_scale import _fileset, hosts_point
 
     scheduler, made = hosts
-    fileset = _fileset(tmp_path, sample("pfnano.root"), 2)
+    fileset = _fileset(tmp_path, local_sample("pfnano.root"), 2)
     options = {"cpuTime": 1.0, "sonic": 1, "repository": str(tiny_repository), "streams": 2}
     point = hosts_point(tmp_path, fileset, scheduler, HOSTS, 10, options)
     assert point["events"] == 20 and point["throughput"] > 0 and point["units"] == 2

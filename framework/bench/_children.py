@@ -6,7 +6,7 @@ with the repository on ``PYTHONPATH``, stdin and stdout closed, stderr kept in a
 the error message. Its CPU comes from the OS (``os.wait4``: user + system of all its
 threads, this child's and nothing else's), its wall time from the start to its exit.
 
-No Python code runs between fork and exec (no ``preexec_fn``: it would force a fork()
+No Python code runs between fork and exec (no pre-exec callback: it would force a fork()
 that runs at-fork handlers, which can hang under live gRPC threads, issue 18); a child
 is pinned to a core after its start (:func:`start_pinned`). Every wait has a deadline;
 a child past it is killed and reaped, and none is left running when a caller fails.

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._errors import ConfigurationError
-from .._owners import OWNER_PATTERN, owner_alive, owner_tag
+from .._owners import OWNER_PATTERN, owner_tag, remove_orphans
 from ._files import local_path
 from ._remote import is_remote
 
@@ -54,30 +54,13 @@ def remove_stale_temporaries(folders: Iterable[Path]) -> list[Path]:
     Returns:
         The files removed (absolute paths), sorted.
     """
-    removed: list[Path] = []
+    files: list[Path] = []
     for folder in {Path(f).resolve() for f in folders}:
         try:
-            entries = list(folder.iterdir())
+            files += [entry for entry in folder.iterdir() if entry.is_file()]
         except OSError:
             continue  # missing or unreadable: check_outputs says so
-        for entry in entries:
-            match = _TEMPORARY.match(entry.name)
-            if match is None or not entry.is_file():
-                continue
-            if owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
-                continue
-            try:
-                entry.unlink()
-            except OSError:
-                continue  # another job removed it first, or not ours to remove
-            removed.append(entry)
-    if removed:
-        log.warning(
-            "removed %d temporary output(s) left by jobs that are gone: %s",
-            len(removed),
-            ", ".join(str(p) for p in sorted(removed)),
-        )
-    return sorted(removed)
+    return remove_orphans(sorted(files), _TEMPORARY, log, "temporary output(s) left by jobs that are gone")
 
 
 def _folder_problem(path: Path) -> str | None:

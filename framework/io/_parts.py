@@ -31,7 +31,6 @@ import contextvars
 import logging
 import re
 import secrets
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from framework._owners import OWNER_PATTERN, owner_alive, owner_tag
+from framework._owners import OWNER_PATTERN, owner_tag, remove_orphans
 
 from .._errors import FileOpenError, FileReadError
 from ._files import one_line
@@ -118,23 +117,11 @@ def remove_stale_runs(final: str | Path) -> list[Path]:
     with SIGKILL cannot remove its own), logging one line; a driver of another host, or of
     an older version (no owner tag), is left alone. Returns the folders removed."""
     folder = parts_folder(final)
-    removed = []
-    for entry in sorted(folder.glob("run-*")) if folder.is_dir() else []:
-        match = _RUN.fullmatch(entry.name)
-        if match is None or owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
-    if removed:
-        log.warning(
-            "removed %d parts folder(s) left by runs whose driver is gone: %s",
-            len(removed),
-            ", ".join(str(p) for p in removed),
-        )
-    return removed
+    runs = sorted(folder.glob("run-*")) if folder.is_dir() else []
+    return remove_orphans(runs, _RUN, log, "parts folder(s) left by runs whose driver is gone")
 
 
-_RUN = re.compile(rf"run-{OWNER_PATTERN}-[0-9a-f]+")
+_RUN = re.compile(rf"run-{OWNER_PATTERN}-[0-9a-f]+$")
 
 
 def part_path(final: str | Path, unit: WorkUnit, run: str | None = None) -> Path:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 import pathlib
 import re
-import shutil
 import tempfile
 
-from framework._owners import OWNER_PATTERN, owner_alive, owner_tag
+from framework._owners import OWNER_PATTERN, owner_tag, remove_orphans
 
 __all__ = ["TEMP_PREFIX", "owned_prefix", "remove_stale_server_files"]
 
@@ -41,27 +40,8 @@ def remove_stale_server_files(folder: pathlib.Path | None = None) -> list[pathli
         What was removed, sorted.
     """
     folder = pathlib.Path(tempfile.gettempdir()) if folder is None else folder
-    removed = []
     try:
         entries = sorted(folder.glob(f"{TEMP_PREFIX}*"))
     except OSError:
         return []
-    for entry in entries:
-        match = _OWNED.match(entry.name)
-        if match is None or owner_alive(int(match["pid"]), int(match["start"]), match["host"]):
-            continue
-        try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        except OSError:
-            continue  # removed by another job meanwhile, or not ours to remove
-        removed.append(entry)
-    if removed:
-        log.warning(
-            "removed %d Triton server folder(s)/log(s) left by jobs that are gone: %s",
-            len(removed),
-            ", ".join(str(p) for p in removed),
-        )
-    return removed
+    return remove_orphans(entries, _OWNED, log, "Triton server folder(s)/log(s) left by jobs that are gone")
