@@ -19,7 +19,7 @@ import pytest
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic._data import TensorSpec
 from framework.sonic._transport import PayloadCall, TensorTransport, WireCall
-from framework.sonic._wire import RequestPlan, decode_response
+from framework.sonic._wire import RequestPlan, StackedRows, decode_response
 
 IDENTITY_PY = textwrap.dedent("""
     import triton_python_backend_utils as pb_utils
@@ -79,6 +79,24 @@ def test_request_bytes_are_what_tritonclient_sends(version, outputs, rows, width
     assert parsed == expected
     # and byte for byte: the same fields in the same order as protobuf writes them
     assert data == expected.SerializeToString()
+
+
+@pytest.mark.parametrize("rows", [(1, 2), (3, 0, 4), (200, 1, 1)])
+def test_merged_rows_are_written_as_the_joined_tensor(rows):
+    """A merged call's parts (cross-event batching) go into the request one after the
+    other: the bytes are those of the joined arrays, as tritonclient sends them."""
+    from tritonclient.grpc import service_pb2
+
+    events = [_arrays(n, 3, seed=i) for i, n in enumerate(rows)]
+    joined = {n: np.concatenate([e[n] for e in events]) for n in DTYPES}
+    stacked = [StackedRows([e[n] for e in events]) for n in DTYPES]
+    assert [s.shape for s in stacked] == [a.shape for a in joined.values()]
+    assert [s.nbytes for s in stacked] == [a.nbytes for a in joined.values()]
+    plan = RequestPlan("model_x", "", [(n, DTYPES[n][0]) for n in DTYPES], ())
+    data = plan.encode(stacked)
+    assert data == plan.encode(list(joined.values()))
+    assert service_pb2.ModelInferRequest.FromString(data) == _tritonclient_request("model_x", "", joined, None)
+    assert all(np.array_equal(s.join(), a) for s, a in zip(stacked, joined.values(), strict=True))
 
 
 def test_request_plan_refuses_tensors_that_are_not_raw_bytes():

@@ -10,8 +10,9 @@ per event (measured: ``cmsbench client-overhead``, ``docs/performance.md``).
 
 * the requests of one client (one module: the same model, version and requested outputs)
   that go to the same server and whose inputs have the same inner shapes (all but the
-  batch dimension) are concatenated along the batch dimension into one ``async_infer``
-  call of at most ``maxRows`` rows (and at most the model's ``max_batch_size``); each
+  batch dimension) are joined along the batch dimension into one gRPC call (each
+  input's parts written one after the other into the request or the shared-memory
+  region: one copy) of at most ``maxRows`` rows (and at most the model's ``max_batch_size``); each
   event gets its own rows of the outputs back, views of the response. The model must treat
   rows independently, as Triton's own dynamic batcher assumes; then every event's result is
   identical to that of an unbatched call.
@@ -51,6 +52,7 @@ from framework._errors import ConfigurationError, ExternalFailure
 
 from ._data import TensorSpec, output_array
 from ._retry import DEADLINE_STATUS
+from ._wire import StackedRows
 
 if TYPE_CHECKING:
     from ._client_stats import ClientCounters
@@ -287,10 +289,12 @@ class Batcher:
             return
         client = self.client
         try:
-            arrays = {}
+            # Each input's parts are not joined here: the request (or the shared-memory
+            # region) receives them one after the other, one copy of the merged tensor.
+            arrays: dict[str, np.ndarray[Any, Any] | StackedRows] = {}
             for index, spec in enumerate(client.inputs.values()):
                 parts = [slot.arrays[index] for slot in batch.slots]
-                arrays[spec.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                arrays[spec.name] = parts[0] if len(parts) == 1 else StackedRows(parts)
                 batch.sent_bytes += arrays[spec.name].nbytes
             # The merged call's tensors travel as a single request's would: through shared
             # memory when the server is on this host (Client.useSharedMemory), else in gRPC.

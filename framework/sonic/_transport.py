@@ -40,7 +40,7 @@ from ._data import TensorSpec
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, remove_stale_regions_once, shares_dev_shm
 from ._waits import grpc_status
-from ._wire import RAW_DATATYPES, RequestPlan, decode_response
+from ._wire import RAW_DATATYPES, RequestPlan, StackedRows, decode_response, joined
 
 __all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
 
@@ -137,7 +137,7 @@ class WireCall:
 
     __slots__ = ("request", "_outputs")
 
-    def __init__(self, plan: RequestPlan, arrays: Sequence[np.ndarray[Any, Any]]) -> None:
+    def __init__(self, plan: RequestPlan, arrays: Sequence[np.ndarray[Any, Any] | StackedRows]) -> None:
         self.request = plan.encode(arrays)
         self._outputs: dict[str, np.ndarray[Any, Any] | None] | None = None
 
@@ -261,7 +261,9 @@ class ShmCall:
     Args:
         pool: where the region comes from.
         in_specs, out_specs: the model's inputs and the requested outputs.
-        arrays: input name -> C-contiguous array of this call.
+        arrays: input name -> C-contiguous array of this call (or the
+            :class:`~framework.sonic._wire.StackedRows` of a merged call: its parts are
+            written one after the other into the region, not joined first).
         rows: the call's batch size (None: the model does not batch).
         outputs_in_shm: whether the outputs go to the region too (all have fixed sizes).
     """
@@ -271,7 +273,7 @@ class ShmCall:
         pool: ShmPool,
         in_specs: Mapping[str, TensorSpec],
         out_specs: Sequence[TensorSpec],
-        arrays: Mapping[str, np.ndarray[Any, Any]],
+        arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         rows: int | None,
         outputs_in_shm: bool,
     ) -> None:
@@ -292,7 +294,9 @@ class ShmCall:
         self.region = region = pool.acquire(max(offset, 1))
         self.inputs, self.outputs = [], []
         for name, data, at in placed:
-            shm.set_shared_memory_region(region.handle, [data], offset=at)
+            shm.set_shared_memory_region(
+                region.handle, list(data.parts) if isinstance(data, StackedRows) else [data], offset=at
+            )
             grpc_input = grpcclient.InferInput(name, list(data.shape), in_specs[name].datatype)
             grpc_input.set_shared_memory(region.name, data.nbytes, offset=at)
             self.inputs.append(grpc_input)
@@ -392,13 +396,16 @@ class TensorTransport:
         grpc_client: Any,
         in_specs: Mapping[str, TensorSpec],
         out_specs: Sequence[TensorSpec],
-        arrays: Mapping[str, np.ndarray[Any, Any]],
+        arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         rows: int | None,
         all_outputs: bool,
     ) -> PayloadCall | WireCall | ShmCall:
         """The inputs and requested outputs of one call to ``server``.
 
         Args:
+            arrays: input name -> the call's array, or the
+                :class:`~framework.sonic._wire.StackedRows` of a merged call (joined only
+                where tritonclient sends the call).
             all_outputs: the client requests every output (``Client.outputs`` empty): a
                 payload call then names none (the server returns all).
         """
@@ -424,14 +431,14 @@ class TensorTransport:
         plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
         if plan is not None:
             return WireCall(plan, list(arrays.values()))
-        return PayloadCall(in_specs, arrays, outputs)
+        return PayloadCall(in_specs, {name: joined(array) for name, array in arrays.items()}, outputs)
 
     def _plan(
         self,
         grpc_client: Any,
         in_specs: Mapping[str, TensorSpec],
         out_specs: Sequence[TensorSpec],
-        arrays: Mapping[str, np.ndarray[Any, Any]],
+        arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         outputs: Sequence[str] | None,
     ) -> RequestPlan | None:
         """The :class:`~framework.sonic._wire.RequestPlan` of a payload call, made once per

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RAW_DATATYPES", "RequestPlan", "decode_response"]
+__all__ = ["RAW_DATATYPES", "RequestPlan", "StackedRows", "decode_response", "joined"]
 
 RAW_DATATYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
@@ -58,6 +58,44 @@ RAW_DATATYPES: dict[str, np.dtype[Any]] = {
 }
 """Triton datatypes whose raw contents are the array's own bytes (little-endian, C order),
 with their numpy dtypes (tritonclient's ``triton_to_np_dtype``)."""
+
+
+class StackedRows:
+    """Arrays joined along the first (batch) dimension, without a copy: one input of a
+    merged call (cross-event batching, ``framework.sonic._batching``).
+
+    :meth:`RequestPlan.encode` writes the parts one after the other into the request (so
+    the merged tensor is copied once, into the message), a shared-memory call writes them
+    one after the other into its region; :meth:`join` makes the one array where a path
+    needs it (tritonclient's own ``InferInput``).
+
+    Args:
+        parts: C-contiguous arrays of one dtype whose shapes differ in the first dimension
+            only (not checked: the batcher merges only requests of the same inner shape).
+
+    Attributes:
+        shape, dtype, nbytes, size: those of the joined array.
+    """
+
+    __slots__ = ("parts", "shape", "dtype", "nbytes", "size")
+
+    def __init__(self, parts: Sequence[np.ndarray[Any, Any]]) -> None:
+        first = parts[0]
+        self.parts = tuple(parts)
+        self.shape = (sum(len(p) for p in parts), *first.shape[1:])
+        self.dtype = first.dtype
+        self.nbytes = sum(p.nbytes for p in parts)
+        self.size = sum(p.size for p in parts)
+
+    def join(self) -> np.ndarray[Any, Any]:
+        """The joined array (a copy)."""
+        return np.concatenate(self.parts)
+
+
+def joined(array: np.ndarray[Any, Any] | StackedRows) -> np.ndarray[Any, Any]:
+    """``array`` itself, or the join of a :class:`StackedRows`."""
+    return array.join() if isinstance(array, StackedRows) else array
+
 
 # Field keys (field number << 3 | wire type 2 = length-delimited), one byte each.
 _MODEL_NAME, _MODEL_VERSION, _INPUTS, _OUTPUTS, _RAW_INPUT = b"\x0a", b"\x12", b"\x2a", b"\x32", b"\x3a"
@@ -113,12 +151,13 @@ class RequestPlan:
         self._outputs = b"".join(_length_delimited(_OUTPUTS, _length_delimited(_NAME, n.encode())) for n in outputs)
         self.names = tuple(name for name, _ in inputs)
 
-    def encode(self, arrays: Sequence[np.ndarray[Any, Any]]) -> bytes:
+    def encode(self, arrays: Sequence[np.ndarray[Any, Any] | StackedRows]) -> bytes:
         """The serialized ``ModelInferRequest`` of one call.
 
         Args:
-            arrays: one C-contiguous array per input, in the plan's order, of the input's
-                dtype (not checked here: the request's ``to_server`` made them so).
+            arrays: one C-contiguous array (or :class:`StackedRows` of them) per input, in
+                the plan's order, of the input's dtype (not checked here: the request's
+                ``to_server`` made them so).
 
         Returns:
             The message's bytes; each array copied once into them.
@@ -131,7 +170,11 @@ class RequestPlan:
             parts += (_INPUTS, small[len(tensor)] if len(tensor) < 0x80 else _varint(len(tensor)), tensor)
         parts.append(self._outputs)
         for array in arrays:
-            parts += (_RAW_INPUT, _varint(array.nbytes), array)
+            parts += (_RAW_INPUT, _varint(array.nbytes))
+            if isinstance(array, StackedRows):
+                parts += array.parts
+            else:
+                parts.append(array)
         return b"".join(parts)
 
 
