@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from array import array
 from collections.abc import Callable
@@ -56,6 +57,11 @@ class JobReport:
         latencies: per-event latency in seconds, source to end of EndPaths, in completion
             order (``trio.current_time`` clock); ``array("d")``, compact for long jobs.
         completion_times: ``trio.current_time()`` at which each event finished.
+        cpu_time: CPU seconds of the whole process (user + system, every thread:
+            ``os.times``) over the same span as ``wall_time``.
+        event_loop_cpu_time: CPU seconds of the thread that ran the events (the trio
+            thread: ``time.thread_time``) over that span; ``cpu_time`` minus this is what
+            the other threads spent (the source's reads, gRPC's threads, onnxruntime's).
         error: the error that ended the job, if any.
         summary: the end-of-job summary as plain data, computed once by whoever needs it
             first (``framework._summary.summary_dict``) and shared by the others.
@@ -67,8 +73,16 @@ class JobReport:
     wall_time: float = 0.0
     latencies: array[float] = field(default_factory=lambda: array("d"))
     completion_times: array[float] = field(default_factory=lambda: array("d"))
+    cpu_time: float = 0.0
+    event_loop_cpu_time: float = 0.0
     error: BaseException | None = None
     summary: dict[str, Any] | None = None
+
+
+def _process_cpu() -> float:
+    """User + system CPU seconds of this process so far, every thread."""
+    times = os.times()
+    return times.user + times.system
 
 
 class _Skipped(Exception):
@@ -368,11 +382,13 @@ async def process_events(
             opened.append(module)
         if on_start is not None:
             on_start()
-        t0 = time.perf_counter()
+        t0, cpu0, thread0 = time.perf_counter(), _process_cpu(), time.thread_time()
         try:
             await scheduler.run()
         finally:
             report.wall_time = time.perf_counter() - t0
+            report.cpu_time = _process_cpu() - cpu0
+            report.event_loop_cpu_time = time.thread_time() - thread0
         for module in job.modules:
             module.end_unit()
     except BaseException as exc:

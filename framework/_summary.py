@@ -145,7 +145,9 @@ def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     """The summary as plain data (JSON-ready), computed once per report (``report.summary``). Times in seconds.
 
     Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time``, ``throughput``
-    (events/s), ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``,
+    (events/s), ``cpu`` (CPU seconds over the same span as ``wall_time``: ``process``, every
+    thread; ``event_loop``, the thread that ran the events; ``other_threads``, the
+    difference), ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``,
     ``endpaths`` (TrigReport counters), ``modules`` (label -> calls, errors, skipped,
     mean_cpu, mean_acquire, mean_wait, mean_run, and percentiles of ``own`` (acquire +
     produce), ``acquire``, ``wait`` (ExternalWork) and ``run`` (produce/filter/...)),
@@ -194,6 +196,11 @@ def _summary(job: Job, report: JobReport) -> dict[str, Any]:
         "events_with_errors": report.events_with_errors,
         "wall_time": report.wall_time,
         "throughput": report.events / report.wall_time if report.wall_time > 0 else 0.0,
+        "cpu": {
+            "process": report.cpu_time,
+            "event_loop": report.event_loop_cpu_time,
+            "other_threads": report.cpu_time - report.event_loop_cpu_time,
+        },
         "latency": _percentiles(report.latencies),
         "paths": [_path_dict(p) for p in job.paths],
         "endpaths": [_path_dict(p) for p in job.endpaths],

@@ -353,6 +353,9 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
         for variant in ("direct", "sonic", "sonic_batched", "noinference"):
             low, high = run[variant]["jobs"]
             assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
+            for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
+                assert job["event_loop_cpu_s"] > 0 and job["other_threads_cpu_s"] >= 0
+                assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
         assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
         assert run["noinference"]["calls_per_event"] == 0  # no inference at all
     values = sorted(r["client_vs_bare"] for r in row["all_runs"])

@@ -72,6 +72,10 @@ def test_main_job_succeeds_with_summary(main_job):
     assert summary["events"] == 10 and summary["streams"] == 4
     assert summary["modules"]["particleNetAK4"]["calls"] == 10
     assert summary["modules"]["deepMET"]["external_work"] is True
+    # CPU over the event loop: every thread's, and the trio thread's share of it
+    cpu = summary["cpu"]
+    assert 0 < cpu["event_loop"] <= cpu["process"] + 0.01  # clock ticks: both round
+    assert cpu["other_threads"] == pytest.approx(cpu["process"] - cpu["event_loop"])
     assert not leftover, f"processes of the job left behind (its tritonserver?): {leftover}"
 
 

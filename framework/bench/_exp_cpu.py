@@ -135,7 +135,11 @@ def _job(
     server_before = _tree_cpu(server.pid)
     cpu, wall = _child(_cmsrun(summary, **options), folder, f"{variant} job on {events} events")
     out = {"cpu_s": cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
-    clients = json.loads(summary.read_text()).get("services", {}).get("TritonService", {}).get("clients", {})
+    report = json.loads(summary.read_text())
+    # The job's own split of its event loop's CPU: the trio thread's and the other threads'.
+    out["event_loop_cpu_s"] = report["cpu"]["event_loop"]
+    out["other_threads_cpu_s"] = report["cpu"]["other_threads"]
+    clients = report.get("services", {}).get("TritonService", {}).get("clients", {})
     out["calls"] = sum(c.get("calls", 0) for c in clients.values())
     out["requests"] = sum(c.get("requests", c.get("calls", 0)) for c in clients.values())
     return out
@@ -255,6 +259,8 @@ def _one_run(
         run[variant] = {
             "cpu_ms_per_event": _per_event(low, high, events, "cpu_s") * MS,
             "server_cpu_ms_per_event": _per_event(low, high, events, "server_cpu_s") * MS,
+            "event_loop_cpu_ms_per_event": _per_event(low, high, events, "event_loop_cpu_s") * MS,
+            "other_threads_cpu_ms_per_event": _per_event(low, high, events, "other_threads_cpu_s") * MS,
             "calls_per_event": _per_event(low, high, events, "calls"),
             "requests_per_event": _per_event(low, high, events, "requests"),
             "jobs": [low, high],
@@ -270,6 +276,9 @@ def _one_run(
     sonic, noinf, bare = run["sonic"], run["noinference"], run["bare"]
     run["client_ms_per_event"] = sonic["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
     run["client_ms_per_request"] = run["client_ms_per_event"] / max(sonic["calls_per_event"], 1e-9)
+    for part in ("event_loop", "other_threads"):  # where the client's CPU runs: the job's thread or the others
+        key = f"{part}_cpu_ms_per_event"
+        run[f"client_{part}_ms_per_event"] = sonic[key] - noinf[key]
     run["batched_client_ms_per_event"] = run["sonic_batched"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
     run["batched_client_ms_per_request"] = run["batched_client_ms_per_event"] / requests  # per event and model
     run["client_vs_bare"] = run["client_ms_per_request"] / bare["cpu_ms_per_request"]
@@ -286,6 +295,8 @@ def _one_run(
 ROW_KEYS = (
     "client_ms_per_event",
     "client_ms_per_request",
+    "client_event_loop_ms_per_event",
+    "client_other_threads_ms_per_event",
     "batched_client_ms_per_event",
     "batched_client_ms_per_request",
     "client_vs_bare",
@@ -314,7 +325,12 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
 
     row: dict[str, Any] = {"config": config, "cpu_time_ms": cpu_time, "runs": len(runs)}
     for variant in VARIANTS:
-        for key in ("cpu_ms_per_event", "server_cpu_ms_per_event"):
+        for key in (
+            "cpu_ms_per_event",
+            "server_cpu_ms_per_event",
+            "event_loop_cpu_ms_per_event",
+            "other_threads_cpu_ms_per_event",
+        ):
             row[f"{variant}_{key}"] = median(lambda r, v=variant, k=key: r[v][k])
         row[f"{variant}_total_ms_per_event"] = median(
             lambda r, v=variant: r[v]["cpu_ms_per_event"] + r[v]["server_cpu_ms_per_event"]
@@ -404,6 +420,8 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             ("noinference_cpu_ms_per_event", "no inference [ms/ev]", ".2f"),
             ("client_ms_per_event", "client [ms/ev]", ".3f"),
             ("client_ms_per_request", "client [ms/req]", ".3f"),
+            ("client_event_loop_ms_per_event", "client, job's thread [ms/ev]", ".3f"),
+            ("client_other_threads_ms_per_event", "client, other threads [ms/ev]", ".3f"),
             ("bare_cpu_ms_per_request", "bare [ms/req]", ".3f"),
             ("floor_cpu_ms_per_request", "floor [ms/req]", ".3f"),
             ("client_vs_bare", "client/bare", ".2f"),
