@@ -99,6 +99,34 @@ def test_merged_rows_are_written_as_the_joined_tensor(rows):
     assert all(np.array_equal(s.join(), a) for s, a in zip(stacked, joined.values(), strict=True))
 
 
+@pytest.mark.parametrize("outputs_in_region", [True, False])
+@pytest.mark.parametrize("offset", [0, 64, 300_000])
+def test_shared_memory_requests_are_what_tritonclient_sends(offset, outputs_in_region):
+    """A shared-memory call's request: Triton's shared_memory_* parameters on every tensor
+    (no offset parameter at 0, as tritonclient's set_shared_memory), nothing raw."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2
+    from tritonclient.grpc._utils import _get_inference_request
+
+    arrays = _arrays(3, 200)
+    inputs, places, at = [], [], offset
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), DTYPES[name][0])
+        tensor.set_shared_memory("pysonic_region_7", array.nbytes, offset=at)
+        inputs.append(tensor)
+        places.append((array.shape, at, array.nbytes))
+        at += array.nbytes
+    requested = [grpcclient.InferRequestedOutput(n) for n in ("F", "B")]
+    out_places = [("F", at, 2400), ("B", at + 2400, 600)]
+    if outputs_in_region:
+        for output, (_name, where, nbytes) in zip(requested, out_places, strict=True):
+            output.set_shared_memory("pysonic_region_7", nbytes, offset=where)
+    expected = _get_inference_request("model_x", inputs, "3", "", requested, 0, False, False, 0, None, None)
+    plan = RequestPlan("model_x", "3", [(n, DTYPES[n][0]) for n in arrays], ["F", "B"])
+    data = plan.encode_shared_memory("pysonic_region_7", places, out_places if outputs_in_region else None)
+    assert service_pb2.ModelInferRequest.FromString(data) == expected
+
+
 def test_request_plan_refuses_tensors_that_are_not_raw_bytes():
     with pytest.raises(ValueError, match=r"s \(BYTES\)"):
         RequestPlan("m", "", [("x", "FP32"), ("s", "BYTES")], ())
@@ -200,7 +228,15 @@ def server(tmp_path_factory, start_server):
         outputs=[TensorConfig(n.upper(), "TYPE_" + t, (-1,)) for n, (t, _) in DTYPES.items()],
         max_batch_size=512,
     )
-    return start_server(repo, ["identity"])
+    write_python_model(  # fixed sizes: the outputs of a shared-memory call go into the region
+        repo,
+        "identity_fixed",
+        IDENTITY_PY,
+        inputs=[TensorConfig(n, "TYPE_" + t, (130,)) for n, (t, _) in DTYPES.items()],
+        outputs=[TensorConfig(n.upper(), "TYPE_" + t, (130,)) for n, (t, _) in DTYPES.items()],
+        max_batch_size=512,
+    )
+    return start_server(repo, ["identity", "identity_fixed"])
 
 
 @pytest.fixture
@@ -225,6 +261,39 @@ def test_a_real_server_answers_the_wire_call_as_tritonclients(server, grpc_clien
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape == (5, 130)
         assert ours.tobytes() == theirs.tobytes()  # bit for bit
         assert ours.tobytes() == arrays[name.lower()].tobytes()  # the identity model
+
+
+@pytest.mark.parametrize("model", ["identity", "identity_fixed"])
+def test_a_shared_memory_call_is_written_on_the_wire_and_answers_as_tritonclients(server, grpc_client, model):
+    """A local server: the call's inputs go into a region, its request is written by the
+    plan (no tritonclient InferInput); outputs of fixed size come back in the region
+    (identity_fixed), of open size in the response (identity): bit for bit tritonclient's."""
+    from framework.sonic._server_info import ServerInfo
+    from framework.sonic._transport import ShmCall
+
+    fixed = model == "identity_fixed"
+    arrays = _arrays(300, 130, seed=5)  # 300 x 130 x 15 B: above SHM_MIN_BYTES
+    dims = (130,) if fixed else (-1,)
+    in_specs = {n: TensorSpec(n, t, np.dtype(d), dims, True) for n, (t, d) in DTYPES.items()}
+    out_specs = [TensorSpec(n.upper(), t, np.dtype(d), dims, True) for n, (t, d) in DTYPES.items()]
+    transport = TensorTransport(True, "wireShm", 30.0, model, "")
+    try:
+        call = transport.call(
+            ServerInfo("local", server.grpc_address), grpc_client, in_specs, out_specs, arrays, 300, True
+        )
+        assert isinstance(call, ShmCall) and call.request is not None and not call.inputs
+        response = call.infer(grpc_client, model, {"client_timeout": 30})
+        payload = PayloadCall(_specs(), arrays, None)
+        reference = payload.infer(grpc_client, model, {"client_timeout": 30})
+        for name in ("F", "I", "H", "B"):
+            ours, theirs = call.as_numpy(response, name), payload.as_numpy(reference, name)
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape == (300, 130)
+            assert ours.tobytes() == theirs.tobytes() == arrays[name.lower()].tobytes()
+        assert bool(call._out_places) == fixed  # noqa: SLF001 - where the outputs travelled
+        call.done(True)
+        assert transport.shm_calls == 1 and transport.payload_calls == 0
+    finally:
+        transport.close()
 
 
 def test_wire_call_errors_are_tritonclients(server, grpc_client):

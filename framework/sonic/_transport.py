@@ -40,7 +40,7 @@ from ._data import TensorSpec
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, remove_stale_regions_once, shares_dev_shm
 from ._waits import grpc_status
-from ._wire import RAW_DATATYPES, RequestPlan, StackedRows, decode_response, joined
+from ._wire import RAW_DATATYPES, RequestPlan, StackedRows, decode_response, joined, response_outputs
 
 __all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
 
@@ -145,15 +145,7 @@ class WireCall:
         """Start the call; the gRPC future (``cancel()`` cancels it), whose completion calls
         ``callback(result=bytes, error=None)`` or ``callback(result=None, error=exc)`` on
         gRPC's thread."""
-        stub = _wire_stub(grpc_client)
-        future = stub.infer.future(
-            self.request,
-            timeout=options.get("client_timeout"),
-            metadata=stub.metadata(),
-            compression=stub.compression(options.get("compression_algorithm")),
-        )
-        future.add_done_callback(functools.partial(_wire_done, callback))
-        return future
+        return _wire_send(grpc_client, self.request, options, callback)
 
     def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> bytes:
         """The blocking call: the response's bytes.
@@ -161,20 +153,7 @@ class WireCall:
         Raises:
             InferenceServerException: the call failed (its gRPC status set).
         """
-        import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
-        from tritonclient.grpc._utils import get_error_grpc
-
-        stub = _wire_stub(grpc_client)
-        try:
-            response: bytes = stub.infer(
-                self.request,
-                timeout=options.get("client_timeout"),
-                metadata=stub.metadata(),
-                compression=stub.compression(options.get("compression_algorithm")),
-            )
-        except grpc.RpcError as rpc_error:
-            raise get_error_grpc(rpc_error) from None
-        return response
+        return _wire_infer(grpc_client, self.request, options)
 
     def as_numpy(self, result: bytes, name: str) -> np.ndarray[Any, Any] | None:
         """Output ``name``, a read-only view of the response (None if missing).
@@ -203,7 +182,7 @@ class _WireStub:
     """
 
     def __init__(self, grpc_client: Any) -> None:
-        import grpc
+        import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs
 
         channel = grpc_client._channel  # noqa: SLF001 - tritonclient's channel: one connection, its options
         self.infer = channel.unary_unary(_MODEL_INFER, _registered_method=True)
@@ -240,6 +219,42 @@ def _wire_stub(grpc_client: Any) -> _WireStub:
     return stub
 
 
+def _wire_send(grpc_client: Any, request: bytes, options: dict[str, Any], callback: Any) -> Any:
+    """Start a ``ModelInfer`` call of ``request`` (bytes) on ``grpc_client``'s channel; its
+    gRPC future. The completion calls ``callback`` as tritonclient's ``async_infer`` does."""
+    stub = _wire_stub(grpc_client)
+    future = stub.infer.future(
+        request,
+        timeout=options.get("client_timeout"),
+        metadata=stub.metadata(),
+        compression=stub.compression(options.get("compression_algorithm")),
+    )
+    future.add_done_callback(functools.partial(_wire_done, callback))
+    return future
+
+
+def _wire_infer(grpc_client: Any, request: bytes, options: dict[str, Any]) -> bytes:
+    """The blocking ``ModelInfer`` call of ``request``: the response's bytes.
+
+    Raises:
+        InferenceServerException: the call failed (its gRPC status set).
+    """
+    import grpc
+    from tritonclient.grpc._utils import get_error_grpc
+
+    stub = _wire_stub(grpc_client)
+    try:
+        response: bytes = stub.infer(
+            request,
+            timeout=options.get("client_timeout"),
+            metadata=stub.metadata(),
+            compression=stub.compression(options.get("compression_algorithm")),
+        )
+    except grpc.RpcError as rpc_error:
+        raise get_error_grpc(rpc_error) from None
+    return response
+
+
 def _wire_done(callback: Any, future: Any) -> None:
     # gRPC's thread: tritonclient's errors for tritonclient's callback; never raises.
     import grpc
@@ -258,6 +273,11 @@ def _wire_done(callback: Any, future: Any) -> None:
 class ShmCall:
     """One gRPC call whose inputs (and fixed-size outputs) are in a shared-memory region.
 
+    With a ``plan`` (raw datatypes, tritonclient's own client) the request is written by
+    :meth:`~framework.sonic._wire.RequestPlan.encode_shared_memory` and sent as bytes as a
+    :class:`WireCall` is (no ``InferInput`` or protobuf message per call); without one,
+    through tritonclient's ``async_infer``. The inputs are written into the region either way.
+
     Args:
         pool: where the region comes from.
         in_specs, out_specs: the model's inputs and the requested outputs.
@@ -266,6 +286,7 @@ class ShmCall:
             written one after the other into the region, not joined first).
         rows: the call's batch size (None: the model does not batch).
         outputs_in_shm: whether the outputs go to the region too (all have fixed sizes).
+        plan: the model's request plan, or None (tritonclient writes the request).
     """
 
     def __init__(
@@ -276,8 +297,8 @@ class ShmCall:
         arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         rows: int | None,
         outputs_in_shm: bool,
+        plan: RequestPlan | None = None,
     ) -> None:
-        import tritonclient.grpc as grpcclient
         import tritonclient.utils.shared_memory as shm
 
         offset, placed = 0, []
@@ -292,11 +313,25 @@ class ShmCall:
                 offset = _align(offset + nbytes)
         self.pool = pool
         self.region = region = pool.acquire(max(offset, 1))
-        self.inputs, self.outputs = [], []
-        for name, data, at in placed:
+        for _name, data, at in placed:
             shm.set_shared_memory_region(
                 region.handle, list(data.parts) if isinstance(data, StackedRows) else [data], offset=at
             )
+        self._out_places = out_places
+        self._outputs: dict[str, Any] | None = None  # the wire response's outputs, once read
+        self.request: bytes | None = None
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+        if plan is not None:
+            self.request = plan.encode_shared_memory(
+                region.name,
+                [(data.shape, at, data.nbytes) for _name, data, at in placed],
+                [(name, at, nbytes) for name, (at, nbytes) in out_places.items()] if outputs_in_shm else None,
+            )
+            return
+        import tritonclient.grpc as grpcclient
+
+        for name, data, at in placed:
             grpc_input = grpcclient.InferInput(name, list(data.shape), in_specs[name].datatype)
             grpc_input.set_shared_memory(region.name, data.nbytes, offset=at)
             self.inputs.append(grpc_input)
@@ -306,29 +341,48 @@ class ShmCall:
                 at, nbytes = out_places[spec.name]
                 output.set_shared_memory(region.name, nbytes, offset=at)
             self.outputs.append(output)
-        self._out_places = out_places
 
     def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
-        """Start the call (``async_infer``); its ``CallContext``."""
+        """Start the call (``async_infer``'s meaning and callback); what cancels it."""
+        if self.request is not None:
+            return _wire_send(grpc_client, self.request, options, callback)
         return _async_infer(grpc_client, model_name, self, options, callback)
 
     def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> Any:
-        """The blocking call (``infer``): its ``InferResult``."""
+        """The blocking call: the response's bytes (wire) or its ``InferResult``."""
+        if self.request is not None:
+            return _wire_infer(grpc_client, self.request, options)
         return grpc_client.infer(model_name, self.inputs, **options, outputs=self.outputs)
 
     def as_numpy(self, result: Any, name: str) -> np.ndarray[Any, Any] | None:
         """A COPY of the output (the region is reused), None if missing; ValueError if malformed."""
         place = self._out_places.get(name)
-        if place is None:
-            array: np.ndarray[Any, Any] | None = result.as_numpy(name)
-            return array
-        output = result.get_output(name)
-        if output is None:
-            return None
-        from tritonclient.utils import triton_to_np_dtype
+        if place is None:  # in the response: a view of it
+            if self.request is None:
+                array: np.ndarray[Any, Any] | None = result.as_numpy(name)
+                return array
+            if self._outputs is None:
+                self._outputs = decode_response(result)
+            found: np.ndarray[Any, Any] | None = self._outputs.get(name)
+            return found
+        if self.request is not None:
+            if self._outputs is None:
+                self._outputs = response_outputs(result)
+            meta = self._outputs.get(name)
+            if meta is None:
+                return None
+            datatype, shape = meta
+            if datatype not in RAW_DATATYPES:
+                raise ValueError(f"datatype {datatype} cannot be read from a shared-memory region")
+            dtype = RAW_DATATYPES[datatype]
+        else:
+            output = result.get_output(name)
+            if output is None:
+                return None
+            from tritonclient.utils import triton_to_np_dtype
 
-        dtype = np.dtype(triton_to_np_dtype(output.datatype))
-        shape = tuple(output.shape)
+            dtype = np.dtype(triton_to_np_dtype(output.datatype))
+            shape = tuple(output.shape)
         at, nbytes = place
         if math.prod(shape) * dtype.itemsize > nbytes:
             raise ValueError(f"shape {shape} {dtype} exceeds the {nbytes} bytes reserved in the region")
@@ -410,6 +464,7 @@ class TensorTransport:
                 payload call then names none (the server returns all).
         """
         pool = self.pool(server, grpc_client)
+        outputs = None if all_outputs else [s.name for s in out_specs]
         if (
             pool is not None
             and sum(a.nbytes for a in arrays.values()) >= SHM_MIN_BYTES
@@ -417,7 +472,8 @@ class TensorTransport:
         ):
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
             try:
-                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm)
+                plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
+                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm, plan)
             except Exception as exc:
                 if not self._use_payloads_after(server, exc):
                     raise
@@ -427,7 +483,6 @@ class TensorTransport:
                 return call
         with self._lock:
             self.payload_calls += 1
-        outputs = None if all_outputs else [s.name for s in out_specs]
         plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
         if plan is not None:
             return WireCall(plan, list(arrays.values()))

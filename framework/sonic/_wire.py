@@ -9,8 +9,12 @@ message / field                            no.    written / read here
 ``ModelInferRequest.model_name``           1      once per :class:`RequestPlan`
 ``ModelInferRequest.model_version``        2      once per plan ("" = not written)
 ``ModelInferRequest.inputs``               5      name (1) and datatype (2) once per plan;
-                                                  ``shape`` (3, packed int64) per call
+                                                  ``shape`` (3, packed int64) per call;
+                                                  ``parameters`` (4) of a shared-memory
+                                                  call: region, offset, byte size
 ``ModelInferRequest.outputs``              6      the requested outputs' names, once per plan
+                                                  (with their region, offset and byte size
+                                                  (``parameters``, 2) when in a region)
 ``ModelInferRequest.raw_input_contents``   7      each input array's bytes, per call
 ``ModelInferResponse.outputs``             5      name (1), datatype (2), shape (3)
 ``ModelInferResponse.raw_output_contents`` 6      each output's bytes: a numpy view, no copy
@@ -40,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RAW_DATATYPES", "RequestPlan", "StackedRows", "decode_response", "joined"]
+__all__ = ["RAW_DATATYPES", "RequestPlan", "StackedRows", "decode_response", "joined", "response_outputs"]
 
 RAW_DATATYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
@@ -151,6 +155,19 @@ class RequestPlan:
         self._outputs = b"".join(_length_delimited(_OUTPUTS, _length_delimited(_NAME, n.encode())) for n in outputs)
         self.names = tuple(name for name, _ in inputs)
 
+    def _input_tensor(self, index: int, shape: Sequence[int], parameters: bytes = b"") -> Sequence[bytes]:
+        """The key, length and body of input ``index``'s ``InferInputTensor`` field."""
+        small = _SMALL
+        dims = b"".join([small[d] if d < 0x80 else _varint(d) for d in shape])
+        tensor = (
+            self._tensor_heads[index]
+            + _SHAPE
+            + (small[len(dims)] if len(dims) < 0x80 else _varint(len(dims)))
+            + dims
+            + parameters
+        )
+        return (_INPUTS, small[len(tensor)] if len(tensor) < 0x80 else _varint(len(tensor)), tensor)
+
     def encode(self, arrays: Sequence[np.ndarray[Any, Any] | StackedRows]) -> bytes:
         """The serialized ``ModelInferRequest`` of one call.
 
@@ -162,12 +179,9 @@ class RequestPlan:
         Returns:
             The message's bytes; each array copied once into them.
         """
-        small = _SMALL
         parts: list[Any] = [self._head]
-        for tensor_head, array in zip(self._tensor_heads, arrays, strict=True):
-            dims = b"".join([small[d] if d < 0x80 else _varint(d) for d in array.shape])
-            tensor = tensor_head + _SHAPE + (small[len(dims)] if len(dims) < 0x80 else _varint(len(dims))) + dims
-            parts += (_INPUTS, small[len(tensor)] if len(tensor) < 0x80 else _varint(len(tensor)), tensor)
+        for index, array in enumerate(arrays):
+            parts += self._input_tensor(index, array.shape)
         parts.append(self._outputs)
         for array in arrays:
             parts += (_RAW_INPUT, _varint(array.nbytes))
@@ -176,6 +190,60 @@ class RequestPlan:
             else:
                 parts.append(array)
         return b"".join(parts)
+
+    def encode_shared_memory(
+        self,
+        region: str,
+        inputs: Sequence[tuple[Sequence[int], int, int]],
+        outputs: Sequence[tuple[str, int, int]] | None,
+    ) -> bytes:
+        """The serialized ``ModelInferRequest`` of a call whose tensors are in the Triton
+        system shared-memory ``region`` (registered with the server; the inputs written).
+
+        Each tensor carries Triton's parameters ``shared_memory_region``,
+        ``shared_memory_byte_size`` and, if not 0, ``shared_memory_offset`` (as
+        tritonclient's ``set_shared_memory`` writes them).
+
+        Args:
+            region: the region's name as registered.
+            inputs: (shape, offset, byte size) of each input, in the plan's order.
+            outputs: (name, offset, byte size) of each requested output placed in the
+                region; None: the outputs come back in the response (the plan's own
+                requested outputs).
+        """
+        where = _parameter(b"shared_memory_region", _STRING_PARAM, region.encode())
+        parts: list[Any] = [self._head]
+        for index, (shape, offset, nbytes) in enumerate(inputs):
+            parts += self._input_tensor(index, shape, _shm_parameters(_INPUT_PARAMETERS, where, offset, nbytes))
+        if outputs is None:
+            parts.append(self._outputs)
+        else:
+            for name, offset, nbytes in outputs:
+                body = _length_delimited(_NAME, name.encode()) + _shm_parameters(
+                    _OUTPUT_PARAMETERS, where, offset, nbytes
+                )
+                parts.append(_length_delimited(_OUTPUTS, body))
+        return b"".join(parts)
+
+
+# InferParameter (grpc_service.proto): its oneof's fields used here; the parameters maps
+# of InferInputTensor (field 4) and InferRequestedOutputTensor (field 2).
+_INT64_PARAM, _STRING_PARAM = b"\x10", b"\x1a"
+_INPUT_PARAMETERS, _OUTPUT_PARAMETERS = b"\x22", b"\x12"
+
+
+def _parameter(key: bytes, kind: bytes, value: bytes) -> bytes:
+    """One map entry (key = 1, value = 2) of ``key`` -> an InferParameter of ``kind``."""
+    parameter = kind + value if kind == _INT64_PARAM else _length_delimited(kind, value)
+    return _length_delimited(_NAME, key) + _length_delimited(b"\x12", parameter)
+
+
+def _shm_parameters(field: bytes, where: bytes, offset: int, nbytes: int) -> bytes:
+    entries = [where]
+    if offset:
+        entries.append(_parameter(b"shared_memory_offset", _INT64_PARAM, _varint(offset)))
+    entries.append(_parameter(b"shared_memory_byte_size", _INT64_PARAM, _varint(nbytes)))
+    return b"".join(_length_delimited(field, entry) for entry in entries)
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -235,6 +303,32 @@ def _output_tensor(buf: bytes, start: int, end: int) -> tuple[str, str, tuple[in
     return name, datatype, tuple(shape)
 
 
+def _parse_response(buf: bytes) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[tuple[int, int]]]:
+    """The (name, datatype, shape) of each output and the (start, end) of each raw content."""
+    outputs: list[tuple[str, str, tuple[int, ...]]] = []
+    contents: list[tuple[int, int]] = []
+    try:
+        for field, wire, at, stop in _fields(buf, 0, len(buf)):
+            if field == 5 and wire == 2:
+                outputs.append(_output_tensor(buf, at, stop))
+            elif field == 6 and wire == 2:
+                contents.append((at, stop))
+    except IndexError:
+        raise ValueError("truncated ModelInferResponse") from None
+    return outputs, contents
+
+
+def response_outputs(buf: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (datatype, shape) of each output of a serialized ``ModelInferResponse``
+    (the outputs of a shared-memory call, whose contents are in the region).
+
+    Raises:
+        ValueError: a malformed message.
+    """
+    outputs, _ = _parse_response(buf)
+    return {name: (datatype, shape) for name, datatype, shape in outputs}
+
+
 def decode_response(buf: bytes) -> dict[str, np.ndarray[Any, Any] | None]:
     """The outputs of a serialized ``ModelInferResponse``: name -> numpy view over ``buf``.
 
@@ -246,16 +340,7 @@ def decode_response(buf: bytes) -> dict[str, np.ndarray[Any, Any] | None]:
         ValueError: a malformed message, fewer raw contents than outputs, or contents whose
             size does not match the output's shape and datatype.
     """
-    outputs: list[tuple[str, str, tuple[int, ...]]] = []
-    contents: list[tuple[int, int]] = []
-    try:
-        for field, wire, at, stop in _fields(buf, 0, len(buf)):
-            if field == 5 and wire == 2:
-                outputs.append(_output_tensor(buf, at, stop))
-            elif field == 6 and wire == 2:
-                contents.append((at, stop))
-    except IndexError:
-        raise ValueError("truncated ModelInferResponse") from None
+    outputs, contents = _parse_response(buf)
     if len(contents) != len(outputs):
         raise ValueError(f"the response has {len(outputs)} outputs and {len(contents)} raw contents")
     arrays: dict[str, np.ndarray[Any, Any] | None] = {}
