@@ -364,6 +364,29 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
     assert row["client_resolved"] == (min(clients) > 0)  # flagged where the runs disagree on its sign
 
 
+@pytest.mark.parametrize("figures", [3, 14])
+def test_wide_results_print_turned_and_readable_in_80_columns(figures):
+    """Many figures for few rows (cmsbench cpu): one line per figure, every header and
+    value whole at 80 characters; few figures: one line per row, as before."""
+    import io
+
+    columns = [("config", "config", "s")] + [(f"k{i}", f"figure number {i} [ms]", ".2f") for i in range(figures)]
+    rows = [
+        {"config": name, **{f"k{i}": 1000 * n + i for i in range(figures)}} for n, name in ((1, "four"), (2, "aod"))
+    ]
+    out = io.StringIO()
+    console = _cli.Console(file=out, width=80)
+    _cli.print_result({"title": "t", "columns": columns, "rows": rows, "targets": []}, console)
+    lines = out.getvalue().splitlines()
+    if figures > _cli.WIDE:
+        for i in range(figures):
+            (line,) = [x for x in lines if f"figure number {i} [ms]" in x]
+            assert f"{1000 + i:.2f}" in line and f"{2000 + i:.2f}" in line
+    else:
+        (line,) = [x for x in lines if "four" in x]
+        assert all(f"{1000 + i:.2f}" in line for i in range(figures))
+
+
 def test_cli_runs_an_experiment_and_reports_failures(tmp_path, monkeypatch):
     assert _cli.main(["overhead", "--quick", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "overhead.json").exists()

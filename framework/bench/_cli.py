@@ -36,6 +36,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import _exp_cpu, _exp_gpu, _exp_gpu_ak8, _exp_local, _exp_scale, _exp_servers, _exp_shm, _exp_sonic, _exp_wrapper
 from ._harness import SERVERS
@@ -126,13 +127,27 @@ def _format(value: Any, fmt: str) -> str:
         return str(value)
 
 
+WIDE = 10
+"""Above this many columns, the rows table is printed turned: one line per figure, one
+column per row (``cmsbench cpu`` has ~20 figures for 2 configs: unreadable side by side)."""
+
+
 def print_result(result: dict[str, Any], console: Console) -> None:
     """The rows table and the targets table of one experiment."""
     table = Table(title=result["title"], title_justify="left")
-    for _, header, _ in result["columns"]:
-        table.add_column(header, justify="right")
-    for row in result["rows"]:
-        table.add_row(*(_format(row.get(key), fmt) for key, _, fmt in result["columns"]))
+    columns, rows = result["columns"], result["rows"]
+    if len(columns) > WIDE and len(rows) < len(columns):
+        (first, header, fmt), *figures = columns
+        table.add_column(Text(header))  # Text: "[ms/ev]" is a unit, not rich's markup
+        for row in rows:
+            table.add_column(Text(_format(row.get(first), fmt)), justify="right")
+        for key, header, fmt in figures:
+            table.add_row(Text(header), *(_format(row.get(key), fmt) for row in rows))
+    else:
+        for _, header, _ in columns:
+            table.add_column(Text(header), justify="right")
+        for row in rows:
+            table.add_row(*(_format(row.get(key), fmt) for key, _, fmt in columns))
     console.print(table)
     if result["targets"]:
         targets = Table(title="targets", title_justify="left")
