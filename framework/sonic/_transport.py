@@ -190,6 +190,15 @@ class _WireStub:
         self._fixed = None if grpc_client._plugin is not None else tuple(grpc_client._get_metadata(None))  # noqa: SLF001
         self._compressions: dict[str | None, Any] = {None: grpc.Compression.NoCompression}
 
+    def call_arguments(self, options: dict[str, Any]) -> dict[str, Any]:
+        """grpcio's keyword arguments of one call with the client's ``options``
+        (``call_options``): deadline, metadata, compression."""
+        return {
+            "timeout": options.get("client_timeout"),
+            "metadata": self.metadata(),
+            "compression": self.compression(options.get("compression_algorithm")),
+        }
+
     def metadata(self) -> Any:
         if self._fixed is not None:
             return self._fixed or None
@@ -223,12 +232,7 @@ def _wire_send(grpc_client: Any, request: bytes, options: dict[str, Any], callba
     """Start a ``ModelInfer`` call of ``request`` (bytes) on ``grpc_client``'s channel; its
     gRPC future. The completion calls ``callback`` as tritonclient's ``async_infer`` does."""
     stub = _wire_stub(grpc_client)
-    future = stub.infer.future(
-        request,
-        timeout=options.get("client_timeout"),
-        metadata=stub.metadata(),
-        compression=stub.compression(options.get("compression_algorithm")),
-    )
+    future = stub.infer.future(request, **stub.call_arguments(options))
     future.add_done_callback(functools.partial(_wire_done, callback))
     return future
 
@@ -244,12 +248,7 @@ def _wire_infer(grpc_client: Any, request: bytes, options: dict[str, Any]) -> by
 
     stub = _wire_stub(grpc_client)
     try:
-        response: bytes = stub.infer(
-            request,
-            timeout=options.get("client_timeout"),
-            metadata=stub.metadata(),
-            compression=stub.compression(options.get("compression_algorithm")),
-        )
+        response: bytes = stub.infer(request, **stub.call_arguments(options))
     except grpc.RpcError as rpc_error:
         raise get_error_grpc(rpc_error) from None
     return response
@@ -318,7 +317,10 @@ class ShmCall:
                 region.handle, list(data.parts) if isinstance(data, StackedRows) else [data], offset=at
             )
         self._out_places = out_places
-        self._outputs: dict[str, Any] | None = None  # the wire response's outputs, once read
+        # The wire response, read once: its outputs as views (outputs in the response) or
+        # their datatypes and shapes (outputs in the region).
+        self._views: dict[str, np.ndarray[Any, Any] | None] | None = None
+        self._shapes: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self.request: bytes | None = None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
@@ -361,14 +363,13 @@ class ShmCall:
             if self.request is None:
                 array: np.ndarray[Any, Any] | None = result.as_numpy(name)
                 return array
-            if self._outputs is None:
-                self._outputs = decode_response(result)
-            found: np.ndarray[Any, Any] | None = self._outputs.get(name)
-            return found
+            if self._views is None:
+                self._views = decode_response(result)
+            return self._views.get(name)
         if self.request is not None:
-            if self._outputs is None:
-                self._outputs = response_outputs(result)
-            meta = self._outputs.get(name)
+            if self._shapes is None:
+                self._shapes = response_outputs(result)
+            meta = self._shapes.get(name)
             if meta is None:
                 return None
             datatype, shape = meta
@@ -471,8 +472,8 @@ class TensorTransport:
             and all(a.dtype != np.object_ for a in arrays.values())
         ):
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
+            plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
             try:
-                plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
                 call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm, plan)
             except Exception as exc:
                 if not self._use_payloads_after(server, exc):
@@ -496,7 +497,7 @@ class TensorTransport:
         arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         outputs: Sequence[str] | None,
     ) -> RequestPlan | None:
-        """The :class:`~framework.sonic._wire.RequestPlan` of a payload call, made once per
+        """The :class:`~framework.sonic._wire.RequestPlan` of a call (payloads or shared memory), made once per
         (inputs, requested outputs); None where tritonclient must send it (BYTES or BF16
         tensors, or a ``grpc_client`` that is not tritonclient's own)."""
         key = (type(grpc_client), *arrays, None if outputs is None else tuple(outputs))
