@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 from typing import Any
 
 import numpy as np
@@ -115,6 +116,13 @@ def processes_with_marker(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server the test starts, or a closed port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def local_sample(name: str) -> str:

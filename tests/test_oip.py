@@ -22,7 +22,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -38,6 +37,8 @@ from framework.sonic import ServerInfo, TritonClient
 from framework.sonic._client import client_description
 from framework.sonic._routing import ready_models
 
+from support import free_port
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FACILE = ROOT / "data" / "models" / "facile"
 COMMANDS = {  # the server's command in its own virtualenv
@@ -46,12 +47,6 @@ COMMANDS = {  # the server's command in its own virtualenv
 }
 START_TIMEOUT = 120.0  # seconds for a server to serve the model (they import a lot, on 2 busy cores)
 N_CHANNELS = 3000  # rows per event (the FACILE default is 16,000): small, above 64 KiB all the same
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mlserver_command(folder: pathlib.Path, grpc_port: int) -> list[str]:

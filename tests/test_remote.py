@@ -58,6 +58,8 @@ from framework.io import PoolSource, RemoteAccess, _remote
 from framework.samples import locate_sample
 from framework.serving._processes import TAG_VARIABLE
 
+from support import free_port
+
 XROOTD = shutil.which("xrootd")
 needs_xrootd = pytest.mark.skipif(
     XROOTD is None, reason="the xrootd server binary is not installed (apt-get install xrootd-server; .ci/run does it)"
@@ -94,12 +96,6 @@ process.e = cms.EndPath(process.out)
 
 
 # -- servers --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class XRootDServer:

@@ -34,7 +34,7 @@ from framework.sonic import ServerInfo, _routing, recommended_retries
 from framework.sonic._pool import Answer, DiscoveryParameters, queue_per_execution
 from framework.sonic._routing import Routing
 
-from support import JobState
+from support import JobState, free_port
 
 N_EVENTS = 32
 STREAMS = 8
@@ -304,6 +304,17 @@ async def run(process: cms.Process, fault=None) -> tuple[Any, dict[int, np.ndarr
 _reference: dict[int, np.ndarray] = {}
 
 
+def assert_fault_free_on_both(records: dict[int, np.ndarray], stats: dict) -> dict:
+    """Every event's product as in the fault-free run (:data:`_reference`), no error, and
+    both servers served requests; the doubler's client statistics."""
+    assert records.keys() == _reference.keys()
+    for number, y in _reference.items():
+        np.testing.assert_array_equal(records[number], y, err_msg=f"event {number}")
+    client = stats["clients"]["doubler"]
+    assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
+    return client
+
+
 async def test_two_servers_of_one_model_both_serve(pair):
     svc, records = await run(balancing_process(pair))
     _reference.update(records)
@@ -338,25 +349,13 @@ async def test_one_of_two_servers_killed_mid_job(repository, pair, left_behind):
     finally:
         victim.stop(10.0)
     assert left_behind(victim.region_prefix) == ([], [])
-    assert records.keys() == _reference.keys()
-    for number, y in _reference.items():
-        np.testing.assert_array_equal(records[number], y, err_msg=f"event {number}")
     stats = svc.statistics()
-    client = stats["clients"]["doubler"]
-    assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
+    client = assert_fault_free_on_both(records, stats)
     assert client["failovers"] >= 1 and stats["servers"]["s1"]["outages"] == 1  # its requests went to s0
 
 
 # ----------------------------------------------------------------------------------------
 # A pool that changes during the job, on real servers
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_begin_job_waits_for_the_server_of_its_model(repository, left_behind, caplog):
@@ -407,12 +406,8 @@ async def test_a_server_that_appears_mid_job_joins_and_leaves_without_a_failed_e
         svc, records = await run(process, appear_then_go)
     finally:
         late.stop(10.0)
-    assert records.keys() == _reference.keys()
-    for number, y in _reference.items():
-        np.testing.assert_array_equal(records[number], y, err_msg=f"event {number}")
     stats = svc.statistics()
-    client = stats["clients"]["doubler"]
-    assert client["errors"] == 0 and client["servers"]["s0"] > 0 and client["servers"].get("s1", 0) > 0
+    assert_fault_free_on_both(records, stats)
     assert any("'s1'" in r.getMessage() and "joins: serves double" in r.getMessage() for r in caplog.records)
     assert stats["servers"]["s1"]["outages"] >= 1  # it left
 

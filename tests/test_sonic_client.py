@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import pathlib
-import socket
 import textwrap
 import threading
 import time
@@ -38,6 +37,8 @@ from framework.sonic import (
     TritonClient,
     client_description,
 )
+
+from support import free_port
 
 SLOW_SECONDS = 1.0  # the "slow" model's execution time
 SERVED = ["double", "nobatch", "slow", "pair", "empty"]  # "spare" is left to the fallback
@@ -146,12 +147,6 @@ def server_requests_reaching(server: LocalTritonServer, model: str, expected: in
     while (count := server_requests(server, model)) < expected and time.monotonic() < deadline:
         time.sleep(0.02)
     return count
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------------------
