@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import pathlib
 import statistics
 import time
 
@@ -350,7 +351,7 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
     assert row["runs"] == 2 and len(row["all_runs"]) == 2 and len(row["loadavg"]) == 2
     assert saved["machine"]["cpu_model"] and saved["machine"]["loadavg"]
     for run in row["all_runs"]:
-        for variant in ("direct", "sonic", "sonic_batched", "noinference"):
+        for variant in ("direct", "sonic", "sonic_batched", "noinference", "sonic_shm", "sonic_batched_shm"):
             low, high = run[variant]["jobs"]
             assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
             for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
@@ -358,8 +359,16 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
                 assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
         assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
         assert run["noinference"]["calls_per_event"] == 0  # no inference at all
+        # each side used the transport it is named for: DeepMET's 198 kB per event go
+        # through shared memory in the _shm jobs only (above SHM_MIN_BYTES)
+        assert run["sonic"]["shm_calls_per_event"] == 0 and run["sonic_shm"]["shm_calls_per_event"] == 1
+        assert run["sonic_batched_shm"]["shm_calls_per_event"] > 0
+        assert all(job["cpu_s"] > 0 for job in run["bare_shm"]["jobs"])  # --quick: 4 events apart, a noisy difference
     values = sorted(r["client_vs_bare"] for r in row["all_runs"])
     assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
+    values = sorted(r["shm_client_vs_bare"] for r in row["all_runs"])
+    assert row["shm_client_vs_bare"] == (values[0] + values[1]) / 2
+    assert not list(pathlib.Path("/dev/shm").glob("pysonic_shm_*_bareloop_*"))  # the bare loop's regions gone
     clients = [r["client_ms_per_event"] for r in row["all_runs"]]
     assert row["client_resolved"] == (min(clients) > 0)  # flagged where the runs disagree on its sign
 

@@ -24,7 +24,13 @@ The variants, on the same events and the same server (a ``LocalTritonServer`` of
   all outputs requested; its CPU per request is taken the same way (two event counts).
 
 Both the SONIC jobs and the bare loop send the tensors as gRPC payloads
-(``Client.useSharedMemory = false``): the same transport on both sides of the ratio.
+(``Client.useSharedMemory = false``): the same transport on both sides of the ratio. The
+four-model config also runs both sides with Triton's system shared memory, what a job
+uses by default with a server on its own host (CMSSW's ``useSharedMemory``, default true):
+``sonic_shm`` and ``sonic_batched_shm`` (the SONIC jobs with ``Client.useSharedMemory =
+true``) against ``bare_shm`` (the bare loop writing each request's inputs into a region
+registered once per request in flight, its outputs requested into the region too, as
+pysonic's client does for fixed-size outputs).
 Also the server's CPU per event (the ``tritonserver`` process and its Python-backend
 stubs, from ``/proc``), so that the job's plus the local server's CPU is reported too.
 
@@ -42,6 +48,7 @@ machine ``--repeat 5`` takes about 15 minutes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -63,6 +70,7 @@ STREAMS = 4
 MODELS = ("particlenet", "deepmet", "deeptau", "facile")
 TRITON_NAMES = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
 VARIANTS = ("direct", "sonic", "sonic_batched", "noinference")
+SHM_VARIANTS = ("sonic_shm", "sonic_batched_shm")  # the four-model config only: a local server's default
 BATCH_ROWS = 65536  # Client.batching.maxRows of sonic_batched: in effect each model's max_batch_size
 BATCH_DELAY_US = 10_000  # its maxDelay: long enough for the 4 streams to fall into step (the hold ends
 # as soon as no other task can run, so a lone request does not wait for it; docs/performance.md)
@@ -117,7 +125,9 @@ def _job(
     variant: str, events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], cpu_chunks: int
 ) -> dict[str, Any]:
     """One cmsrun of ``variant`` on ``events`` events: its CPU, wall, the server's CPU, its summary."""
-    backend = {"sonic_batched": "sonic"}.get(variant, variant)  # noinference: a backend of models_cfg.py
+    shared_memory = variant.endswith("_shm")
+    batched = variant.startswith("sonic_batched")
+    backend = "sonic" if variant.startswith("sonic") else variant  # noinference: a backend of models_cfg.py
     options: dict[str, Any] = dict(
         backend=backend,
         models=list(models),
@@ -126,9 +136,9 @@ def _job(
         repeat=events,  # pfnano.root holds 10 events: list it often enough (opened once)
         streams=STREAMS,
         threads=1,
-        sharedMemory=False,
+        sharedMemory=shared_memory,
         cpuChunks=cpu_chunks,  # the MiniAOD-like work: the same chunks in every job (0: none)
-        batchRows=BATCH_ROWS if variant == "sonic_batched" else 0,
+        batchRows=BATCH_ROWS if batched else 0,
         batchDelay=BATCH_DELAY_US,
     )
     summary = folder / f"{variant}_{events}.json"
@@ -141,6 +151,7 @@ def _job(
     out["other_threads_cpu_s"] = report["cpu"]["other_threads"]
     clients = report.get("services", {}).get("TritonService", {}).get("clients", {})
     out["calls"] = sum(c.get("calls", 0) for c in clients.values())
+    out["shm_calls"] = sum(c.get("shm_calls", 0) for c in clients.values())  # calls whose inputs went in a region
     out["requests"] = sum(c.get("requests", c.get("calls", 0)) for c in clients.values())
     return out
 
@@ -216,10 +227,11 @@ def _ak8_row(repeat: int, folder: pathlib.Path, cores: set[int]) -> dict[str, An
 
 
 def _bare(
-    events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], floor: bool = False
+    events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], side: str = "bare"
 ) -> dict[str, Any]:
-    """The bare replay of the dumped tensors of ``events`` events, as a child process
-    (``floor``: the prebuilt request bytes over grpcio, see :func:`bare_replay`)."""
+    """The bare replay of the dumped tensors of ``events`` events, as a child process;
+    ``side``: ``bare``, ``floor`` (the prebuilt request bytes over grpcio) or ``bare_shm``
+    (the inputs through shared memory), see :func:`bare_replay`."""
     command = [
         sys.executable,
         "-m",
@@ -232,7 +244,7 @@ def _bare(
         str(events),
         "--in-flight",
         str(STREAMS),
-        *(["--floor"] if floor else []),
+        *({"floor": ["--floor"], "bare_shm": ["--shared-memory"]}.get(side, [])),
     ]
     server_before = _tree_cpu(server.pid)
     cpu, wall = _child(command, folder, f"bare loop on {events} events")
@@ -250,11 +262,13 @@ def _one_run(
     events: tuple[int, int],
     cpu_chunks: int,
     bare_events: tuple[int, int],
+    shared_memory: bool = False,
 ) -> dict[str, Any]:
     """Every variant at ``events`` and the bare loop at ``bare_events`` (it does no CPU
-    work of its own: the same counts for both configs), once each; per-event figures."""
+    work of its own: the same counts for both configs), once each; per-event figures.
+    ``shared_memory``: the shared-memory sides too (:data:`SHM_VARIANTS`, ``bare_shm``)."""
     run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
-    for variant in VARIANTS:
+    for variant in VARIANTS + (SHM_VARIANTS if shared_memory else ()):
         low, high = (_job(variant, n, server, folder, models, cpu_chunks) for n in events)
         run[variant] = {
             "cpu_ms_per_event": _per_event(low, high, events, "cpu_s") * MS,
@@ -262,12 +276,13 @@ def _one_run(
             "event_loop_cpu_ms_per_event": _per_event(low, high, events, "event_loop_cpu_s") * MS,
             "other_threads_cpu_ms_per_event": _per_event(low, high, events, "other_threads_cpu_s") * MS,
             "calls_per_event": _per_event(low, high, events, "calls"),
+            "shm_calls_per_event": _per_event(low, high, events, "shm_calls"),
             "requests_per_event": _per_event(low, high, events, "requests"),
             "jobs": [low, high],
         }
     requests = len(models)  # per event: one request per model
-    for side, floor in (("bare", False), ("floor", True)):
-        low, high = (_bare(n, server, folder, models, floor) for n in bare_events)
+    for side in ("bare", "floor", *(("bare_shm",) if shared_memory else ())):
+        low, high = (_bare(n, server, folder, models, side) for n in bare_events)
         run[side] = {
             "cpu_ms_per_request": _per_event(low, high, bare_events, "cpu_s") / requests * MS,
             "server_cpu_ms_per_request": _per_event(low, high, bare_events, "server_cpu_s") / requests * MS,
@@ -289,7 +304,22 @@ def _one_run(
     run["sonic_vs_direct"] = sonic["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
     run["batched_vs_direct"] = run["sonic_batched"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
     run["client_vs_inference"] = run["client_ms_per_event"] / run["direct_inference_ms_per_event"]
+    if shared_memory:
+        _shm_figures(run, requests)
     return run
+
+
+def _shm_figures(run: dict[str, Any], requests: int) -> None:
+    """The shared-memory sides' figures of one run (``shm_*``), as the payload ones."""
+    shm, noinf, bare = run["sonic_shm"], run["noinference"], run["bare_shm"]
+    run["shm_client_ms_per_event"] = shm["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
+    run["shm_client_ms_per_request"] = run["shm_client_ms_per_event"] / max(shm["calls_per_event"], 1e-9)
+    run["shm_client_vs_bare"] = run["shm_client_ms_per_request"] / bare["cpu_ms_per_request"]
+    batched = run["sonic_batched_shm"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
+    run["shm_batched_client_vs_bare"] = batched / requests / bare["cpu_ms_per_request"]
+    run["shm_vs_direct"] = shm["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    run["shm_batched_vs_direct"] = run["sonic_batched_shm"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    run["shm_client_vs_inference"] = run["shm_client_ms_per_event"] / run["direct_inference_ms_per_event"]
 
 
 ROW_KEYS = (
@@ -308,6 +338,15 @@ ROW_KEYS = (
     "batched_vs_direct",
     "client_vs_inference",
 )
+SHM_ROW_KEYS = (
+    "shm_client_ms_per_event",
+    "shm_client_ms_per_request",
+    "shm_client_vs_bare",
+    "shm_batched_client_vs_bare",
+    "shm_vs_direct",
+    "shm_batched_vs_direct",
+    "shm_client_vs_inference",
+)
 
 
 def client_resolved(row: dict[str, Any]) -> bool:
@@ -324,7 +363,8 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         return float(statistics.median(get(r) for r in runs))
 
     row: dict[str, Any] = {"config": config, "cpu_time_ms": cpu_time, "runs": len(runs)}
-    for variant in VARIANTS:
+    shared_memory = "sonic_shm" in runs[0]
+    for variant in VARIANTS + (SHM_VARIANTS if shared_memory else ()):
         for key in (
             "cpu_ms_per_event",
             "server_cpu_ms_per_event",
@@ -340,7 +380,14 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
     )
     row["bare_cpu_ms_per_request"] = median(lambda r: r["bare"]["cpu_ms_per_request"])
     row["floor_cpu_ms_per_request"] = median(lambda r: r["floor"]["cpu_ms_per_request"])
-    for key in ROW_KEYS:
+    if shared_memory:
+        row["bare_shm_cpu_ms_per_request"] = median(lambda r: r["bare_shm"]["cpu_ms_per_request"])
+        row["rows_per_call_batched_shm"] = median(
+            lambda r: (
+                r["sonic_batched_shm"]["requests_per_event"] / max(r["sonic_batched_shm"]["calls_per_event"], 1e-9)
+            )
+        )
+    for key in ROW_KEYS + (SHM_ROW_KEYS if shared_memory else ()):
         row[key] = median(lambda r, k=key: r[k])
         values = [r[key] for r in runs]
         row[f"{key}_spread"] = [min(values), max(values)]
@@ -377,7 +424,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             dumpFolder=folder / "tensors",
         )
         _child(dump, folder, "the tensor dump")
-        runs = [_one_run(server, folder, models, events, 0, events) for _ in range(max(1, repeat))]
+        runs = [_one_run(server, folder, models, events, 0, events, True) for _ in range(max(1, repeat))]
         rows.append(_row("four models", 0.0, runs))
         if not quick:  # --quick: the smoke test's minute; the MiniAOD-like job adds nothing to it
             # MiniAOD-like: the rest of the event costs nine times the direct inference.
@@ -399,7 +446,8 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             "bare_events": list(events),
             "streams": STREAMS,
             "threads": 1,
-            "transport": "gRPC payloads (Client.useSharedMemory = false; the bare loop too)",
+            "transport": "gRPC payloads (Client.useSharedMemory = false; the bare loop too); the four-model "
+            "config also with system shared memory on both sides (sonic_shm, sonic_batched_shm, bare_shm)",
             "batching": f"sonic_batched: Client.batching maxRows {BATCH_ROWS} (each model's max_batch_size), "
             f"maxDelay {BATCH_DELAY_US} us",
             "cores": f"jobs and bare loops on core {JOB_CORE}, the server on {sorted(server_cores)} "
@@ -430,6 +478,14 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             ("rows_per_call_batched", "rows/call", ".1f"),
             ("sonic_vs_direct", "SONIC/direct", ".2f"),
             ("sonic_total_ms_per_event", "SONIC+server [ms/ev]", ".2f"),
+            ("sonic_shm_cpu_ms_per_event", "SONIC shm [ms/ev]", ".2f"),
+            ("sonic_batched_shm_cpu_ms_per_event", "batched shm [ms/ev]", ".2f"),
+            ("shm_client_ms_per_request", "client shm [ms/req]", ".3f"),
+            ("bare_shm_cpu_ms_per_request", "bare shm [ms/req]", ".3f"),
+            ("shm_client_vs_bare", "client/bare, shm", ".2f"),
+            ("shm_batched_client_vs_bare", "batched/bare, shm", ".2f"),
+            ("shm_vs_direct", "SONIC/direct, shm", ".2f"),
+            ("shm_batched_vs_direct", "batched/direct, shm", ".2f"),
             ("runs", "runs", "d"),
         ],
         "targets": [
@@ -483,6 +539,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
                 "met": four["client_vs_inference"] <= 0.15,
                 "note": "inference = direct job - the same job without inference",
             },
+            *_shm_targets(four),
         ],
         "notes": [
             "CPU from the OS (os.wait4 of each cmsrun child), start-up removed by two event counts",
@@ -492,12 +549,55 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
     }
 
 
+def _shm_targets(four: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets again with shared memory on both sides (a local server's default)."""
+    if "shm_client_vs_bare" not in four:
+        return []
+    rows = four["rows_per_call_batched_shm"]
+    return [
+        {
+            "name": "shared memory: client CPU per request / bare shared-memory loop's (batching off)",
+            "value": four["shm_client_vs_bare"],
+            "target": 1.0,
+            "met": four["shm_client_vs_bare"] <= 1.0,
+            "note": "both sides write the inputs into registered regions",
+        },
+        {
+            "name": "shared memory: client CPU per event and model (batched) / bare shared-memory loop's per request",
+            "value": four["shm_batched_client_vs_bare"],
+            "target": 0.4,
+            "met": four["shm_batched_client_vs_bare"] <= 0.4 and rows >= 3,
+            "note": f"{rows:.1f} requests per call (target >= 3)",
+        },
+        {
+            "name": "shared memory: SONIC / direct job CPU per event (four models)",
+            "value": four["shm_vs_direct"],
+            "target": 0.55,
+            "met": four["shm_vs_direct"] <= 0.55,
+            "note": f"batched: {four['shm_batched_vs_direct']:.2f}",
+        },
+        {
+            "name": "shared memory: client CPU / the direct inference it replaces",
+            "value": four["shm_client_vs_inference"],
+            "target": 0.15,
+            "met": four["shm_client_vs_inference"] <= 0.15,
+            "note": "inference = direct job - the same job without inference",
+        },
+    ]
+
+
 # ----------------------------------------------------------------------------------------
 # The bare loop (a child process of the experiment)
 
 
 def bare_replay(
-    address: str, folder: pathlib.Path, models: list[str], events: int, in_flight: int, floor: bool = False
+    address: str,
+    folder: pathlib.Path,
+    models: list[str],
+    events: int,
+    in_flight: int,
+    floor: bool = False,
+    shared_memory: bool = False,
 ) -> int:
     """Replay the dumped tensors of the first ``events`` events: for each event, one
     ``async_infer`` per model (all its outputs), ``in_flight`` at most in flight.
@@ -507,6 +607,11 @@ def bare_replay(
     multi-callable on the tritonclient client's channel (the same channel options); the
     response stays bytes. What remains per request is the wire: gRPC's call, its threads
     and the socket.
+
+    ``shared_memory``: the inputs of each request are written into one of ``in_flight``
+    system shared-memory regions (registered once at start-up) and its outputs requested
+    into the same region, as pysonic's client does with a local server (64-byte aligned
+    offsets; the outputs' sizes from one payload call per dumped request at start-up).
 
     Every dumped event is loaded whatever ``events`` is, so that loading is start-up (it
     cancels in the difference of two event counts). Returns the failed requests.
@@ -539,6 +644,8 @@ def bare_replay(
     try:
         if floor:
             _floor_replay(client, plan, events, in_flight, failures)
+        elif shared_memory:
+            _shm_replay(client, plan, events, in_flight, failures)
         else:
             for event in range(events):
                 for triton, requests, outputs in plan:
@@ -598,6 +705,84 @@ def _floor_replay(client: Any, plan: list[Any], events: int, in_flight: int, fai
         slots.acquire()
 
 
+def _shm_replay(client: Any, plan: list[Any], events: int, in_flight: int, failures: list[Any]) -> None:
+    """:func:`bare_replay` with system shared memory (see there)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    import tritonclient.utils.shared_memory as shm
+    from tritonclient.utils import np_to_triton_dtype
+
+    def aligned(n: int) -> int:
+        return -(-n // 64) * 64
+
+    # Each request's layout: (name, array, offset) of its inputs, (name, offset, bytes) of its outputs.
+    layouts = []
+    for triton, requests, outputs in plan:
+        per_model = []
+        for arrays in requests:
+            inputs = []
+            for name, array in arrays.items():
+                tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            result = client.infer(triton, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs])
+            offset, placed, out_places = 0, [], []
+            for name, array in arrays.items():
+                placed.append((name, array, offset))
+                offset = aligned(offset + array.nbytes)
+            for name in outputs:
+                nbytes = result.as_numpy(name).nbytes
+                out_places.append((name, offset, nbytes))
+                offset = aligned(offset + nbytes)
+            per_model.append((placed, out_places, offset))
+        layouts.append(per_model)
+    size = max(end for per_model in layouts for _, _, end in per_model)
+    from framework.sonic._shm import PREFIX  # a killed loop's regions: removed by the next job (remove_stale_regions)
+
+    tag = f"{PREFIX}{os.getpid()}_bareloop"
+    regions = []
+    try:
+        for slot in range(in_flight):
+            name = f"{tag}_{slot}"
+            regions.append((name, shm.create_shared_memory_region(name, "/" + name, size)))
+            client.register_system_shared_memory(name, "/" + name, size)
+        free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(in_flight):
+            free.put(slot)
+
+        def done(slot: int, result: Any, error: Any) -> None:
+            if error is not None:
+                failures.append(error)
+            free.put(slot)
+
+        for event in range(events):
+            for (triton, requests, _outputs), per_model in zip(plan, layouts, strict=True):
+                placed, out_places, _end = per_model[event % len(requests)]
+                slot = free.get()
+                region, handle = regions[slot]
+                inputs = []
+                for name, array, offset in placed:
+                    shm.set_shared_memory_region(handle, [array], offset=offset)
+                    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                    tensor.set_shared_memory(region, array.nbytes, offset=offset)
+                    inputs.append(tensor)
+                requested = []
+                for name, offset, nbytes in out_places:
+                    output = grpcclient.InferRequestedOutput(name)
+                    output.set_shared_memory(region, nbytes, offset=offset)
+                    requested.append(output)
+                client.async_infer(triton, inputs, functools.partial(done, slot), outputs=requested, client_timeout=120)
+        for _ in range(in_flight):
+            free.get()
+    finally:
+        for name, handle in regions:
+            try:
+                client.unregister_system_shared_memory(name)
+            finally:
+                shm.destroy_shared_memory_region(handle)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m framework.bench._exp_cpu", description=bare_replay.__doc__)
     parser.add_argument("address")
@@ -606,8 +791,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, required=True)
     parser.add_argument("--in-flight", type=int, default=STREAMS)
     parser.add_argument("--floor", action="store_true", help="prebuilt request bytes over grpcio (the floor)")
+    parser.add_argument("--shared-memory", action="store_true", help="inputs and outputs in shared-memory regions")
     ns = parser.parse_args(argv)
-    failed = bare_replay(ns.address, ns.tensors, ns.models.split(","), ns.events, ns.in_flight, ns.floor)
+    failed = bare_replay(
+        ns.address, ns.tensors, ns.models.split(","), ns.events, ns.in_flight, ns.floor, ns.shared_memory
+    )
     return 1 if failed else 0
 
 
