@@ -738,13 +738,12 @@ def _shm_replay(client: Any, plan: list[Any], events: int, in_flight: int, failu
             per_model.append((placed, out_places, offset))
         layouts.append(per_model)
     size = max(end for per_model in layouts for _, _, end in per_model)
-    from framework.sonic._shm import PREFIX  # a killed loop's regions: removed by the next job (remove_stale_regions)
+    from framework.sonic import shm_region_name  # a killed loop's regions: removed by the next job
 
-    tag = f"{PREFIX}{os.getpid()}_bareloop"
     regions = []
     try:
-        for slot in range(in_flight):
-            name = f"{tag}_{slot}"
+        for _slot in range(in_flight):
+            name = shm_region_name("bareloop")
             regions.append((name, shm.create_shared_memory_region(name, "/" + name, size)))
             client.register_system_shared_memory(name, "/" + name, size)
         free: queue.SimpleQueue[int] = queue.SimpleQueue()

@@ -78,6 +78,7 @@ from ._server_info import FALLBACK_SERVER as FALLBACK_SERVER
 from ._server_info import ServerInfo as ServerInfo
 from ._server_info import SslOptions as SslOptions
 from ._server_info import request_metadata as request_metadata
+from ._shm import shm_region_name as shm_region_name
 from ._waits import Blocking as Blocking
 from ._waits import Steps as Steps
 from ._waits import grpc_status as grpc_status

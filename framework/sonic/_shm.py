@@ -50,6 +50,7 @@ __all__ = [
     "PREFIX",
     "SERVER_GONE",
     "ShmPool",
+    "shm_region_name",
     "remove_stale_regions",
     "remove_stale_regions_once",
     "shares_dev_shm",
@@ -159,13 +160,19 @@ def remove_stale_regions_once() -> None:
         remove_stale_regions()
 
 
+def shm_region_name(label: str) -> str:
+    """A fresh name for a region of this process, ``pysonic_shm_<pid>_<label>_<n>``: once the
+    process is gone, the next job's start (``remove_stale_regions``) unlinks it."""
+    return f"{PREFIX}{os.getpid()}_{label}_{next(_counter)}"
+
+
 class _Region:
     """One POSIX shared-memory region, created and mapped by this process."""
 
     def __init__(self, label: str, size: int) -> None:
         import tritonclient.utils.shared_memory as shm
 
-        self.name = f"{PREFIX}{os.getpid()}_{label}_{next(_counter)}"
+        self.name = shm_region_name(label)
         self.size = size
         self.handle = shm.create_shared_memory_region(self.name, "/" + self.name, size, create_only=True)
         self.registered = False
