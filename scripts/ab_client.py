@@ -18,7 +18,6 @@ elimination", was measured with it), not a benchmark of record: ``cmsbench cpu``
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import sys
@@ -37,26 +36,14 @@ START = 10  # the lower event count
 def job(
     tree: pathlib.Path, variant: str, events: int, server: Any, folder: pathlib.Path, args: Any
 ) -> dict[str, float]:
-    """One cmsrun child of ``tree``'s config: its CPU seconds, all threads and by thread."""
+    """One cmsrun child of ``tree``'s config (``cmsbench cpu``'s job of ``variant``): its CPU
+    seconds, all threads and by thread."""
     _children.REPO = tree  # child_env puts the tree first on PYTHONPATH
-    options = dict(
-        backend=variant,
-        models=args.models,
-        server=server.grpc_address,
-        events=events,
-        repeat=events,
-        streams=_exp_cpu.STREAMS,
-        threads=1,
-        sharedMemory=args.shared_memory,
-        cpuChunks=0,
-        batchRows=_exp_cpu.BATCH_ROWS if args.batched else 0,
-        batchDelay=_exp_cpu.BATCH_DELAY_US,
-    )
-    summary = folder / f"{variant}_{events}.json"
-    config = tree / "framework" / "bench" / "configs" / "models_cfg.py"
-    cpu, _wall = _exp_cpu._child(_children.cmsrun_command(config, options, summary=summary), folder, variant)
-    report = json.loads(summary.read_text())
-    return {"cpu": cpu, "loop": report["cpu"]["event_loop"], "other": report["cpu"]["other_threads"]}
+    _exp_cpu.CONFIGS = tree / "framework" / "bench" / "configs"  # the tree's models_cfg.py
+    if variant == "sonic":
+        variant = ("sonic_batched" if args.batched else "sonic") + ("_shm" if args.shared_memory else "")
+    out = _exp_cpu._job(variant, events, server, folder, tuple(args.models), 0)
+    return {"cpu": out["cpu_s"], "loop": out["event_loop_cpu_s"], "other": out["other_threads_cpu_s"]}
 
 
 def main() -> None:

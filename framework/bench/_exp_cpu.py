@@ -48,6 +48,7 @@ machine ``--repeat 5`` takes about 18 minutes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -288,38 +289,34 @@ def _one_run(
             "server_cpu_ms_per_request": _per_event(low, high, bare_events, "server_cpu_s") / requests * MS,
             "jobs": [low, high],
         }
-    sonic, noinf, bare = run["sonic"], run["noinference"], run["bare"]
-    run["client_ms_per_event"] = sonic["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
-    run["client_ms_per_request"] = run["client_ms_per_event"] / max(sonic["calls_per_event"], 1e-9)
+    sonic, noinf = run["sonic"], run["noinference"]
+    run["direct_inference_ms_per_event"] = run["direct"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
+    _client_figures(run, "", "sonic", "sonic_batched", "bare", requests)
     for part in ("event_loop", "other_threads"):  # where the client's CPU runs: the job's thread or the others
         key = f"{part}_cpu_ms_per_event"
         run[f"client_{part}_ms_per_event"] = sonic[key] - noinf[key]
-    run["batched_client_ms_per_event"] = run["sonic_batched"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
     run["batched_client_ms_per_request"] = run["batched_client_ms_per_event"] / requests  # per event and model
-    run["client_vs_bare"] = run["client_ms_per_request"] / bare["cpu_ms_per_request"]
     run["client_vs_floor"] = run["client_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
-    run["bare_vs_floor"] = bare["cpu_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
-    run["batched_client_vs_bare"] = run["batched_client_ms_per_event"] / requests / bare["cpu_ms_per_request"]
-    run["direct_inference_ms_per_event"] = run["direct"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
-    run["sonic_vs_direct"] = sonic["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
-    run["batched_vs_direct"] = run["sonic_batched"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
-    run["client_vs_inference"] = run["client_ms_per_event"] / run["direct_inference_ms_per_event"]
+    run["bare_vs_floor"] = run["bare"]["cpu_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
     if shared_memory:
-        _shm_figures(run, requests)
+        _client_figures(run, "shm_", "sonic_shm", "sonic_batched_shm", "bare_shm", requests)
     return run
 
 
-def _shm_figures(run: dict[str, Any], requests: int) -> None:
-    """The shared-memory sides' figures of one run (``shm_*``), as the payload ones."""
-    shm, noinf, bare = run["sonic_shm"], run["noinference"], run["bare_shm"]
-    run["shm_client_ms_per_event"] = shm["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
-    run["shm_client_ms_per_request"] = run["shm_client_ms_per_event"] / max(shm["calls_per_event"], 1e-9)
-    run["shm_client_vs_bare"] = run["shm_client_ms_per_request"] / bare["cpu_ms_per_request"]
-    batched = run["sonic_batched_shm"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
-    run["shm_batched_client_vs_bare"] = batched / requests / bare["cpu_ms_per_request"]
-    run["shm_vs_direct"] = shm["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
-    run["shm_batched_vs_direct"] = run["sonic_batched_shm"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
-    run["shm_client_vs_inference"] = run["shm_client_ms_per_event"] / run["direct_inference_ms_per_event"]
+def _client_figures(run: dict[str, Any], prefix: str, sonic: str, batched: str, bare: str, requests: int) -> None:
+    """One transport's figures of one run, each key with ``prefix``: the client's CPU
+    (``sonic`` - no inference) per event and per request, unbatched and ``batched``,
+    against the ``bare`` loop's per request, and the jobs against direct."""
+    noinf, direct = run["noinference"]["cpu_ms_per_event"], run["direct"]["cpu_ms_per_event"]
+    bare_ms = run[bare]["cpu_ms_per_request"]
+    client = run[f"{prefix}client_ms_per_event"] = run[sonic]["cpu_ms_per_event"] - noinf
+    run[f"{prefix}client_ms_per_request"] = client / max(run[sonic]["calls_per_event"], 1e-9)
+    run[f"{prefix}client_vs_bare"] = run[f"{prefix}client_ms_per_request"] / bare_ms
+    batched_client = run[f"{prefix}batched_client_ms_per_event"] = run[batched]["cpu_ms_per_event"] - noinf
+    run[f"{prefix}batched_client_vs_bare"] = batched_client / requests / bare_ms
+    run[f"{prefix}sonic_vs_direct"] = run[sonic]["cpu_ms_per_event"] / direct
+    run[f"{prefix}batched_vs_direct"] = run[batched]["cpu_ms_per_event"] / direct
+    run[f"{prefix}client_vs_inference"] = client / run["direct_inference_ms_per_event"]
 
 
 ROW_KEYS = (
@@ -341,9 +338,10 @@ ROW_KEYS = (
 SHM_ROW_KEYS = (
     "shm_client_ms_per_event",
     "shm_client_ms_per_request",
+    "shm_batched_client_ms_per_event",
     "shm_client_vs_bare",
     "shm_batched_client_vs_bare",
-    "shm_vs_direct",
+    "shm_sonic_vs_direct",
     "shm_batched_vs_direct",
     "shm_client_vs_inference",
 )
@@ -375,18 +373,13 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         row[f"{variant}_total_ms_per_event"] = median(
             lambda r, v=variant: r[v]["cpu_ms_per_event"] + r[v]["server_cpu_ms_per_event"]
         )
-    row["rows_per_call_batched"] = median(
-        lambda r: r["sonic_batched"]["requests_per_event"] / max(r["sonic_batched"]["calls_per_event"], 1e-9)
-    )
-    row["bare_cpu_ms_per_request"] = median(lambda r: r["bare"]["cpu_ms_per_request"])
-    row["floor_cpu_ms_per_request"] = median(lambda r: r["floor"]["cpu_ms_per_request"])
-    if shared_memory:
-        row["bare_shm_cpu_ms_per_request"] = median(lambda r: r["bare_shm"]["cpu_ms_per_request"])
-        row["rows_per_call_batched_shm"] = median(
-            lambda r: (
-                r["sonic_batched_shm"]["requests_per_event"] / max(r["sonic_batched_shm"]["calls_per_event"], 1e-9)
-            )
+    sides = [("", "sonic_batched", "bare"), *([("shm_", "sonic_batched_shm", "bare_shm")] if shared_memory else [])]
+    for prefix, batched, bare in sides:
+        row[f"{prefix}rows_per_call_batched"] = median(
+            lambda r, b=batched: r[b]["requests_per_event"] / max(r[b]["calls_per_event"], 1e-9)
         )
+        row[f"{bare}_cpu_ms_per_request"] = median(lambda r, b=bare: r[b]["cpu_ms_per_request"])
+    row["floor_cpu_ms_per_request"] = median(lambda r: r["floor"]["cpu_ms_per_request"])
     for key in ROW_KEYS + (SHM_ROW_KEYS if shared_memory else ()):
         row[key] = median(lambda r, k=key: r[k])
         values = [r[key] for r in runs]
@@ -436,6 +429,14 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs) | {"cpu_chunks": chunks})
             ak8 = _ak8_row(repeat, folder, server_cores)
     four = rows[0]
+    payload = _transport_targets(
+        four,
+        "",
+        "",
+        "bare loop's",
+        "client = SONIC job - the same job without inference",
+        "direct: onnxruntime, one intra-op thread",
+    )
     return {
         "experiment": "cpu",
         "title": "The job's CPU per event: direct vs SONIC, and the client's CPU vs a bare tritonclient loop",
@@ -484,18 +485,12 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             ("bare_shm_cpu_ms_per_request", "bare shm [ms/req]", ".3f"),
             ("shm_client_vs_bare", "client/bare, shm", ".2f"),
             ("shm_batched_client_vs_bare", "batched/bare, shm", ".2f"),
-            ("shm_vs_direct", "SONIC/direct, shm", ".2f"),
+            ("shm_sonic_vs_direct", "SONIC/direct, shm", ".2f"),
             ("shm_batched_vs_direct", "batched/direct, shm", ".2f"),
             ("runs", "runs", "d"),
         ],
         "targets": [
-            {
-                "name": "client CPU per request / bare loop's (batching off)",
-                "value": four["client_vs_bare"],
-                "target": 1.0,
-                "met": four["client_vs_bare"] <= 1.0,
-                "note": "client = SONIC job - the same job without inference",
-            },
+            payload["bare"],
             {
                 "name": "client CPU per request / the floor's (batching off)",
                 "value": four["client_vs_floor"],
@@ -503,20 +498,8 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
                 "met": four["client_vs_floor"] <= 1.5,
                 "note": "floor: the same request bytes built once, re-sent through grpcio",
             },
-            {
-                "name": "client CPU per event and model (batched) / bare loop's per request",
-                "value": four["batched_client_vs_bare"],
-                "target": 0.4,
-                "met": four["batched_client_vs_bare"] <= 0.4 and four["rows_per_call_batched"] >= 3,
-                "note": f"{four['rows_per_call_batched']:.1f} requests per call (target >= 3)",
-            },
-            {
-                "name": "SONIC / direct job CPU per event (four models)",
-                "value": four["sonic_vs_direct"],
-                "target": 0.55,
-                "met": four["sonic_vs_direct"] <= 0.55,
-                "note": "direct: onnxruntime, one intra-op thread",
-            },
+            payload["batched"],
+            payload["direct"],
             *(
                 [
                     {
@@ -532,14 +515,19 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
                 if "skipped" not in ak8
                 else []
             ),
-            {
-                "name": "client CPU / the direct inference it replaces",
-                "value": four["client_vs_inference"],
-                "target": 0.15,
-                "met": four["client_vs_inference"] <= 0.15,
-                "note": "inference = direct job - the same job without inference",
-            },
-            *_shm_targets(four),
+            payload["inference"],
+            *(
+                _transport_targets(
+                    four,
+                    "shm_",
+                    "shared memory: ",
+                    "bare shared-memory loop's",
+                    "both sides write the inputs into registered regions",
+                    f"batched: {four['shm_batched_vs_direct']:.2f}",
+                ).values()
+                if "shm_client_vs_bare" in four
+                else ()
+            ),
         ],
         "notes": [
             "CPU from the OS (os.wait4 of each cmsrun child), start-up removed by two event counts",
@@ -549,41 +537,35 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
     }
 
 
-def _shm_targets(four: dict[str, Any]) -> list[dict[str, Any]]:
-    """The targets again with shared memory on both sides (a local server's default)."""
-    if "shm_client_vs_bare" not in four:
-        return []
-    rows = four["rows_per_call_batched_shm"]
-    return [
-        {
-            "name": "shared memory: client CPU per request / bare shared-memory loop's (batching off)",
-            "value": four["shm_client_vs_bare"],
-            "target": 1.0,
-            "met": four["shm_client_vs_bare"] <= 1.0,
-            "note": "both sides write the inputs into registered regions",
-        },
-        {
-            "name": "shared memory: client CPU per event and model (batched) / bare shared-memory loop's per request",
-            "value": four["shm_batched_client_vs_bare"],
-            "target": 0.4,
-            "met": four["shm_batched_client_vs_bare"] <= 0.4 and rows >= 3,
-            "note": f"{rows:.1f} requests per call (target >= 3)",
-        },
-        {
-            "name": "shared memory: SONIC / direct job CPU per event (four models)",
-            "value": four["shm_vs_direct"],
-            "target": 0.55,
-            "met": four["shm_vs_direct"] <= 0.55,
-            "note": f"batched: {four['shm_batched_vs_direct']:.2f}",
-        },
-        {
-            "name": "shared memory: client CPU / the direct inference it replaces",
-            "value": four["shm_client_vs_inference"],
-            "target": 0.15,
-            "met": four["shm_client_vs_inference"] <= 0.15,
-            "note": "inference = direct job - the same job without inference",
-        },
-    ]
+def _transport_targets(
+    four: dict[str, Any], prefix: str, label: str, bare: str, bare_note: str, direct_note: str
+) -> dict[str, dict[str, Any]]:
+    """The targets of issue 27 that each transport has (figures with ``prefix``, names
+    starting with ``label``, against the ``bare`` loop), by kind: ``bare``, ``batched``
+    (>= 3 requests per call too), ``direct``, ``inference``."""
+
+    def target(kind: str, name: str, wanted: float, note: str, also: bool = True) -> dict[str, Any]:
+        value = four[f"{prefix}{kind}"]
+        return {"name": label + name, "value": value, "target": wanted, "met": value <= wanted and also, "note": note}
+
+    rows = four[f"{prefix}rows_per_call_batched"]
+    return {
+        "bare": target("client_vs_bare", f"client CPU per request / {bare} (batching off)", 1.0, bare_note),
+        "batched": target(
+            "batched_client_vs_bare",
+            f"client CPU per event and model (batched) / {bare} per request",
+            0.4,
+            f"{rows:.1f} requests per call (target >= 3)",
+            rows >= 3,
+        ),
+        "direct": target("sonic_vs_direct", "SONIC / direct job CPU per event (four models)", 0.55, direct_note),
+        "inference": target(
+            "client_vs_inference",
+            "client CPU / the direct inference it replaces",
+            0.15,
+            "inference = direct job - the same job without inference",
+        ),
+    }
 
 
 # ----------------------------------------------------------------------------------------
@@ -617,7 +599,6 @@ def bare_replay(
     cancels in the difference of two event counts). Returns the failed requests.
     """
     import tritonclient.grpc as grpcclient
-    from tritonclient.utils import np_to_triton_dtype
 
     from ._load import load_requests
 
@@ -649,11 +630,7 @@ def bare_replay(
         else:
             for event in range(events):
                 for triton, requests, outputs in plan:
-                    inputs = []
-                    for name, array in requests[event % len(requests)].items():
-                        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-                        tensor.set_data_from_numpy(array)
-                        inputs.append(tensor)
+                    inputs = _payload_inputs(requests[event % len(requests)])
                     slots.acquire()
                     client.async_infer(
                         triton,
@@ -671,18 +648,26 @@ def bare_replay(
     return len(failures)
 
 
+def _payload_inputs(arrays: dict[str, np.ndarray[Any, Any]]) -> list[Any]:
+    """tritonclient's ``InferInput`` of each array, its data in the request (gRPC payload)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    inputs = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
 def _floor_replay(client: Any, plan: list[Any], events: int, in_flight: int, failures: list[Any]) -> None:
     """:func:`bare_replay`'s floor: prebuilt request bytes over grpcio (see there)."""
     import tritonclient.grpc as grpcclient
     from tritonclient.grpc._utils import _get_inference_request
-    from tritonclient.utils import np_to_triton_dtype
 
     def message(model: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> bytes:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = _payload_inputs(arrays)
         requested = [grpcclient.InferRequestedOutput(n) for n in outputs]
         request = _get_inference_request(model, inputs, "", "", requested, 0, False, False, 0, None, None)
         return bytes(request.SerializeToString())
@@ -721,12 +706,9 @@ def _shm_replay(client: Any, plan: list[Any], events: int, in_flight: int, failu
     for triton, requests, outputs in plan:
         per_model = []
         for arrays in requests:
-            inputs = []
-            for name, array in arrays.items():
-                tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-                tensor.set_data_from_numpy(array)
-                inputs.append(tensor)
-            result = client.infer(triton, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs])
+            result = client.infer(
+                triton, _payload_inputs(arrays), outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
+            )
             offset, placed, out_places = 0, [], []
             for name, array in arrays.items():
                 placed.append((name, array, offset))
@@ -741,11 +723,14 @@ def _shm_replay(client: Any, plan: list[Any], events: int, in_flight: int, failu
     from framework.sonic import shm_region_name  # a killed loop's regions: removed by the next job
 
     regions = []
-    try:
+    with contextlib.ExitStack() as cleanup:  # every region unregistered and destroyed, whatever fails
         for _slot in range(in_flight):
             name = shm_region_name("bareloop")
-            regions.append((name, shm.create_shared_memory_region(name, "/" + name, size)))
+            handle = shm.create_shared_memory_region(name, "/" + name, size)
+            cleanup.callback(shm.destroy_shared_memory_region, handle)
             client.register_system_shared_memory(name, "/" + name, size)
+            cleanup.callback(client.unregister_system_shared_memory, name)
+            regions.append((name, handle))
         free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slot in range(in_flight):
             free.put(slot)
@@ -774,12 +759,6 @@ def _shm_replay(client: Any, plan: list[Any], events: int, in_flight: int, failu
                 client.async_infer(triton, inputs, functools.partial(done, slot), outputs=requested, client_timeout=120)
         for _ in range(in_flight):
             free.get()
-    finally:
-        for name, handle in regions:
-            try:
-                client.unregister_system_shared_memory(name)
-            finally:
-                shm.destroy_shared_memory_region(handle)
 
 
 def main(argv: list[str] | None = None) -> int:
