@@ -20,7 +20,7 @@ options.parseArguments()
 
 files = options.inputFiles
 if not files:
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     files = [str(locate_sample("nano_dy.root"))]
 

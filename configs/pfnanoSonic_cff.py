@@ -13,7 +13,7 @@ The options are CMSSW's ``VarParsing("analysis")`` standard set (``inputFiles``,
 differences from CMSSW's preset, both to keep these jobs' behaviour: ``outputFile`` is a
 plain string here (the preset's ``tagString`` would write ``x_numEvent10.root`` for
 ``maxEvents=10``), and no ``inputFiles`` means the real ``pfnano.root`` sample (located or
-fetched and checksum-verified by ``framework.samples``), not an empty source.
+fetched and checksum-verified by ``framework.io.samples``), not an empty source.
 
 A fragment (``_cff``): ``cmsrun`` puts the config's folder first on ``sys.path`` while it
 runs, and forgets the fragment afterwards, so each job gets fresh objects.
@@ -56,7 +56,7 @@ def pfnano_sonic(process, options):
     ``remote`` when given."""
     input_files = options.inputFiles
     if not input_files:
-        from framework.samples import locate_sample
+        from framework.io.samples import locate_sample
 
         input_files = [str(locate_sample("pfnano.root"))]
     process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*input_files))

@@ -3,7 +3,7 @@
     cmsrun configs/sonic_pfnano_cfg.py [inputFiles=a.root,b.root] [outputFile=...] [mode=Async]
 
 Reads the real PFNano sample (10 events; located or fetched and checksum-verified by
-``framework.samples``), builds the model inputs, sends every event to both models on a
+``framework.io.samples``), builds the model inputs, sends every event to both models on a
 Triton server (the fallback local server started automatically, or ``server=host:port``),
 writes the new products next to a few input branches, fills histograms of events with at
 least two central jets above 30 GeV, and prints TrigReport, TimeReport and Triton's

@@ -1,23 +1,28 @@
 """pysonic's event-processing framework: CMSSW's model on trio.
 
 Layering (read this first; it is written here only, the sub-packages' docstrings and
-``docs/architecture.md`` point here, and ``tests/test_layering.py`` keeps it true). Data flows
-config -> builder -> scheduler -> io -> modules -> sonic:
+``docs/architecture.md`` point here, and ``tests/test_layering.py`` keeps it true). Every
+package is a folder, listed here from the bottom up; data flows
+config -> core (builder, scheduler) -> io -> modules -> sonic, and the command layer drives it:
 
+* ``framework.utilities`` - the bottom layer every package shares: the errors (one line
+  naming the culprit), TCP ports, the project's data folder, owner tags of temporary files.
+  Imports no other part of pysonic, nor trio, ROOT or Triton; its public module
+  ``framework.utilities.triton_config`` (see SONIC below) is the one exception to "no Triton".
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
-  pure Python, knows nothing of trio, ROOT or Triton.
-* core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_messagelogger``, ``_paths``) - the
-  module API and the trio scheduler (and CMSSW's MessageLogger service over Python logging).
-  Knows trio; knows nothing of ROOT files or Triton, and imports neither
-  ``framework.io`` nor the SONIC packages (PoolSource and TritonService are found by
-  name through the registry).
+  pure Python, knows nothing of trio, ROOT or Triton; built on ``framework.utilities``.
+* ``framework.core`` - the module API and the trio scheduler (module kinds, events,
+  ExternalWork's bridge, workers, services, the registry of types by name, the builder,
+  the scheduler, CMSSW's MessageLogger over Python logging). Knows trio; knows nothing of
+  ROOT files or Triton, and imports neither ``framework.io`` nor the SONIC packages
+  (PoolSource, TritonService and FastTimerService are found by name through the registry).
+  Other packages import it through ``framework.core``'s exported names.
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource (local files,
   ``root://``/``https://`` URLs, ``/store/`` names through redirectors, bounded waits), the
   NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
   and work units, output names per dataset/unit and the merge of unit parts, the real
-  CMS samples (``framework.samples`` re-exports them). Built on the core's source
-  protocol and errors only; knows nothing of Triton, the scheduler or the modules. Only
+  CMS samples (``framework.io.samples``). Built on the core's source protocol and
+  events and on ``framework.utilities`` only; knows nothing of Triton, the scheduler or the modules. Only
   ``framework.io`` (and the benchmarks' bare-uproot baselines) imports uproot.
 * SONIC, in three packages (each with its file map in its ``__init__``):
 
@@ -32,22 +37,21 @@ config -> builder -> scheduler -> io -> modules -> sonic:
   The client and the server sides never import each other; only the service layer and
   ``framework.inference`` import both. What both read of a model's ``config.pbtxt`` (the
   parse, the ``checksum`` agent's sums, the parameter prefix the servers keep them under)
-  is one neutral module below them, ``framework._triton_config``, which imports only
+  is one neutral module below them, ``framework.utilities.triton_config``, which imports only
   protobuf and tritonclient's config schema. None of them knows ROOT files. Inside each
   package, imports go one way (its ``__init__`` lists the files in that order); torch is
   imported only by the torch runner, and only lazily.
 * ``framework.inference`` - the model modules' base classes: one data conversion
   (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
   server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.
-* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the ``cmsrun``
-  command (and its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
-  unit), the end-of-job report (rich), FastTimerService (JSON summary, Perfetto trace)
-  and the progress bar.
-* ``framework.executor`` - ``cmsrun --executor dask``: the datasets' work units on a Dask
-  cluster (a job begun once per worker, unit after unit; one server per host for the
-  fallback; merge and one summary). The only package that imports Dask (``dask``,
-  ``distributed``) and ``filelock``; above the data path, which never imports it
-  (``cmsrun`` reaches it lazily for ``--executor dask``).
+* ``framework.cmsrun`` - the command layer: ``cmsrun`` (and its ``--dataset`` runs: one job
+  per dataset, ``run_unit`` for one work unit), the end-of-job report (rich),
+  FastTimerService (JSON summary, Perfetto trace) and the progress bar; above the data
+  path, which never imports it. Its sub-package ``framework.cmsrun.executor`` is
+  ``cmsrun --executor dask``: the datasets' work units on a Dask cluster (a job begun once
+  per worker, unit after unit; one server per host for the fallback; merge and one
+  summary), the only package that imports Dask (``dask``, ``distributed``) and
+  ``filelock``; ``cmsrun``'s command line reaches it lazily, for ``--executor dask`` only.
 * ``framework.bench`` - ``cmsbench``: every benchmark (delaying proxy, experiments, plots,
   the soak run, and the benchmarks' own jobs and module types: ``framework/bench/configs``,
   ``_modules.py``); it drives those configs like a user, and
@@ -62,27 +66,27 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 Module authors need only the names exported here.
 """
 
-from ._bridge import ThreadSafeFuture as ThreadSafeFuture
-from ._bridge import WaitingTaskHolder as WaitingTaskHolder
-from ._builder import ProductDescription as ProductDescription
-from ._builder import ProductRegistry as ProductRegistry
-from ._errors import ConfigurationError as ConfigurationError
-from ._errors import EventProcessingError as EventProcessingError
-from ._errors import ExternalFailure as ExternalFailure
-from ._errors import FileOpenError as FileOpenError
-from ._errors import FileReadError as FileReadError
-from ._errors import FrameworkError as FrameworkError
-from ._errors import ProductNotFound as ProductNotFound
-from ._event import Event as Event
-from ._event import EventID as EventID
-from ._module import Consumed as Consumed
-from ._module import EDAnalyzer as EDAnalyzer
-from ._module import EDFilter as EDFilter
-from ._module import EDProducer as EDProducer
-from ._module import ExternalWork as ExternalWork
-from ._module import OutputModule as OutputModule
-from ._registry import register_type as register_type
-from ._services import Service as Service
-from ._services import get_service as get_service
-from ._source_base import Source as Source
-from ._source_base import SourceEvent as SourceEvent
+from framework.core import Consumed as Consumed
+from framework.core import EDAnalyzer as EDAnalyzer
+from framework.core import EDFilter as EDFilter
+from framework.core import EDProducer as EDProducer
+from framework.core import Event as Event
+from framework.core import EventID as EventID
+from framework.core import ExternalWork as ExternalWork
+from framework.core import OutputModule as OutputModule
+from framework.core import ProductDescription as ProductDescription
+from framework.core import ProductRegistry as ProductRegistry
+from framework.core import Service as Service
+from framework.core import Source as Source
+from framework.core import SourceEvent as SourceEvent
+from framework.core import ThreadSafeFuture as ThreadSafeFuture
+from framework.core import WaitingTaskHolder as WaitingTaskHolder
+from framework.core import get_service as get_service
+from framework.core import register_type as register_type
+from framework.utilities import ConfigurationError as ConfigurationError
+from framework.utilities import EventProcessingError as EventProcessingError
+from framework.utilities import ExternalFailure as ExternalFailure
+from framework.utilities import FileOpenError as FileOpenError
+from framework.utilities import FileReadError as FileReadError
+from framework.utilities import FrameworkError as FrameworkError
+from framework.utilities import ProductNotFound as ProductNotFound

@@ -62,7 +62,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("gRPC call", ("grpc/_channel.py", "Thread.start", "_wire_stub", "WireCall.send", "_async_infer", "async_infer")),
     (
         "hand-off into trio",
-        ("framework/_bridge.py", "_entry_queue.py", "_wire_done", "_deliver", "wakeup_thread_and_signal_safe"),
+        ("framework/core/_bridge.py", "_entry_queue.py", "_wire_done", "_deliver", "wakeup_thread_and_signal_safe"),
     ),
     ("input conversion (to_server)", ("to_server", "_fw_acquire")),
     (
@@ -108,7 +108,7 @@ def record(server: str, out: pathlib.Path, events: int) -> None:
             job = [
                 sys.executable,
                 "-m",
-                "framework._cmsrun",
+                "framework.cmsrun",
                 str(CONFIG),
                 f"backend={backend}",
                 f"server={server}",

@@ -129,7 +129,7 @@ def local_sample(name: str) -> str:
     """The real sample ``name`` on this machine (never fetched); the test is skipped, saying
     why, where it is absent."""
     from framework import FileOpenError
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     try:
         return str(locate_sample(name, fetch=False))

@@ -9,8 +9,8 @@ file with zero events gives a valid, empty output and exit code 0.
 Policy: tiny ROOT files written with uproot in temporary folders; small Python-backend
 models written there too, served by ONE Triton server shared by the module (127.0.0.1
 only, stopped by its fixture) or by the job's own fallback server where the fallback is
-the point. Most cases call ``framework._cmsrun.main`` in-process (the same code path,
-~1.5 s of imports cheaper); a few run ``python -m framework._cmsrun`` in a subprocess, as a
+the point. Most cases call ``framework.cmsrun.main`` in-process (the same code path,
+~1.5 s of imports cheaper); a few run ``python -m framework.cmsrun`` in a subprocess, as a
 user does, to cover the real process exit.
 
 What uproot cannot write is not here: a ``vector<vector<float>>`` branch (jagged of
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import uproot
 
-from framework._cmsrun import main as cmsrun_main
+from framework.cmsrun import main as cmsrun_main
 from framework.serving import _server
 from framework.serving._processes import TAG_VARIABLE
 from framework.serving.testing import TensorConfig, write_python_model
@@ -60,7 +60,7 @@ class Result:
 
 def cmsrun_subprocess(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> Result:
     done = subprocess.run(
-        [sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress", *args],
+        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

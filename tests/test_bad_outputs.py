@@ -18,9 +18,9 @@ import pytest
 import uproot
 from test_bad_inputs import Result, cmsrun  # noqa: F401 - cmsrun is a fixture
 
-from framework._owners import host_id
 from framework.io import remove_stale_temporaries, temporary_name
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
+from framework.utilities import host_id
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "dataset_cfg.py"

@@ -7,7 +7,7 @@ it, no traceback, and nothing written in the folder. Values CMSSW gives a meanin
 one thread per core, ``-j 0`` as many streams as threads, ``-n 0``, ``-n -1``) run, and
 their outputs hold every event of the input once.
 
-Inputs are real files from ``../shared/data`` (``framework.samples``) and damaged copies;
+Inputs are real files from ``../shared/data`` (``framework.io.samples``) and damaged copies;
 everything runs in-process (``cmsrun`` fixture of ``test_bad_inputs``) except the
 ``cmstriton`` cases, which call its ``main`` in-process too.
 """
@@ -24,7 +24,7 @@ import uproot
 from test_bad_inputs import cmsrun  # noqa: F401 - the fixture
 
 from framework.io import temporary_name
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 from framework.serving import _leftovers
 from framework.serving._cmstriton import main as cmstriton
 
@@ -93,7 +93,7 @@ def test_cmsrun_usage_error_exits_2(cmsrun, folder, case):  # noqa: F811 - the f
 
 
 def test_no_config_is_a_usage_error(capsys):
-    from framework._cmsrun import main
+    from framework.cmsrun import main
 
     assert main([]) == 2
     assert usage_line(capsys.readouterr().err) == "cmsrun: error: a configuration file is required"

@@ -27,8 +27,7 @@ import trio
 
 import framework
 import framework.config as cms
-from framework._builder import build_job
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.serving._server import LocalTritonServer
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description, recommended_retries
@@ -388,7 +387,7 @@ async def test_max_rows_at_once_and_max_delay_at_most(server):
 
 
 async def test_batching_where_it_cannot_apply(server, caplog):
-    from framework._errors import ConfigurationError
+    from framework.utilities import ConfigurationError
 
     params = client_description().validate(
         {"modelName": "double", **required("double"), "mode": "Sync", "batching": {"maxRows": 8}}, "c"

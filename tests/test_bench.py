@@ -24,13 +24,12 @@ import uproot
 import framework
 import framework.config as cms
 from framework import EDAnalyzer
-from framework._builder import build_job
-from framework._scheduler import run_job
 from framework.bench import _cli
 from framework.bench._harness import CONFIGS, SERVERS, combine_runs, config_args, median_of, run_records
 from framework.bench._proxy import serve_delay_proxy
+from framework.core import build_job, run_job
 from framework.io import SourceStatistics
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 from modules.deeptau_inputs import (
     BLOCKS,
     INNER_CELLS,

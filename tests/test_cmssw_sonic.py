@@ -27,13 +27,12 @@ from rich.console import Console
 import framework
 import framework.config as cms
 from framework import EDAnalyzer
-from framework._builder import build_job
-from framework._cmsrun import _describe
-from framework._errors import ConfigurationError
-from framework._scheduler import run_job
+from framework.cmsrun._main import _describe
+from framework.core import build_job, run_job
 from framework.service import TritonService
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import TritonClient, client_description
+from framework.utilities import ConfigurationError
 from modules.deepmet import DeepMETSonicProducer
 from modules.sonic_tests import BATCH_SIZES, RAGGED_ENTRIES
 

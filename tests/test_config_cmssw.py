@@ -15,10 +15,10 @@ import textwrap
 import pytest
 
 import framework
-import framework._builder
 import framework.config
 import FWCore.ParameterSet.Config as cms
 from framework.config import ConfigurationError
+from framework.core import build_job as core_build_job
 
 # ---------------------------------------------------------------- import names
 
@@ -458,13 +458,13 @@ process.options.numberOfStreams = 0
 def test_a_cmssw_style_config_with_es_modules_and_message_logger_runs(tmp_path, capsys):
     import logging
 
-    from framework._cmsrun import main
+    from framework.cmsrun import main
 
     path = tmp_path / "style_cfg.py"
     path.write_text(CMSSW_STYLE_CFG.format(ask=False))
     level = logging.getLogger("pysonic").level
     process = framework.config.load_config(path)
-    job = framework._builder.build_job(process)
+    job = core_build_job(process)
     assert job.streams == 2  # numberOfStreams 0 = as many as threads
     assert logging.getLogger("pysonic").level == level  # building a job changes no logging
     assert main([str(path), "--no-progress"]) == 0
@@ -477,7 +477,7 @@ def test_a_cmssw_style_config_with_es_modules_and_message_logger_runs(tmp_path, 
 async def test_message_logger_maps_threshold_categories_and_files_onto_logging(tmp_path, monkeypatch):
     import logging
 
-    from framework._messagelogger import MessageLogger
+    from framework.core import MessageLogger
 
     monkeypatch.chdir(tmp_path)
     process = cms.Process("ML")
@@ -507,7 +507,7 @@ async def test_message_logger_maps_threshold_categories_and_files_onto_logging(t
 
 
 def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, capsys):
-    from framework._cmsrun import main
+    from framework.cmsrun import main
 
     cfg = tmp_path / "dump_cfg.py"
     cfg.write_text(
@@ -537,7 +537,7 @@ def test_dump_python_in_cmssw_layout_rebuilds_the_config(fragments, tmp_path, ca
     dumped.write_text(text)
     again = framework.config.load_config(dumped)  # no Modifier needed: the dump holds the result
     assert again.dumpPython() == text and again.other.a == 5 and "added" in again.producers
-    from framework._cmsrun import edm_config_dump
+    from framework.cmsrun import edm_config_dump
 
     assert edm_config_dump([str(cfg)]) == 0 and capsys.readouterr().out == text  # CMSSW's command name
 
@@ -589,7 +589,7 @@ framework.register_type("testCmsswSeen", _Seen)
 
 
 async def test_an_ignored_filter_does_not_stop_its_path():
-    from framework._scheduler import run_job
+    from framework.core import run_job
 
     process = cms.Process("T")
     process.source = cms.Source("EmptySource")
@@ -598,11 +598,11 @@ async def test_an_ignored_filter_does_not_stop_its_path():
     process.seen = cms.EDAnalyzer("testCmsswSeen")
     process.p = cms.Path(cms.ignore(process.reject) + process.seen)
     _Seen.count = 0
-    await run_job(framework._builder.build_job(process))
+    await run_job(core_build_job(process))
     assert _Seen.count == 3
     process.p = cms.Path(process.reject + process.seen)
     _Seen.count = 0
-    await run_job(framework._builder.build_job(process))
+    await run_job(core_build_job(process))
     assert _Seen.count == 0
 
 

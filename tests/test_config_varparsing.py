@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import framework.config
-from framework._cmsrun import _parser, _split_arguments
+from framework.cmsrun._main import _parser, _split_arguments
 from framework.config import ConfigurationError
 from FWCore.ParameterSet.VarParsing import VarParsing
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import uproot
 
-from framework._cmsrun import main as cmsrun_main
+from framework.cmsrun import main as cmsrun_main
 
 from support import kill_once_module, local_sample
 
@@ -228,7 +228,7 @@ def test_the_dashboard_line_only_with_a_dashboard(cluster, tmp_path):
 
     from rich.console import Console
 
-    from framework.executor._dask import DaskOptions, _open_cluster
+    from framework.cmsrun.executor._dask import DaskOptions, _open_cluster
 
     def opening_line(address: str) -> str:
         out = io.StringIO()
@@ -377,7 +377,7 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
         [
             sys.executable,
             "-m",
-            "framework._cmsrun",
+            "framework.cmsrun",
             str(SCALE_CFG),
             "cpuTime=200",
             "sonic=1",

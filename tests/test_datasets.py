@@ -2,7 +2,7 @@
 outputs, and unit parts merged into the same output as one full run.
 
 The fileset is ``configs/datasets/nano_fileset.yaml`` with each file located through
-``framework.samples`` (the example's relative paths assume the samples beside the
+``framework.io.samples`` (the example's relative paths assume the samples beside the
 repository); ``nano_dy.root`` is in two datasets. The config is ``configs/dataset_cfg.py``
 (CPU only: HT, a filter, histograms, a slim NanoAOD output). Outputs are compared event
 by event: ids (run, luminosityBlock, event) and every product branch.
@@ -21,8 +21,8 @@ import yaml
 
 import framework.config as cms
 from framework import FileOpenError, FileReadError
-from framework._cmsrun import main as cmsrun_main
-from framework._datasets import plan_datasets, run_unit
+from framework.cmsrun import main as cmsrun_main
+from framework.cmsrun import plan_datasets, run_unit
 from framework.io import (
     WorkUnit,
     dataset_output_path,
@@ -33,7 +33,7 @@ from framework.io import (
     preprocess_file,
     split_units,
 )
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "dataset_cfg.py"
@@ -256,8 +256,8 @@ def test_run_folders_of_a_killed_driver_are_removed_by_the_next_run(tmp_path, ca
 
     import psutil
 
-    from framework._owners import host_id, owner_tag
     from framework.io import new_run_name, remove_stale_runs
+    from framework.utilities import host_id, owner_tag
 
     final = tmp_path / "out.root"
     folder = parts_folder(final)

@@ -14,14 +14,14 @@ import trio
 
 from framework import ConfigurationError, FileOpenError
 from framework.io import Dataset, FileSpec, PoolSource, dataset_file_tag, load_fileset, parse_fileset
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 
 def sample(name):
     try:
         return locate_sample(name, fetch=False)
     except FileOpenError as exc:
-        pytest.skip(f"no local {name} ({exc}); 'python -m framework.samples {name}' fetches it")
+        pytest.skip(f"no local {name} ({exc}); 'python -m framework.io.samples {name}' fetches it")
 
 
 def write(path, text):

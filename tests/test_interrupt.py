@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 JOB = """
 import framework.config as cms
@@ -111,7 +111,7 @@ def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     config = tmp_path / "interrupt_cfg.py"
     config.write_text(JOB.format(sample=str(locate_sample("pfnano.root"))))
     job = subprocess.Popen(
-        [sys.executable, "-m", "framework._cmsrun", str(config), "--no-progress"],
+        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress"],
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -45,7 +45,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def framework_imports(path: Path) -> set[str]:
-    """The framework modules ``path`` imports, below ``framework`` (``io``, ``_errors``,
+    """The framework modules ``path`` imports, below ``framework`` (``io``, ``utilities``,
     ``io._writer``, ``sonic``); ``framework`` itself for its public names."""
     found = set()
     for name in qualified_imports(path):
@@ -76,22 +76,31 @@ def test_qualified_imports_resolves_relative_lazy_and_type_only_imports(tmp_path
     }
 
 
-CORE = [
-    "_module.py",
-    "_event.py",
-    "_bridge.py",
-    "_worker.py",
-    "_builder.py",
-    "_scheduler.py",
-    "_services.py",
-    "_registry.py",
-    "_source_base.py",
-    "_errors.py",
-    "_owners.py",
-    "_activity.py",
-    "_paths.py",
-    "_messagelogger.py",
-]
+# The core's and the bottom layer's files (framework/core, framework/utilities): no file of
+# either lies flat in framework/ (only the package's own __init__ does).
+CORE = sorted((FRAMEWORK / "core").glob("*.py"))
+UTILITIES = sorted((FRAMEWORK / "utilities").glob("*.py"))
+
+
+def test_framework_holds_packages_only():
+    """framework/ holds its public __init__ and packages (folders) only: the core, the
+    bottom layer and the command layer each in a folder of their own."""
+    flat = sorted(p.name for p in FRAMEWORK.glob("*.py"))
+    assert flat == ["__init__.py"], flat
+    assert len(CORE) >= 10 and len(UTILITIES) >= 4
+
+
+def test_utilities_are_the_bottom_layer():
+    """framework.utilities imports no other part of the framework (nor trio, ROOT, Dask);
+    of Triton only triton_config, tritonclient's model-config schema, which its __init__ does
+    not import (the core must not load it)."""
+    for path in UTILITIES:
+        assert not [m for m in framework_imports(path) if not m.startswith("utilities")], path
+        bad = imported_modules(path) & ({"trio", "modules", "dask", "distributed"} | ROOT_IO)
+        assert not bad, f"{path.name} imports {bad}"
+        if path.name != "triton_config.py":
+            assert not imported_modules(path) & TRITON, f"{path.name} imports Triton"
+    assert "utilities.triton_config" not in framework_imports(FRAMEWORK / "utilities" / "__init__.py")
 
 
 def test_cmssw_names_are_thin_aliases_of_framework_config():
@@ -115,11 +124,11 @@ def test_config_language_is_pure_python():
 
 
 def test_core_knows_neither_root_nor_triton():
-    for name in CORE:
-        path = FRAMEWORK / name
+    for path in CORE:
+        name = path.name
         bad = imported_modules(path) & (ROOT_IO | TRITON | {"modules"})
-        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", *SONIC_SIDES, "bench")}
-        assert not bad, f"framework/{name} imports {bad}"
+        bad |= {m for m in framework_imports(path) if m.split(".")[0] in ("io", *SONIC_SIDES, "bench", "cmsrun")}
+        assert not bad, f"framework/core/{name} imports {bad}"
 
 
 def test_framework_never_imports_modules():
@@ -134,14 +143,23 @@ def test_framework_never_imports_modules():
 
 
 def test_io_is_built_on_the_core_only():
-    """framework.io: no Triton, no scheduler/builder/cmsrun, no sonic, no modules."""
-    allowed = {"_errors", "_event", "_owners", "_source_base", "config", "io"}
+    """framework.io: no Triton, no scheduler/builder/cmsrun, no sonic, no modules; of the
+    core only the source protocol and the events."""
+    allowed = {"utilities", "core", "config", "io"}
+    core_names = {"Event", "EventID", "Source", "SourceEvent"}
     files = list((FRAMEWORK / "io").glob("*.py"))
     assert len(files) >= 5
     for path in files:
         assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"
         outside = {m for m in framework_imports(path) if m != "io" and not m.startswith("io.")} - allowed
         assert not outside, f"{path.relative_to(ROOT)} imports framework modules {outside}"
+        from_core = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == "framework.core"
+            for alias in node.names
+        }
+        assert from_core <= core_names, f"{path.relative_to(ROOT)} imports {from_core - core_names} of the core"
 
 
 def test_only_io_and_the_benchmarks_read_or_write_root_files():
@@ -158,12 +176,12 @@ def test_only_io_and_the_benchmarks_read_or_write_root_files():
 SONIC_SIDES = ("sonic", "serving", "service", "inference")
 
 
-TRITON_CONFIG = FRAMEWORK / "_triton_config.py"
+TRITON_CONFIG = FRAMEWORK / "utilities" / "triton_config.py"
 
 
 def test_only_the_sonic_packages_talk_to_triton():
     """framework.bench may too: its baselines are bare tritonclient loops and Triton's own
-    statistics; framework._triton_config reads tritonclient's model-config schema only."""
+    statistics; framework.utilities.triton_config reads tritonclient's model-config schema only."""
     for path in FRAMEWORK.rglob("*.py"):
         if {*SONIC_SIDES, "bench"} & set(path.relative_to(FRAMEWORK).parts) or path == TRITON_CONFIG:
             continue
@@ -171,19 +189,19 @@ def test_only_the_sonic_packages_talk_to_triton():
 
 
 def test_both_sides_share_one_neutral_model_config_reader():
-    """framework._triton_config, which both SONIC sides import (what they read of a
+    """framework.utilities.triton_config, which both SONIC sides import (what they read of a
     config.pbtxt), is neutral: no framework module, of Triton only
     the model-config schema, and the core does not import it."""
     assert qualified_imports(TRITON_CONFIG) - {"__future__", "pathlib", "collections.abc", "typing"} == {
         "google.protobuf",
         "tritonclient.grpc",
     }
-    for name in CORE:
-        assert "_triton_config" not in framework_imports(FRAMEWORK / name), name
+    for path in CORE:
+        assert "utilities.triton_config" not in framework_imports(path), path
     readers = {
         path.relative_to(FRAMEWORK).parts[0]
         for path in FRAMEWORK.rglob("*.py")
-        if "_triton_config" in framework_imports(path)
+        if "utilities.triton_config" in framework_imports(path)
     }
     assert {"sonic", "serving"} <= readers, readers
 
@@ -240,15 +258,15 @@ def test_only_the_service_layer_and_the_model_base_classes_import_both_sides():
         sides = {m.split(".")[0] for m in framework_imports(path)} & {"sonic", "serving"}
         if sides == {"sonic", "serving"}:
             both.append(path.relative_to(FRAMEWORK).parts[0])
-    assert set(both) <= {"service", "inference", "bench", "executor"}, both
+    assert set(both) <= {"service", "inference", "bench", "cmsrun"}, both
     for side in ("sonic", "serving", "config", "io"):
         for path in (FRAMEWORK / side).glob("*.py"):
             assert "service" not in {m.split(".")[0] for m in framework_imports(path)}, path
     for path in FRAMEWORK.rglob("*.py"):
         if path.relative_to(FRAMEWORK).parts[0] != "inference":
             assert "inference" not in {m.split(".")[0] for m in framework_imports(path)}, path
-    for name in CORE:
-        assert "service" not in {m.split(".")[0] for m in framework_imports(FRAMEWORK / name)}, name
+    for path in CORE:
+        assert "service" not in {m.split(".")[0] for m in framework_imports(path)}, path
 
 
 def import_graph(side: str) -> dict[str, set[str]]:
@@ -333,33 +351,41 @@ DASK = {"dask", "distributed", "filelock"}
 
 
 def test_only_the_executor_knows_dask():
-    """framework.executor is the one place that imports Dask (and the host lock); nothing of
-    the data path (config, core, io, modules, sonic) imports the executor; cmsrun reaches it
-    lazily, for ``--executor dask`` only."""
+    """framework.cmsrun.executor is the one place that imports Dask (and the host lock);
+    nothing of the data path (config, core, io, modules, sonic) imports the command layer;
+    of the command layer only its command line reaches the executor, lazily, for
+    ``--executor dask`` only."""
+    executor = FRAMEWORK / "cmsrun" / "executor"
     for package in ("framework", "modules"):
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).parts
-            if parts[:2] == ("framework", "executor"):
+            if executor in path.parents:
                 continue
             assert not imported_modules(path) & DASK, f"{path.relative_to(ROOT)} imports Dask"
-            if parts[:2] != ("framework", "bench") and parts[-1] != "_cmsrun.py":
-                assert not {m for m in framework_imports(path) if m.split(".")[0] == "executor"}, (
-                    f"{path.relative_to(ROOT)} imports framework.executor"
-                )
-    tree = ast.parse((FRAMEWORK / "_cmsrun.py").read_text())
+            if parts[:2] in (("framework", "bench"), ("framework", "cmsrun")):
+                continue
+            assert not {m for m in framework_imports(path) if m.split(".")[0] == "cmsrun"}, (
+                f"{path.relative_to(ROOT)} imports the command layer (framework.cmsrun)"
+            )
+    for path in (FRAMEWORK / "cmsrun").glob("*.py"):
+        if path.name != "_main.py":
+            assert not {m for m in framework_imports(path) if m.startswith("cmsrun.executor")}, path
+    tree = ast.parse((FRAMEWORK / "cmsrun" / "_main.py").read_text())
     top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
-    assert "executor" not in top_level, "cmsrun imports the executor at module level"
-    executor_files = list((FRAMEWORK / "executor").glob("*.py"))
+    assert not {m for m in top_level if m and "executor" in m}, "cmsrun imports the executor at module level"
+    executor_files = list(executor.glob("*.py"))
     assert len(executor_files) >= 4
     for path in executor_files:
         assert not imported_modules(path) & (TRITON | {"modules"}), f"{path} imports Triton or modules"
+        assert "cmsrun._main" not in framework_imports(path), f"{path} imports the command line"
 
 
 def test_packages_import_each_other_by_public_names():
     """A private module (``_name``) of a package is imported from inside that package only;
     other packages use the names its ``__init__`` exports (``from framework.sonic import
-    Routing``, not ``framework.sonic._routing``). The top-level core modules
-    (``framework._errors``, ...) are the core's API and exempt."""
+    Routing``, not ``framework.sonic._routing``); the core too (``from framework.core import
+    build_job``). A package's sub-package may import its parent's private modules
+    (``framework.cmsrun.executor`` uses ``framework.cmsrun._summary``)."""
     bad = []
     for package in ("framework", "modules", "cmssw", "configs"):
         for path in (ROOT / package).rglob("*.py"):

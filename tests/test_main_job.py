@@ -22,7 +22,7 @@ import onnxruntime as ort
 import pytest
 import uproot
 
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 from modules.deepmet_inputs import build_deepmet_inputs, met_from_weights
 from modules.particlenet_inputs import PARTICLENET_CLASSES, build_particlenet_inputs
 
@@ -36,7 +36,7 @@ MODELS = ROOT / "data" / "models"
 def cmsrun(*args: str, cwd: Path, timeout: float = 300, marker: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
     return subprocess.run(
-        [sys.executable, "-m", "framework._cmsrun", *args],
+        [sys.executable, "-m", "framework.cmsrun", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -161,7 +161,7 @@ class Boom(EDProducer):
 
 BOOM_CFG = """
 import framework.config as cms
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 process = cms.Process("BOOM")
 process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(str(locate_sample("pfnano.root"))))
 process.options.numberOfStreams = 2

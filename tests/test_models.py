@@ -38,8 +38,8 @@ N_FEAT = len(PARTICLENET_FEATURES)
 
 
 def pfnano_path() -> Path:
-    """The real PFNano sample, found as the main job finds it (framework.samples)."""
-    from framework.samples import locate_sample
+    """The real PFNano sample, found as the main job finds it (framework.io.samples)."""
+    from framework.io.samples import locate_sample
 
     return Path(locate_sample("pfnano.root"))
 

@@ -4,7 +4,7 @@ Each "host" is a UTS and mount namespace of its own (``unshare -u -m --propagati
 private``, as root): its own host name, a private tmpfs on ``/dev/shm`` and on ``/tmp``
 (the run's shared folder, pytest's base temp, is bound back into it: the cluster's shared
 file system), and one Dask worker (with its nanny) bound to its own ``127.0.0.N``
-(``framework/executor/_hosts.py``, which ``cmsbench scale`` uses too). The scheduler and
+(``framework/cmsrun/executor/_hosts.py``, which ``cmsbench scale`` uses too). The scheduler and
 cmsrun run here, on 127.0.0.1; all traffic is over loopback. The test reads a host's
 ``/tmp`` and ``/dev/shm`` through ``/proc/<anchor>/root`` and starts processes there with
 ``nsenter``.
@@ -28,8 +28,8 @@ import awkward as ak
 import pytest
 import uproot
 
-from framework._cmsrun import main as cmsrun_main
-from framework.executor._hosts import START_TIMEOUT, SimulatedHost, namespaces_missing, simulated_cluster
+from framework.cmsrun import main as cmsrun_main
+from framework.cmsrun.executor._hosts import START_TIMEOUT, SimulatedHost, namespaces_missing, simulated_cluster
 
 from support import kill_once_module, local_sample
 

@@ -31,8 +31,7 @@ import pytest
 import framework
 import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
-from framework._builder import build_job
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.sonic import ServerInfo, TritonClient
 from framework.sonic._client import client_description
 from framework.sonic._routing import ready_models

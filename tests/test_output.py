@@ -19,7 +19,7 @@ import uproot
 
 import framework.config as cms
 from framework import ConfigurationError, FileOpenError, ProductDescription, ProductRegistry
-from framework._event import Event, EventID, EventPrincipal
+from framework.core import Event, EventID, EventPrincipal
 from framework.io import PoolSource
 from modules.histograms import HistogramAnalyzer
 from modules.output import NanoAODOutputModule

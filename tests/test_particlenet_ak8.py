@@ -31,10 +31,10 @@ import trio
 import uproot
 
 import framework.config as cms
-from framework._builder import build_job
-from framework._scheduler import run_job as run_built_job
-from framework._summary import summary_dict
-from framework.samples import locate_sample
+from framework.cmsrun import summary_dict
+from framework.core import build_job
+from framework.core import run_job as run_built_job
+from framework.io.samples import locate_sample
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
 from support import processes_with_marker
@@ -53,7 +53,7 @@ COLLECTIONS = ("FatJet", "FatJetPFCands", "PFCands", "FatJetSVs", "SV")
 def cmsrun(*args: str, cwd: Path, marker: str = "") -> subprocess.CompletedProcess:
     """``cmsrun`` as a user runs it; ``marker`` goes into its environment (see :func:`processes_with_marker`)."""
     env = dict(os.environ, PYSONIC_TEST_MARKER=marker) if marker else None
-    command = [sys.executable, "-m", "framework._cmsrun", *args]
+    command = [sys.executable, "-m", "framework.cmsrun", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

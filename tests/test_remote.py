@@ -53,9 +53,9 @@ import trio
 import uproot
 
 from framework import FileOpenError, FileReadError
-from framework._cmsrun import main as cmsrun_main
+from framework.cmsrun import main as cmsrun_main
 from framework.io import PoolSource, RemoteAccess, _remote
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 from framework.serving._processes import TAG_VARIABLE
 
 from support import free_port
@@ -203,7 +203,7 @@ def pfnano() -> pathlib.Path:
     try:
         return locate_sample("pfnano.root", fetch=False)
     except FileOpenError as exc:
-        pytest.skip(f"no local pfnano.root ({exc}); 'python -m framework.samples pfnano.root' fetches it")
+        pytest.skip(f"no local pfnano.root ({exc}); 'python -m framework.io.samples pfnano.root' fetches it")
 
 
 @contextlib.contextmanager
@@ -585,7 +585,7 @@ def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
         [
             sys.executable,
             "-m",
-            "framework._cmsrun",
+            "framework.cmsrun",
             str(job),
             f"inputFiles={url}",
             "openTimeout=600",
@@ -620,7 +620,7 @@ def test_sigterm_during_a_hanging_open_stops_cmsrun(silent, job, tmp_path):
 def test_sigterm_during_a_hanging_read_stops_cmsrun(own_xrootd, job, tmp_path):
     url = f"{own_xrootd.url}store/mc/pfnano.root"
     process = subprocess.Popen(
-        [sys.executable, "-m", "framework._cmsrun", str(job), f"inputFiles={url}", "timeout=600", "--no-progress"],
+        [sys.executable, "-m", "framework.cmsrun", str(job), f"inputFiles={url}", "timeout=600", "--no-progress"],
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
@@ -795,7 +795,7 @@ def test_a_work_unit_of_an_lfn_runs_where_the_config_goes(xrootd, pfnano, tmp_pa
     """What a Dask worker does: run_unit with the config; the redirectors come with it (no
     process-wide setting), from a thread other than the main one."""
     import framework.config as cms
-    from framework._datasets import run_unit
+    from framework.cmsrun import run_unit
     from framework.io import WorkUnit
 
     monkeypatch.chdir(tmp_path)

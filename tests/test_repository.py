@@ -21,13 +21,13 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework._errors import ExternalFailure
 from framework.serving import LocalTritonServer, ModelChecksumError, ModelRepositoryError
 from framework.serving._repository import generate_model, read_model_config, translate_config
 from framework.serving.model_spec import parse_model_config, run_ragged
 from framework.serving.onnx_backend import session_providers
 from framework.serving.torch_backend import ordered_by_index
 from framework.sonic import TritonClient, client_description
+from framework.utilities import ExternalFailure
 
 SHARED_MODELS = (
     pathlib.Path(__file__).resolve().parents[2] / "shared" / "models"
@@ -171,8 +171,8 @@ def test_gpu_instances_choose_the_cuda_provider():
 
 
 def test_runner_choice_on_gpu_instances():
-    from framework._paths import default_model_repository
     from framework.serving.python_backend import choose_runner
+    from framework.utilities import default_model_repository
 
     def spec(folder):
         config, _ = translate_config(folder.name, read_model_config(folder), kind="KIND_GPU")
@@ -311,7 +311,7 @@ def test_local_config_disagreeing_with_the_server_is_one_line(btag_server, tmp_p
 
 
 def test_outputs_subset_and_unknown_name(btag_server):
-    from framework._errors import ConfigurationError
+    from framework.utilities import ConfigurationError
 
     config = str(btag_repository() / "particlenet" / "config.pbtxt")
     client = TritonClient(client_params("particlenet", modelConfigPath=config, outputs=["softmax"]))

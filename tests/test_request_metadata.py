@@ -25,9 +25,7 @@ import pytest
 import framework
 import framework.config as cms
 from framework import ConfigurationError, EDAnalyzer, ExternalFailure
-from framework._builder import build_job
-from framework._registry import find_type
-from framework._scheduler import run_job
+from framework.core import build_job, find_type, run_job
 from framework.serving.testing import write_python_model
 from framework.sonic import SonicEDProducer
 from framework.sonic._server_info import CHANNEL_ARGS, ServerInfo, request_metadata

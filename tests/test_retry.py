@@ -33,9 +33,7 @@ import trio
 import framework
 import framework.config as cms
 from framework import ExternalFailure, FrameworkError
-from framework._builder import build_job
-from framework._errors import ConfigurationError
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.serving._server import LocalTritonServer
 from framework.serving.testing import serving, write_python_model
 from framework.sonic import (
@@ -49,6 +47,7 @@ from framework.sonic import (
     recommended_retries,
     retries_pset,
 )
+from framework.utilities import ConfigurationError
 
 from support import JobState
 

@@ -26,8 +26,7 @@ import pytest
 import trio
 
 import framework.config as cms
-from framework._builder import build_job
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.service._fallback import FallbackServer
 from framework.serving._server import LocalTritonServer
 from framework.sonic import ServerInfo, _routing, recommended_retries

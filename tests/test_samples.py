@@ -1,10 +1,10 @@
-"""framework.samples: search order, checksum verification, extraction from an sdist.
+"""framework.io.samples: search order, checksum verification, extraction from an sdist.
 
 Offline only. The real fetch (``pip download coffea==2026.9.0``, about 30 MB: 65 s with a
 cold pip cache, 12 s with a warm one, on the development machine) was run by hand; it is
 too slow and too network-dependent for the suite::
 
-    PYSONIC_CACHE=/tmp/c python -c "import framework.samples as s; s._fetch('nano_dy.root', s.cache_folder())"
+    PYSONIC_CACHE=/tmp/c python -c "import framework.io.samples as s; s._fetch('nano_dy.root', s.cache_folder())"
 
 Here the download is faked and the extraction runs on a small sdist built in ``tmp_path``.
 """
@@ -127,7 +127,7 @@ def test_fetch_path_uses_the_downloaded_sdist(tmp_path, monkeypatch):
 @needs_shared
 def test_cli_prints_paths():
     done = subprocess.run(
-        [sys.executable, "-m", "framework.samples", "pfnano.root"],
+        [sys.executable, "-m", "framework.io.samples", "pfnano.root"],
         capture_output=True,
         text=True,
         cwd=samples.REPO_ROOT,

@@ -17,8 +17,7 @@ import trio.testing
 import framework
 import framework.config as cms
 from framework import EDAnalyzer, EDFilter, EDProducer, ExternalWork
-from framework._builder import build_job
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 
 LATENCY = 1.0  # seconds of virtual time per external call
 
@@ -414,7 +413,7 @@ async def test_fast_timer_service_writes_summary_and_trace(tmp_path):
 async def test_time_report_columns_carry_their_units(autojump_clock):
     from rich.console import Console
 
-    from framework._summary import print_summary
+    from framework.cmsrun import print_summary
 
     process = make_process(4, streams=2)
     process.ext = cms.EDProducer("testSleeper")

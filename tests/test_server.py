@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from framework._errors import ConfigurationError, ExternalFailure
 from framework.serving import _installation, _server
 from framework.serving._cmstriton import main as cmstriton
 from framework.serving._server import (
@@ -40,6 +39,7 @@ from framework.serving._server import (
     server_environment,
 )
 from framework.serving.testing import TensorConfig, python_model_config, write_python_model
+from framework.utilities import ConfigurationError, ExternalFailure
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -24,9 +24,7 @@ import trio
 import framework
 import framework.config as cms
 from framework import EDAnalyzer
-from framework._builder import build_job
-from framework._errors import ConfigurationError
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.service import TritonService
 from framework.serving._server import LocalTritonServer
 from framework.sonic import (
@@ -37,6 +35,7 @@ from framework.sonic import (
     _transport,
     client_description,
 )
+from framework.utilities import ConfigurationError
 
 MODEL_PY = textwrap.dedent("""
     import json

@@ -24,9 +24,7 @@ from rich.console import Console
 import framework
 import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
-from framework._builder import build_job
-from framework._errors import ConfigurationError
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.service import TritonService
 from framework.serving._server import LocalTritonServer
 from framework.serving.testing import TensorConfig, write_python_model
@@ -37,6 +35,7 @@ from framework.sonic import (
     TritonClient,
     client_description,
 )
+from framework.utilities import ConfigurationError
 
 from support import free_port
 

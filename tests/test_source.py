@@ -1,7 +1,7 @@
 """PoolSource: collections, ids, branch requests, skipping, duplicates, errors, views.
 
 Edge cases use tiny NanoAOD-like files written in ``tmp_path`` with uproot; the real
-CMS sample ``pfnano.root`` (found with ``framework.samples``) checks the real layout.
+CMS sample ``pfnano.root`` (found with ``framework.io.samples``) checks the real layout.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uproot
 from framework import FileOpenError, FileReadError
 from framework.io import PoolSource
 from framework.io._layout import check_interpretable
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def pfnano():
     try:
         return str(locate_sample("pfnano.root", fetch=False))
     except FileOpenError as exc:
-        pytest.skip(f"no local pfnano.root ({exc}); 'python -m framework.samples pfnano.root' fetches it")
+        pytest.skip(f"no local pfnano.root ({exc}); 'python -m framework.io.samples pfnano.root' fetches it")
 
 
 def make_source(files, **overrides):

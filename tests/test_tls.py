@@ -24,8 +24,7 @@ import pytest
 import framework
 import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
-from framework._builder import build_job
-from framework._scheduler import run_job
+from framework.core import build_job, run_job
 from framework.serving._server import GrpcSsl, LocalTritonServer
 from framework.serving.testing import write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, SslOptions

@@ -21,7 +21,7 @@ import pytest
 import uproot
 
 from framework import ConfigurationError
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 from framework.serving._repository import read_model_config
 from framework.serving._server import LocalTritonServer, resolve_device
 from framework.serving.model_spec import parse_model_config, run_batched

@@ -19,14 +19,14 @@ import uproot
 
 from framework import FileOpenError, FileReadError
 from framework.io import Dataset, FileInfo, FileSpec, PoolSource, WorkUnit, preprocess, preprocess_file, split_units
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 
 def sample(name):
     try:
         return str(locate_sample(name, fetch=False))
     except FileOpenError as exc:
-        pytest.skip(f"no local {name} ({exc}); 'python -m framework.samples {name}' fetches it")
+        pytest.skip(f"no local {name} ({exc}); 'python -m framework.io.samples {name}' fetches it")
 
 
 def write_clustered(path, sizes, *, first_event=1):

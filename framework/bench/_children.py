@@ -1,7 +1,7 @@
 """The benchmarks' child processes: a ``cmsrun`` job (or another command) run and its summary read, written once.
 
 Every experiment that measures a whole job runs it as a child process, as a user would:
-``python -m framework._cmsrun CONFIG name=value ... --no-progress --summary-json FILE``,
+``python -m framework.cmsrun CONFIG name=value ... --no-progress --summary-json FILE``,
 with the repository on ``PYTHONPATH``, stdin and stdout closed, stderr kept in a file for
 the error message. Its CPU comes from the OS (``os.wait4``: user + system of all its
 threads, this child's and nothing else's), its wall time from the start to its exit.
@@ -48,7 +48,7 @@ def cmsrun_command(
     """The command of a ``cmsrun`` child: ``config`` with its VarParsing ``options``
     (:func:`~framework.bench._harness.config_args`), then ``extra`` flags, no progress bar,
     and ``--summary-json summary`` when given."""
-    command = [sys.executable, "-m", "framework._cmsrun", str(config), *config_args(**(options or {})), *extra]
+    command = [sys.executable, "-m", "framework.cmsrun", str(config), *config_args(**(options or {})), *extra]
     return [*command, "--no-progress", *(["--summary-json", str(summary)] if summary else [])]
 
 

@@ -176,7 +176,7 @@ def _ak8_jets_per_event() -> float:
     """Fat jets per event of the real sample (the AK8 job tags every one)."""
     import uproot
 
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     with uproot.open(locate_sample("pfnano.root")) as file:
         counts = file["Events"]["nFatJet"].array(library="np")

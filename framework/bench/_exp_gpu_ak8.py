@@ -54,7 +54,7 @@ def real_jets() -> dict[str, np.ndarray]:
     (jets, variables, length), one length per input for all jets (``preprocess_PT.json``)."""
     import uproot
 
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
     from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
     with uproot.open(locate_sample("pfnano.root")) as f:

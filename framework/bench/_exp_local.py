@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 import framework.config as cms
-from framework._builder import build_job
+from framework.core import build_job
 
 from ._harness import CONFIGS, SERVERS, config_args, median_of, model_seconds, run_config, run_records
 from ._proxy import DelayProxy
@@ -191,7 +191,7 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
     included), as the bare loops' is. Each side opens the file once and reads all its
     entries ``copies`` times.
     """
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     rows, targets = [], []
     for file_name, tree, collections, copies in SOURCE_SAMPLES[1:] if quick else SOURCE_SAMPLES:

@@ -12,7 +12,7 @@ dataset). Two configs:
   Triton server shared by all workers (``server=``, the benchmarks' tiny server).
 
 Across hosts (root only; skipped with the reason elsewhere): 1, 2 and 4 hosts simulated on
-this machine (``framework.executor._hosts``: a UTS and mount namespace each, one worker
+this machine (``framework.cmsrun.executor._hosts``: a UTS and mount namespace each, one worker
 each on its own 127.0.0.N; ``cmsrun --scheduler``), the ``sonic`` config with one
 ``tiny`` server per host (the executor's host server, on the host's address) or ONE server
 shared by all (on 127.0.0.1, outside the hosts: payloads, as to a remote server). The
@@ -98,7 +98,7 @@ def hosts_point(
 ) -> dict[str, Any]:
     """One run on the simulated cluster at ``scheduler`` (``hosts`` workers): events/s, the
     workers' CPU per event (ms) and the number of Triton servers that served the run."""
-    from framework.executor import worker_pids
+    from framework.cmsrun.executor import worker_pids
 
     from ._exp_cpu import _tree_cpu
 
@@ -120,7 +120,7 @@ def _hosts_rows(
 ) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
     """The rows across simulated hosts (see the module docstring), notes, settings
     (``counts``: the numbers of hosts; ``copies`` of ``sample`` in the fileset)."""
-    from framework.executor import namespaces_missing, simulated_cluster
+    from framework.cmsrun.executor import namespaces_missing, simulated_cluster
     from framework.serving.testing import write_tiny_repository
 
     chunk = 10
@@ -159,7 +159,7 @@ def _hosts_rows(
 
 def scale(quick: bool, repeat: int) -> dict[str, Any]:
     """The experiment (see the module docstring)."""
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     sample = str(locate_sample("pfnano.root"))
     copies, chunk = (2, 10) if quick else (40, 10)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import trio
 
-from framework._paths import default_model_repository
+from framework.utilities import default_model_repository
 
 from ._harness import median_of, temporary_folder
 

@@ -22,9 +22,8 @@ import numpy as np
 import trio
 
 import framework.config as cms
-from framework._builder import build_job
-from framework._scheduler import run_job
-from framework._summary import summary_dict
+from framework.cmsrun import summary_dict
+from framework.core import build_job, run_job
 from framework.serving.testing import serving, write_tiny_repository
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -68,7 +67,7 @@ def run_config(config: str, warmup: int = 0, **options: Any) -> dict[str, Any]:
         (percentiles in seconds, after the warm-up),
         ``"module_seconds"`` (module label -> mean seconds per event after the warm-up:
         acquire + external wait + produce, as :func:`model_seconds` over all events),
-        ``"modules"``, ``"services"`` (as ``framework._summary.summary_dict``),
+        ``"modules"``, ``"services"`` (as ``framework.cmsrun.summary_dict``),
         ``"source"`` (the source's ``statistics()`` if it has one)}.
     """
     start = time.perf_counter()

@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=pathlib.Path, default=REPO / "results" / "soak.json")
     args = p.parse_args(argv)
 
-    from framework.samples import locate_sample
+    from framework.io.samples import locate_sample
 
     sample_path = str(locate_sample("pfnano.root"))
     with tempfile.TemporaryDirectory(prefix="pysonic-soak-") as tmp:

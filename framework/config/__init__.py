@@ -20,8 +20,9 @@ Pure Python: nothing here knows about trio, uproot or Triton.
 
 from typing import Any
 
-from .._errors import ConfigurationError as ConfigurationError
-from .._errors import NotSupportedError
+from framework.utilities import ConfigurationError as ConfigurationError
+from framework.utilities import NotSupportedError
+
 from ._description import DescriptionRow as DescriptionRow
 from ._description import ParameterSet as ParameterSet
 from ._description import ParameterSetDescription as ParameterSetDescription

@@ -30,7 +30,8 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from .._errors import ConfigurationError
+from framework.utilities import ConfigurationError
+
 from ._pset import ParameterHolder, ProxyParameter, PSet, UntrackedType, VPSet
 from ._types import (
     FileInPath,

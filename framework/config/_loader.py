@@ -20,7 +20,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, SupportsIndex
 
-from .._errors import ConfigurationError, FrameworkError, UsageError
+from framework.utilities import ConfigurationError, FrameworkError, UsageError
+
 from ._modifiers import CHOSEN
 from ._process import Process
 from ._varparsing import VarParsing, _Arguments, current_arguments

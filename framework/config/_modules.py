@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .._errors import ConfigurationError
+from framework.utilities import ConfigurationError
+
 from ._pset import ParameterHolder, PSet
 from ._sequences import Inverted, Labelable, Sequenceable
 

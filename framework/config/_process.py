@@ -36,7 +36,8 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigurationError, NotSupportedError
+from framework.utilities import ConfigurationError, NotSupportedError
+
 from ._modifiers import Modifier, ModifierChain, ProcessModifier
 from ._modules import (
     EDAlias,

@@ -10,7 +10,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigurationError
+from framework.utilities import ConfigurationError
+
 from ._ranges import (
     EventID,
     EventRange,

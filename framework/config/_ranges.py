@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .._errors import ConfigurationError
+from framework.utilities import ConfigurationError
+
 from ._types import _Invalid, _ParameterTypeBase, _Vector, describe_value
 
 __all__ = [

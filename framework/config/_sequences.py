@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
-from .._errors import ConfigurationError
+from framework.utilities import ConfigurationError
+
 from ._types import ConfigRuntimeError, ConfigTypeError, ConfigValueError, describe_value
 
 __all__ = [

@@ -29,8 +29,7 @@ import pathlib
 from collections.abc import Iterable, Mapping, MutableSequence
 from typing import Any, ClassVar
 
-from .._errors import ConfigurationError
-from .._paths import project_data_directory
+from framework.utilities import ConfigurationError, project_data_directory
 
 __all__ = [
     "SEARCH_PATH_VARIABLE",

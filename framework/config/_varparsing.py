@@ -11,7 +11,8 @@ import enum
 import sys
 from typing import Any
 
-from .._errors import ConfigurationError, UsageError
+from framework.utilities import PORT_RANGE, ConfigurationError, UsageError
+
 from ._types import closest
 
 __all__ = ["VarParsing"]
@@ -326,10 +327,11 @@ def host_port(text: str, option: str) -> tuple[str, int]:
     port, since gRPC would take 117611 modulo 65536 and dial another server.
 
     Raises:
-        ~framework._errors.UsageError: no ``:``, no host, or a port that is not a number in 1-65535 (names
-            ``option`` and the value as typed).
+        ~framework.utilities.UsageError: no ``:``, no host, or a port that is not a number in
+            ``PORT_RANGE`` (names ``option`` and the value as typed).
     """
     host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise UsageError(f"argument '{option}={text}': expected host:port with a TCP port (1-65535)")
+    low, high = PORT_RANGE
+    if not host or not port.isdigit() or not low <= int(port) <= high:
+        raise UsageError(f"argument '{option}={text}': expected host:port with a TCP port ({low}-{high})")
     return host, int(port)

@@ -31,10 +31,7 @@ from typing import Any
 import numpy as np
 
 import framework.config as cms
-from framework._errors import ConfigurationError
-from framework._event import Event
-from framework._module import EDProducer
-from framework._triton_config import ModelConfigSyntaxError, parse_config_file
+from framework.core import EDProducer, Event
 from framework.serving.model_spec import ModelSpec, cast_outputs, check_inputs, parse_model_config
 from framework.serving.onnx_backend import OnnxRunner
 from framework.sonic import (
@@ -48,6 +45,8 @@ from framework.sonic import (
     client_description,
     resolve_config_path,
 )
+from framework.utilities import ConfigurationError
+from framework.utilities.triton_config import ModelConfigSyntaxError, parse_config_file
 
 __all__ = ["ModelConversion", "OnnxDirectProducer", "SonicConversionProducer", "read_model_config"]
 

@@ -27,7 +27,7 @@ Files (implementation modules are underscored; the names below are the public on
 * ``_writer``: NanoAOD-style branches from per-event values (:class:`BranchBuffer`), a
   TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`).
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
-  (``python -m framework.samples NAME``).
+  (``python -m framework.io.samples NAME``).
 
 What it may import (and what may import it): :mod:`framework`, the one place the layering
 is written (``PoolSource`` is found by name through the registry).

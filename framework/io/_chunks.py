@@ -13,7 +13,8 @@ from typing import Any
 import awkward as ak
 import numpy as np
 
-from .._errors import FileReadError
+from framework.utilities import FileReadError
+
 from ._layout import Collection
 from ._views import JaggedView, SingletonView, numpy_column, read_only
 

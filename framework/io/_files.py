@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._errors import FileOpenError
+from framework.utilities import FileOpenError
+
 from ._remote import OpenedFile, RemoteAccess, close_in_background, is_remote, open_root_file
 
 __all__ = ["local_path", "one_line", "local_file_problem", "open_tree", "open_input"]

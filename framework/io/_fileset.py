@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigurationError, FileOpenError
+from framework.utilities import ConfigurationError, FileOpenError
 
 __all__ = ["FileSpec", "Dataset", "load_fileset", "parse_fileset", "expand_file_names", "dataset_file_tag"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import uproot
 
-from .._errors import FileReadError
+from framework.utilities import FileReadError
 
 __all__ = ["Collection", "scan_tree", "resolve_request", "check_types", "check_interpretable", "unreadable_branch"]
 

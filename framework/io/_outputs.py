@@ -23,8 +23,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .._errors import ConfigurationError
-from .._owners import OWNER_PATTERN, owner_tag, remove_orphans
+from framework.utilities import OWNER_PATTERN, ConfigurationError, owner_tag, remove_orphans
+
 from ._files import local_path
 from ._remote import is_remote
 
@@ -33,7 +33,7 @@ __all__ = ["check_outputs", "output_folders", "remove_stale_temporaries", "tempo
 log = logging.getLogger("pysonic.output")
 
 _counter = itertools.count()
-# "<name>.tmp-<pid>-<start>-<host>-<n>" (framework._owners)
+# "<name>.tmp-<pid>-<start>-<host>-<n>" (framework.utilities._owners)
 _TEMPORARY = re.compile(rf"^(?P<final>.+)\.tmp-{OWNER_PATTERN}-\d+$")
 
 
@@ -41,7 +41,7 @@ def temporary_name(path: Path) -> Path:
     """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<host>-<n>``.
 
     Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
-    the owner tag (``framework._owners.owner_tag``) keeps two processes apart and lets a later job find
+    the owner tag (``framework.utilities.owner_tag``) keeps two processes apart and lets a later job find
     the files of a killed one; ``n`` (a counter of this process) keeps two writers of one
     process apart.
     """

@@ -40,9 +40,8 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from framework._owners import OWNER_PATTERN, owner_tag, remove_orphans
+from framework.utilities import OWNER_PATTERN, FileOpenError, FileReadError, owner_tag, remove_orphans
 
-from .._errors import FileOpenError, FileReadError
 from ._files import one_line
 from ._fileset import dataset_file_tag
 from ._units import WorkUnit
@@ -107,7 +106,7 @@ def run_parts_folder(final: str | Path, run: str) -> Path:
 
 def new_run_name() -> str:
     """A run's name for its parts folders: ``run-<owner tag>-<random>``; the owner tag
-    (``framework._owners``: pid, start time, host) lets a later run tell a folder left by a
+    (``framework.utilities._owners``: pid, start time, host) lets a later run tell a folder left by a
     killed driver from one a running driver is writing (:func:`remove_stale_runs`)."""
     return f"run-{owner_tag()}-{secrets.token_hex(3)}"
 

@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import trio
 
-from .._errors import ConfigurationError, FileOpenError, FileReadError
-from .._event import EventID
-from .._source_base import Source, SourceEvent
+from framework.core import EventID, Source, SourceEvent
+from framework.utilities import ConfigurationError, FileOpenError, FileReadError
+
 from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
 from ._files import local_file_problem, one_line, open_input
 from ._fileset import expand_file_names

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import stamina
 import uproot
 
-from .._errors import ConfigurationError, FileOpenError
+from framework.utilities import ConfigurationError, FileOpenError
 
 __all__ = [
     "RemoteAccess",

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import FileOpenError
+from framework.utilities import FileOpenError
+
 from ._files import local_path, one_line, open_tree
 from ._fileset import Dataset, FileSpec
 from ._remote import RemoteAccess, bounded, close_in_background, is_remote

@@ -35,8 +35,9 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from .._errors import ConfigurationError, FileOpenError
-from .._event import Event
+from framework.core import Event
+from framework.utilities import ConfigurationError, FileOpenError
+
 from ._outputs import temporary_name
 from ._views import JaggedView, SingletonView
 

@@ -15,8 +15,8 @@ cache holds them), the others through the
 ``skhep_testdata`` package when it is installed. Every file is checked against its
 SHA-256 before use; a file with another digest is never used.
 
-Command line: ``python -m framework.samples NAME...`` prints the paths (fetching if
-needed); ``framework.samples`` re-exports this module's public names.
+Command line: ``python -m framework.io.samples NAME...`` prints the paths (fetching if
+needed).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from .._errors import FileOpenError
+from framework.utilities import FileOpenError
 
 __all__ = ["SHA256", "locate_sample", "search_folders", "extract_from_sdist"]
 
@@ -212,10 +212,10 @@ def _copy_verified(source: IO[bytes], target: Path, name: str, origin: str) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m framework.samples NAME...``: print the path of each sample."""
+    """``python -m framework.io.samples NAME...``: print the path of each sample."""
     names = sys.argv[1:] if argv is None else argv
     if not names or names[0] in ("-h", "--help"):
-        print("usage: python -m framework.samples NAME...\nsamples: " + ", ".join(sorted(SHA256)))
+        print("usage: python -m framework.io.samples NAME...\nsamples: " + ", ".join(sorted(SHA256)))
         return 0 if names else 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     status = 0

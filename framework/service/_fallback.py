@@ -29,9 +29,9 @@ from typing import Any
 
 import trio
 
-from framework._errors import ConfigurationError, ExternalFailure
 from framework.serving import DEVICES, LocalTritonServer, TritonServerError, default_model_repository
 from framework.sonic import FALLBACK_SERVER, Blocking, ServerInfo, Steps, grpc_status
+from framework.utilities import ConfigurationError, ExternalFailure
 
 __all__ = ["DEFAULT_WAIT", "STOP_TIMEOUT", "FallbackParameters", "FallbackServer"]
 

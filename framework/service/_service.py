@@ -35,8 +35,7 @@ from typing import Any
 import trio
 
 import framework.config as cms
-from framework._errors import ConfigurationError, ExternalFailure, check_port
-from framework._services import Service
+from framework.core import Service
 from framework.serving import LocalTritonServer, resolve_device
 from framework.sonic import (
     FALLBACK_SERVER,
@@ -48,6 +47,7 @@ from framework.sonic import (
     TritonClient,
     request_metadata,
 )
+from framework.utilities import ConfigurationError, ExternalFailure, check_port
 
 from ._fallback import FallbackParameters, FallbackServer
 from ._service_stats import Snapshot, report_tables, settled_snapshot, snapshot, statistics

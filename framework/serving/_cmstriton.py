@@ -37,7 +37,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from framework._errors import PORT_RANGE, FrameworkError
 from framework.serving._server import (
     LOCALHOST,
     LocalTritonServer,
@@ -52,6 +51,7 @@ from framework.serving._server import (
     server_remains,
     terminate_server,
 )
+from framework.utilities import PORT_RANGE, FrameworkError
 
 PID_FILE = "tritonserver.pid"
 STATE_FILE = "state.json"

@@ -20,7 +20,7 @@ import sysconfig
 import threading
 from importlib.util import find_spec
 
-from framework._errors import ExternalFailure
+from framework.utilities import ExternalFailure
 
 
 class TritonServerError(ExternalFailure):

@@ -5,7 +5,7 @@ system's temporary folder: ``pysonic-tritonserver-<owner>-XXXX/`` (the served re
 generated models) and ``pysonic-tritonserver-<owner>-XXXX.log``, ``<owner>`` being
 ``<pid>-<start>-<host>``. Its
 ``stop`` removes them; a SIGKILL of the owning job cannot. The owner tag
-(``framework._owners``) lets the next server start (a job's fallback, ``cmstriton start``)
+(``framework.utilities._owners``) lets the next server start (a job's fallback, ``cmstriton start``)
 remove those whose owner is gone, and never those of a job still running.
 """
 
@@ -16,7 +16,7 @@ import pathlib
 import re
 import tempfile
 
-from framework._owners import OWNER_PATTERN, owner_tag, remove_orphans
+from framework.utilities import OWNER_PATTERN, owner_tag, remove_orphans
 
 __all__ = ["TEMP_PREFIX", "owned_prefix", "remove_stale_server_files"]
 

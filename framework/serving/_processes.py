@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from framework._errors import ConfigurationError
+from framework.utilities import ConfigurationError
 
 POLL_INTERVAL = 0.1  # seconds between checks that a process is gone
 KILL_WAIT = 5.0  # seconds to wait for the process after SIGKILL

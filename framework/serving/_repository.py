@@ -31,7 +31,7 @@ line (file, expected and found sum). The generated config has no agent block (th
 has no agent library) and keeps the sums in its ``parameters`` under
 ``checksum:<algorithm>:<file>`` (e.g. ``checksum:MD5:1/model.onnx``), where the client's
 ModelVersioning check reads them (:mod:`framework.sonic._model_config`; the prefix and
-the parsing both sides share are in :mod:`framework._triton_config`). CMSSW reads them
+the parsing both sides share are in :mod:`framework.utilities.triton_config`). CMSSW reads them
 from the agent block of the served config instead; the sums compared are the same.
 
 Generated models are cached by content: a model's folder is named by a hash of its
@@ -53,7 +53,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from framework._triton_config import CHECKSUM_PREFIX, ModelConfigSyntaxError, checksum_sums, parse_config_file
+from framework.utilities.triton_config import CHECKSUM_PREFIX, ModelConfigSyntaxError, checksum_sums, parse_config_file
 
 from ._installation import TritonServerError
 

@@ -38,8 +38,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from framework._errors import ConfigurationError, check_port
-from framework._paths import default_model_repository
+from framework.utilities import ConfigurationError, check_port, default_model_repository
 
 from ._installation import (
     TritonInstallation,

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from framework._errors import ConfigurationError
+from framework.utilities import ConfigurationError
 
 from ._processes import server_remains
 from ._server import LocalTritonServer, TritonServerError, default_model_repository

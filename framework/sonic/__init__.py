@@ -46,7 +46,7 @@ Files, in the direction of their imports: each imports only files listed before 
 
 The names below are the client's public API: for module authors (``SonicEDProducer``, the
 tensor maps, the retry parameters) and for the packages above it (``framework.service``,
-``framework.inference``, ``framework.executor``: the router, the server descriptions, the
+``framework.inference``, ``framework.cmsrun.executor``: the router, the server descriptions, the
 waits as steps), which import them from here and never from the files.
 """
 

@@ -20,7 +20,7 @@ per event (measured: ``cmsbench client-overhead``, ``docs/performance.md``).
   other event waits for something outside: none can join before that answers), at most
   ``maxDelay`` microseconds (0: only for those that arrive in the same trio scheduler
   tick); a full call goes at once. A lone event thus never waits for nothing.
-  The scheduler hands events to every idle stream in one tick (``framework/_scheduler.py``),
+  The scheduler hands events to every idle stream in one tick (``framework/core/_scheduler.py``),
   so that they reach the model together.
 * one gRPC deadline per call (``Client.timeout``); its completion re-enters trio once (one
   ``TrioToken.run_sync_soon``) for all its events.
@@ -30,7 +30,7 @@ per event (measured: ``cmsbench client-overhead``, ``docs/performance.md``).
   arrival; a call whose events were all cancelled is cancelled (``CallContext.cancel``).
 
 Threads: everything here runs on the trio thread except :meth:`Batcher._arrived`, gRPC's
-callback, which only hands the outcome to trio (the rule of ``framework/_bridge.py``).
+callback, which only hands the outcome to trio (the rule of ``framework/core/_bridge.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import trio
 import trio.testing
 
 import framework.config as cms
-from framework._errors import ConfigurationError, ExternalFailure
+from framework.utilities import ConfigurationError, ExternalFailure
 
 from ._data import TensorSpec, output_array
 from ._retry import DEADLINE_STATUS

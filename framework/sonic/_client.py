@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import framework.config as cms
-from framework._errors import ConfigurationError, ExternalFailure
+from framework.utilities import ConfigurationError, ExternalFailure
 
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from framework._errors import ExternalFailure
+from framework.utilities import ExternalFailure
 
 __all__ = [
     "BatchRows",

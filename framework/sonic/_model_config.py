@@ -8,7 +8,7 @@ the server serves (the **ModelVersioning** check), else the job stops with an ex
 of category ``ModelVersioning``.
 
 Here the local config is parsed with tritonclient's ``model_config_pb2`` by
-:mod:`framework._triton_config`, which the server side reads it with too (the client never
+:mod:`framework.utilities.triton_config`, which the server side reads it with too (the client never
 imports the server side), and the checks run once per client at begin_job
 (:meth:`TritonClient.connect`). Differences from CMSSW:
 
@@ -28,8 +28,8 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from framework._errors import ConfigurationError, ExternalFailure
-from framework._triton_config import ModelConfigSyntaxError, checksum_sums, parse_config_file, served_checksums
+from framework.utilities import ConfigurationError, ExternalFailure
+from framework.utilities.triton_config import ModelConfigSyntaxError, checksum_sums, parse_config_file, served_checksums
 
 __all__ = ["LocalModelConfig", "check_io", "check_versioning", "read_local_config"]
 

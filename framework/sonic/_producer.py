@@ -36,10 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 import framework.config as cms
-from framework._bridge import WaitingTaskHolder
-from framework._event import Event
-from framework._module import EDFilter, EDProducer, ExternalWork
-from framework._services import get_service
+from framework.core import EDFilter, EDProducer, Event, ExternalWork, WaitingTaskHolder, get_service
 
 from ._client import TritonClient, client_description
 from ._data import TritonInputMap, TritonOutputMap

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import trio
 
-from framework._bridge import ThreadSafeFuture
-from framework._errors import ExternalFailure
+from framework.core import ThreadSafeFuture
+from framework.utilities import ExternalFailure
 
 from ._data import (
     BatchRows,

@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import framework.config as cms
-from framework._errors import ConfigurationError, ExternalFailure
+from framework.utilities import ConfigurationError, ExternalFailure
 
 from ._server_info import FALLBACK_SERVER, ServerInfo
 from ._waits import Attempt, Sleep, Steps, drive, drive_blocking, grpc_status, ready

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from framework._errors import ExternalFailure
+from framework.utilities import ExternalFailure
 
 from ._oip import READY_STATES, ready_by_model, unimplemented
 from ._pool import SATURATION_WINDOW, Answer, DiscoveryParameters, queue_per_execution, survey

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from framework._errors import ConfigurationError
+from framework.utilities import ConfigurationError
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient

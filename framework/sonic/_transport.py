@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from framework._errors import ExternalFailure
+from framework.utilities import ExternalFailure
 
 from ._data import TensorSpec
 from ._server_info import ServerInfo

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from framework._errors import ExternalFailure
+from framework.utilities import ExternalFailure
 
 __all__ = ["Attempt", "Blocking", "Sleep", "Step", "Steps", "drive", "drive_blocking", "grpc_status", "ready"]
 

@@ -32,7 +32,7 @@ tar -C "$T" -cf - ts | xz -T0 -6 > "$T/tritonserver.tar.xz"
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$T/whl" $WHEELS
 # The real sample the benchmarks read (the machine cannot fetch it): located as cmsrun does.
 mkdir -p "$T/samples"
-cp "$("$VENV/bin/python" -m framework.samples pfnano.root | tail -1)" "$T/samples/"
+cp "$("$VENV/bin/python" -m framework.io.samples pfnano.root | tail -1)" "$T/samples/"
 # CMS's ParticleNet AK8 (the AK8 job and the gpu-ak8 experiment), first found on the search path.
 IFS=: read -ra SEARCH <<< "${CMSSW_SEARCH_PATH:-$(dirname "$PWD")/shared/models}"
 D=RecoBTag/Combined/data

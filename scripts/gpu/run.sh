@@ -43,12 +43,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 python3 -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'numpy', numpy.__version__)"
 if [ "${PYSONIC_GPU_JOBS:-1}" != 0 ]; then
     # The main job (its fallback server on the CPU, as configured), outputs in the scratch folder.
-    python3 -m framework._cmsrun configs/sonic_pfnano_cfg.py outputFile="$WORK/sonic_pfnano.root" \
+    python3 -m framework.cmsrun configs/sonic_pfnano_cfg.py outputFile="$WORK/sonic_pfnano.root" \
         histFile="$WORK/sonic_pfnano_histograms.root" --no-progress
     # CMS's ParticleNet AK8 as TorchScript (CMSSW's particleNetPTSonicTriton), fallback server on
     # the GPU (TritonService_cff: nvidia-smi lists one); prints the agreement with CMSSW's scores.
     if [ -f "$PACK/cms-data/RecoBTag/Combined/data/models/particlenet_AK8_MD-2prong_PT/config.pbtxt" ]; then
-        python3 -m framework._cmsrun configs/particlenet_ak8_cfg.py sonic=1 pt=1 \
+        python3 -m framework.cmsrun configs/particlenet_ak8_cfg.py sonic=1 pt=1 \
             outputFile="$WORK/particlenet_ak8.root" --no-progress
     else
         echo "run.sh: no TorchScript ParticleNet AK8 models in $PACK/cms-data: AK8 job skipped" >&2

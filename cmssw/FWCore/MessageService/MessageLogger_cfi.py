@@ -1,7 +1,7 @@
 """CMSSW's ``FWCore.MessageService.MessageLogger_cfi``: the MessageLogger with CMSSW's defaults.
 
 ``process.load("FWCore.MessageService.MessageLogger_cfi")`` (slashes accepted). The
-service maps these settings onto Python logging: ``framework/_messagelogger.py`` says which
+service maps these settings onto Python logging: ``framework/core/_messagelogger.py`` says which
 have an effect. ``categories`` (a list that older configs append to) is kept for them.
 """
 

@@ -14,7 +14,7 @@ check, ``events`` of them, the job on ``streams`` streams and ``threads`` thread
 import pathlib
 
 import framework.config as cms
-from framework.samples import locate_sample
+from framework.io.samples import locate_sample
 
 V = cms.VarParsing
 options = V()

@@ -90,7 +90,7 @@ if options.source == "empty":
 else:
     files = options.inputFiles
     if not files:
-        from framework.samples import locate_sample
+        from framework.io.samples import locate_sample
 
         files = [str(locate_sample("pfnano.root"))]
     process.source = cms.Source(

@@ -43,7 +43,7 @@ if options.emptyEvents > 0:
 else:
     files = options.inputFiles
     if not files:
-        from framework.samples import locate_sample
+        from framework.io.samples import locate_sample
 
         files = [str(locate_sample("nano_tt_v15.root"))]
     process.source = cms.Source(

@@ -12,7 +12,7 @@ counts are summed, and every time distribution (event latency; per module own, a
 external wait, produce) travels as a :class:`TimeSketch`, a histogram of fixed
 logarithmic bins, so that the percentiles are those of ALL events of the run. A sketch's
 quantile is the geometric middle of its bin: relative error at most
-:data:`SKETCH_RELATIVE_ERROR` / 2 = 0.5 % (for times >= 0.1 us); means and maxima are exact.
+``SKETCH_RELATIVE_ERROR`` / 2 = 0.5 % (for times >= 0.1 us); means and maxima are exact.
 A plain job's summary uses the exact values.
 """
 
@@ -30,8 +30,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._builder import Job, PathSpec
-from ._scheduler import JobReport
+from framework.core import Job, JobReport, PathSpec
 
 __all__ = [
     "summary_dict",
@@ -54,7 +53,7 @@ class TimeSketch:
     """A mergeable distribution of times (seconds): counts in logarithmic bins.
 
     Bin ``i`` holds times in ``[t0 * g**i, t0 * g**(i+1))`` with ``t0`` = 0.1 us and
-    ``g`` = 1 + :data:`SKETCH_RELATIVE_ERROR` (the log-bucket idea of HdrHistogram and
+    ``g`` = 1 + ``SKETCH_RELATIVE_ERROR`` (the log-bucket idea of HdrHistogram and
     DDSketch, Masson et al., VLDB 2019); 1 s needs ~1,600 bins, so a sketch is a few KiB
     however many events it counts. Count, sum (mean) and max are exact.
 
@@ -214,7 +213,7 @@ def unit_record(job: Job, report: JobReport) -> dict[str, Any]:
     """What one run of events (a work unit) counted, in mergeable form (picklable).
 
     Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time`` (s), ``latency``
-    (:class:`TimeSketch`), ``paths``/``endpaths`` (as :func:`summary_dict`), ``modules``
+    (:class:`~framework.cmsrun._summary.TimeSketch`), ``paths``/``endpaths`` (as :func:`summary_dict`), ``modules``
     (label -> type, kind, external_work, calls, errors, skipped, ``sum_acquire``,
     ``sum_run`` and ``sum_wait`` in s, and sketches ``own``, ``acquire``, ``wait``, ``run``).
     """

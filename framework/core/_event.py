@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ._errors import ProductNotFound
+from framework.utilities import ProductNotFound
 
 __all__ = ["EventID", "Event", "EventPrincipal", "product_key"]
 
@@ -45,7 +45,7 @@ class EventPrincipal:
     """All data of one event in flight (framework side).
 
     Attributes:
-        id: the :class:`EventID`.
+        id: the :class:`~framework.EventID`.
         stream: index of the stream processing the event, 0 <= stream < numberOfStreams.
         index: position of the event in the job (0 for the first event read).
         source: the source's per-event collections, ``Mapping[str, Any]`` (collection name

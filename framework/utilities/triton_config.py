@@ -1,7 +1,7 @@
 """What both SONIC sides read of a Triton model's ``config.pbtxt``, written once.
 
-The client (:mod:`framework.sonic._model_config`: CMSSW's ModelVersioning check), the
-server side (:mod:`framework.serving._repository`: the repository translation) and the
+The client (``framework.sonic._model_config``: CMSSW's ModelVersioning check), the
+server side (``framework.serving._repository``: the repository translation) and the
 direct producers (:mod:`framework.inference`) each read a model's ``config.pbtxt``; the
 servers keep the ``checksum`` agent's sums in the served config's ``parameters``, where
 the client reads them back. Both sides import this module and never each other

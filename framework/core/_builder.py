@@ -14,9 +14,10 @@ from typing import Any
 
 import trio
 
-from . import config as cms
+from framework import config as cms
+from framework.utilities import ConfigurationError, FileReadError
+
 from ._activity import ActivityRegistry
-from ._errors import ConfigurationError, FileReadError
 from ._module import EDFilter, EDModule, OutputModule
 from ._registry import find_type
 from ._services import ServiceRegistry, _current

@@ -24,17 +24,17 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from ._errors import ConfigurationError
+from framework.utilities import ConfigurationError
 
 ENTRY_POINT_GROUP = "pysonic.modules"
 
 # name -> "module:attribute", resolved lazily so that importing the registry stays cheap
 _BUILTIN = {
-    "EmptySource": "framework._source_base:EmptySource",
-    "FastTimerService": "framework._timing:FastTimerService",
-    "MessageLogger": "framework._messagelogger:MessageLogger",
+    "EmptySource": "framework.core._source_base:EmptySource",
+    "FastTimerService": "framework.cmsrun:FastTimerService",
+    "MessageLogger": "framework.core._messagelogger:MessageLogger",
     "PoolSource": "framework.io:PoolSource",
-    "TritonService": "framework.service._service:TritonService",
+    "TritonService": "framework.service:TritonService",
 }
 
 

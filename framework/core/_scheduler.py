@@ -33,8 +33,9 @@ from typing import Any, NoReturn, cast
 
 import trio
 
+from framework.utilities import EventProcessingError, FrameworkError
+
 from ._builder import Job, PathSpec
-from ._errors import EventProcessingError, FrameworkError
 from ._event import EventPrincipal
 from ._source_base import SourceEvent
 from ._worker import Worker
@@ -64,7 +65,7 @@ class JobReport:
             the other threads spent (the source's reads, gRPC's threads, onnxruntime's).
         error: the error that ended the job, if any.
         summary: the end-of-job summary as plain data, computed once by whoever needs it
-            first (``framework._summary.summary_dict``) and shared by the others.
+            first (``framework.cmsrun.summary_dict``) and shared by the others.
     """
 
     events: int = 0

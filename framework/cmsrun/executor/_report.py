@@ -1,6 +1,6 @@
 """The one end-of-run summary of ``cmsrun --executor dask``, from the units' records.
 
-Built on ``framework._summary``: the units' mergeable records (``unit_record``: TrigReport
+Built on ``framework.cmsrun._summary``: the units' mergeable records (``unit_record``: TrigReport
 counts, and every time distribution as a ``TimeSketch``, so percentiles are those of ALL
 events, within 0.5 %) are merged (``merge_records``) into the usual summary
 (``summary_from_record``: the same TrigReport and TimeReport tables as a plain job), and
@@ -32,8 +32,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from framework.io import Dataset, WorkUnit
+
 from .._summary import merge_records, print_summary_dict, summary_from_record
-from ..io import Dataset, WorkUnit
 
 __all__ = ["print_run_summary", "run_summary"]
 
@@ -49,7 +50,7 @@ def run_summary(
     wall_time: float,
     workers: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """The run's summary as plain data (JSON-ready): ``framework._summary``'s keys plus
+    """The run's summary as plain data (JSON-ready): ``framework.cmsrun._summary``'s keys plus
     ``executor``, ``datasets``, ``workers``, ``units``, ``merge`` (see the module docstring)."""
     done = list(outcomes.values())
     options = process.options_()
@@ -168,7 +169,7 @@ def _services(done: list[Any]) -> dict[str, Any]:
 
 
 def print_run_summary(summary: dict[str, Any], console: Console) -> None:
-    """Print the run's summary: TrigReport/TimeReport (``framework._summary``), then the
+    """Print the run's summary: TrigReport/TimeReport (``framework.cmsrun._summary``), then the
     executor's tables (workers, units retried/skipped, merge, Triton servers)."""
     print_summary_dict(summary, console, _tables(summary))
 

@@ -16,7 +16,7 @@ Lifecycle, per job: ``__init__(params)`` -> ``begin_job()`` -> per run of events
 (``begin_unit()`` -> per event ... -> ``end_unit()``) -> ``end_job()`` on success, or
 ``abort_unit()``/``abort_job()`` instead when the job fails (output modules remove their
 partial files there). A plain job has one run of events; the scale-out executor
-(``framework._executor``) begins a job once per worker and runs one work unit after the
+(``framework.cmsrun.executor``) begins a job once per worker and runs one work unit after the
 other, each between ``begin_unit`` and ``end_unit`` (CMSSW's output file transitions,
 ``OutputModule::openFile`` / ``reallyCloseFile``): modules that write files open and
 close them there, so that each unit writes its own part.
@@ -27,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from framework.utilities import ConfigurationError
+
 from ._bridge import WaitingTaskHolder
-from ._errors import ConfigurationError
 from ._event import Event, product_key
 
 if TYPE_CHECKING:
-    from .config import ParameterSet, ParameterSetDescription
+    from framework.config import ParameterSet, ParameterSetDescription
 
 __all__ = [
     "EDModule",

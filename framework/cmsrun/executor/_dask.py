@@ -8,7 +8,7 @@ The driver (this module, in the ``cmsrun`` process):
    prints the dashboard address (if the scheduler has a dashboard);
 2. if the config uses Triton and a model is served by no configured server (asked as
    TritonService's begin_job asks them: ``discovery.wait``, saturated servers skipped),
-   registers :class:`~framework.executor._host_triton.HostTritonServer` (one local
+   registers :class:`~framework.cmsrun.executor._host_triton.HostTritonServer` (one local
    server per host);
 3. preprocesses the fileset on the cluster (one task per file; the cache next to the
    output is reused, ``framework.io.preprocess``) and splits it into work units;
@@ -51,10 +51,8 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, as_completed
 from rich.console import Console
 
-from .._builder import build_job
-from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
-from .._progress import progress_bar
-from ..io import (
+from framework.core import build_job
+from framework.io import (
     Dataset,
     FileInfo,
     WorkUnit,
@@ -66,6 +64,9 @@ from ..io import (
     remove_stale_runs,
     run_parts_folder,
 )
+from framework.utilities import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
+
+from .._progress import progress_bar
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
@@ -323,7 +324,7 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
 
 def _uses_triton(process: Any) -> bool:
     """Whether a module of the config is a SONIC module (found by type, as the builder does)."""
-    from framework._registry import find_type
+    from framework.core import find_type
     from framework.sonic import SonicEDFilter, SonicEDProducer
 
     if "TritonService" in process.services_():

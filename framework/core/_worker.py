@@ -7,7 +7,7 @@ timers that the end-of-job TrigReport and TimeReport print.
 Timing is always on: every call appends its acquire / external-wait / run times
 (``time.perf_counter`` seconds, measured on the thread that runs the code, so waiting for
 a free worker thread is not counted) to :class:`WorkerTimes`. When a
-:class:`~framework._timing.Tracer` is attached, each phase is also recorded as a span
+:class:`~framework.cmsrun._timing.Tracer` is attached, each phase is also recorded as a span
 on the event's stream, for a Perfetto / chrome://tracing timeline.
 """
 
@@ -21,9 +21,10 @@ from typing import Any
 
 import trio
 
+from framework.utilities import EventProcessingError, FrameworkError
+
 from ._activity import ActivityRegistry
 from ._bridge import WaitingTaskHolder
-from ._errors import EventProcessingError, FrameworkError
 from ._event import Event, EventPrincipal
 from ._module import EDAnalyzer, EDFilter, EDModule, EDProducer, ExternalWork, OutputModule
 

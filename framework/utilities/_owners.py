@@ -58,7 +58,7 @@ def owner_alive(pid: int, start: int | None, host: str | None = None) -> bool:
 
 def remove_orphans(entries: Iterable[Path], pattern: re.Pattern[str], log: logging.Logger, what: str) -> list[Path]:
     """Remove the files and folders of ``entries`` whose name ``pattern`` matches (its groups
-    ``pid``, ``start``, ``host``: :data:`OWNER_PATTERN`) and whose owner is gone
+    ``pid``, ``start``, ``host``: ``OWNER_PATTERN``) and whose owner is gone
     (:func:`owner_alive`); log one line, ``removed <n> <what>: <paths>``. Names that do not
     match (no owner tag: older versions, other programs) and entries that another process
     removed meanwhile are left alone. Never raises for a file system error.

@@ -3,7 +3,7 @@
 A Dask task :func:`run_unit_task` runs one :class:`~framework.io.WorkUnit`. The worker's
 :class:`JobCache` (a Dask ``WorkerPlugin``) keeps the jobs it built, by config and dataset
 (:class:`JobSpec` key): the config is loaded and built, and the job begun
-(``framework._scheduler.begin_job``: services' and modules' ``begin_job``, the source's
+(``framework.core.begin_job``: services' and modules' ``begin_job``, the source's
 layout from the dataset's first file, which every worker reads alike so that the parts
 agree), ONCE per worker and dataset; then each unit runs in its own ``trio.run``
 (``process_events``: its own streams), its outputs written as the unit's parts
@@ -40,12 +40,12 @@ import trio
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .. import config as cms
-from .._builder import Job, build_job
-from .._errors import FileOpenError, FileReadError, FrameworkError
-from .._scheduler import abort_job, begin_job, end_job, process_events
+from framework import config as cms
+from framework.core import Job, abort_job, begin_job, build_job, end_job, process_events
+from framework.io import WorkUnit, output_naming
+from framework.utilities import FileOpenError, FileReadError, FrameworkError
+
 from .._summary import unit_record
-from ..io import WorkUnit, output_naming
 from ._host_triton import HOST_SERVER, host_server
 
 __all__ = ["JobCache", "JobSpec", "RunFolders", "UnitOutcome", "run_unit_task"]
@@ -107,7 +107,7 @@ class UnitOutcome:
     Attributes:
         unit: the unit.
         parts: the part files written (one per output of the config), as strings.
-        record: ``framework._summary.unit_record`` of the unit's run; None if it failed.
+        record: ``framework.cmsrun.unit_record`` of the unit's run; None if it failed.
         error: the one-line error if it failed ("" if not); ``bad_file``: it was a
             FileOpenError/FileReadError (what ``--skip-bad-files`` skips).
         worker, host: the Dask worker's address and host name.

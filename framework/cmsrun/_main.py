@@ -5,9 +5,9 @@
             [--executor dask [--scheduler ADDRESS] [--workers N] [--skip-bad-files] [--keep-parts]]]
 
 With ``--dataset``, the config runs over each dataset of a coffea fileset (JSON or YAML)
-in turn, with outputs and summaries per dataset (see ``framework/_datasets.py``); with
+in turn, with outputs and summaries per dataset (see ``framework/cmsrun/_datasets.py``); with
 ``--executor dask`` the datasets' work units run on a Dask cluster instead, with one
-output per dataset and one summary of the run (``framework/executor``).
+output per dataset and one summary of the run (``framework/cmsrun/executor``).
 
 As with ``cmsRun``, the arguments after the config's name are the config's ``sys.argv[1:]``
 (``name=value`` for its ``VarParsing``, or ``--option value`` for its ``argparse``), except
@@ -49,14 +49,9 @@ import trio
 from rich.console import Console
 from rich.logging import RichHandler
 
-from . import config as cms
-from ._builder import build_job
-from ._errors import FrameworkError, UsageError
-from ._progress import progress_bar
-from ._registry import available_types, find_type
-from ._scheduler import JobReport, run_job
-from ._summary import print_summary
-from .io import (
+from framework import config as cms
+from framework.core import JobReport, available_types, build_job, find_type, run_job
+from framework.io import (
     DEFAULT_CHUNK_SIZE,
     atomic_write,
     check_outputs,
@@ -67,6 +62,10 @@ from .io import (
     output_path,
     remove_stale_temporaries,
 )
+from framework.utilities import FrameworkError, UsageError
+
+from ._progress import progress_bar
+from ._summary import print_summary
 
 log = logging.getLogger("pysonic")
 

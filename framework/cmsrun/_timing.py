@@ -24,8 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ._event import EventPrincipal
-from ._services import Service
+from framework.core import EventPrincipal, Service
 
 __all__ = ["FastTimerService", "Tracer"]
 
@@ -78,7 +77,7 @@ class Tracer:
 
 
 def _write_json(path: str, data: Any) -> None:
-    from .io import atomic_write
+    from framework.io import atomic_write
 
     with atomic_write(Path(path)) as tmp:
         tmp.write_text(json.dumps(data))
@@ -89,7 +88,7 @@ class FastTimerService(Service):
 
     @classmethod
     def fill_descriptions(cls, desc: Any) -> None:
-        from . import config as cms
+        from framework import config as cms
 
         desc.add("writeJSONSummary", cms.untracked.bool(False), "write the timing summary as JSON")
         desc.add("jsonFileName", cms.untracked.string("resources.json"), "file for the JSON summary")
@@ -113,8 +112,9 @@ class FastTimerService(Service):
             activity.post_end_job.connect(self.job_finished)
 
     def job_finished(self, job: Any, report: Any) -> None:
+        from framework.io import output_path  # per dataset when cmsrun runs datasets
+
         from ._summary import summary_dict
-        from .io import output_path  # per dataset when cmsrun runs datasets
 
         if self.params.writeJSONSummary:
             _write_json(str(output_path(self.params.jsonFileName)), summary_dict(job, report))

@@ -24,10 +24,9 @@ from typing import Any
 
 import trio
 
-from ._builder import build_job
-from ._errors import ConfigurationError, FileOpenError, FileReadError
-from ._scheduler import JobReport, run_job
-from .io import Dataset, RemoteAccess, WorkUnit, load_fileset, output_naming, preprocess
+from framework.core import JobReport, build_job, run_job
+from framework.io import Dataset, RemoteAccess, WorkUnit, load_fileset, output_naming, preprocess
+from framework.utilities import ConfigurationError, FileOpenError, FileReadError
 
 __all__ = ["plan_datasets", "preprocess_cache_path", "run_unit", "UnitResult"]
 
@@ -72,7 +71,7 @@ def plan_datasets(
 
 @dataclass(frozen=True)
 class UnitResult:
-    """What :func:`run_unit` did: the unit, the job's report, the part files it wrote
+    """What :func:`~framework.cmsrun.run_unit` did: the unit, the job's report, the part files it wrote
     (one per output file of the config: NanoAOD output, histograms)."""
 
     unit: WorkUnit

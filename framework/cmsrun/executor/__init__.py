@@ -3,16 +3,17 @@
 The only part of the framework that knows Dask (the layering: :mod:`framework`). It sits
 above the data path (config -> builder -> scheduler -> io -> modules -> sonic) and drives
 it: the datasets' work units (``framework.io``) become Dask tasks, each worker builds and
-begins the job once (``framework._scheduler.begin_job``) and runs unit after unit
+begins the job once (``framework.core.begin_job``) and runs unit after unit
 (``process_events``), and the driver merges the parts and the units' summaries.
 
 Files:
 
 * ``_host_triton``: :class:`HostTritonServer`, a Dask nanny plugin: one fallback Triton
   server per host (``filelock``), shared by the host's workers;
-* ``_unit_task``: the worker side: :class:`JobSpec`, the per-worker :class:`~framework.executor._unit_task.JobCache`
-  (a worker plugin), the task :func:`run_unit_task` and its :class:`UnitOutcome`;
-* ``_report``: the one summary of the run (``framework._summary`` merged, plus workers,
+* ``_unit_task``: the worker side: :class:`JobSpec`, the per-worker
+  :class:`~framework.cmsrun.executor._unit_task.JobCache` (a worker plugin), the task
+  :func:`run_unit_task` and its :class:`UnitOutcome`;
+* ``_report``: the one summary of the run (``framework.cmsrun._summary`` merged, plus workers,
   units retried/skipped, merge times, Triton servers);
 * ``_hosts``: hosts simulated on one machine (a UTS and mount namespace each, a worker on
   its own 127.0.0.N): the multi-host tests and ``cmsbench scale``;

@@ -71,7 +71,7 @@ class ServiceRegistry:
         """
         if type_name not in self.services:
             if not create or self._factory is None:
-                from ._errors import ConfigurationError
+                from framework.utilities import ConfigurationError
 
                 raise ConfigurationError(
                     f"service '{type_name}' is needed but not configured "

@@ -93,7 +93,7 @@ class EmptySource(Source):
 
     @classmethod
     def fill_descriptions(cls, desc: Any) -> None:
-        from . import config as cms
+        from framework import config as cms
 
         desc.add("firstRun", cms.untracked.uint32(1), "run number of the events")
         desc.add("firstLuminosityBlock", cms.untracked.uint32(1), "first luminosity block")
@@ -102,7 +102,7 @@ class EmptySource(Source):
 
     async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         if max_events < 0:
-            from ._errors import ConfigurationError
+            from framework.utilities import ConfigurationError
 
             raise ConfigurationError("EmptySource needs process.maxEvents.input >= 0 (it has no end)")
         p = self.params

@@ -1,6 +1,6 @@
 """Where the project's own files are: its ``data/`` folder and the model repository in it.
 
-Core-level, so that the SONIC client (``framework.sonic``), the server side
+The bottom layer (framework.utilities), so that the SONIC client (``framework.sonic``), the server side
 (``framework.serving``) and the configuration language find the same folders without
 importing each other.
 """
@@ -15,7 +15,7 @@ __all__ = ["default_model_repository", "project_data_directory"]
 
 def project_data_directory() -> pathlib.Path:
     """The project's ``data/`` folder, ``<repository root>/data``."""
-    return pathlib.Path(__file__).resolve().parents[1] / "data"
+    return pathlib.Path(__file__).resolve().parents[2] / "data"
 
 
 def default_model_repository() -> pathlib.Path:
