@@ -153,7 +153,7 @@ async def test_holder_run_async_runs_the_function_in_the_wait_and_returns_its_va
     assert calls == []  # only run by the framework's wait
     assert await holder.wait() == 42
     assert calls == [21]
-    assert not hasattr(holder, "start_soon")  # the old, misleading name is gone (issue 11)
+    assert not hasattr(holder, "start_soon")  # the old name suggested a task of its own: gone
 
 
 @pytest.mark.parametrize("first", ["done_waiting", "run_async"])

@@ -169,7 +169,7 @@ def test_a_worker_killed_mid_unit_changes_nothing(cluster, tmp_path, monkeypatch
 def test_a_worker_killed_mid_unit_leaves_every_event_once_and_no_part(cluster, tmp_path, monkeypatch):
     """Without --keep-parts: the merged output holds every event once, and 10 s after
     cmsrun returned no parts folder nor part file exists (a unit recomputed late would
-    have written into a re-created one, issue 18)."""
+    have written into a re-created one)."""
     marker = tmp_path / "killed"
     killer = f"killer_{uuid.uuid4().hex}"  # a module name the shared workers have not imported yet
     (tmp_path / f"{killer}.py").write_text(kill_once_module(marker, "str(event.id)"))
@@ -221,7 +221,7 @@ def test_a_unit_run_after_the_merge_writes_nothing(cluster, tmp_path, monkeypatc
 
 def test_the_dashboard_line_only_with_a_dashboard(cluster, tmp_path):
     """cmsrun names the dashboard of a cluster that has one (and it answers), and none
-    for a cluster started without one (issue 18)."""
+    for a cluster started without one."""
     import io
     import urllib.error
     import urllib.request

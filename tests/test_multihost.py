@@ -1,4 +1,4 @@
-"""``cmsrun --executor dask`` across hosts, simulated faithfully on this machine (issue 24).
+"""``cmsrun --executor dask`` across hosts, simulated faithfully on this machine.
 
 Each "host" is a UTS and mount namespace of its own (``unshare -u -m --propagation
 private``, as root): its own host name, a private tmpfs on ``/dev/shm`` and on ``/tmp``

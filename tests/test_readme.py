@@ -20,7 +20,7 @@ def commands(text: str) -> list[str]:
 
 
 def test_readme_routes_in_at_most_250_lines():
-    # The rest lives in docs/ (issue 26): a README that grows past this is a page to move.
+    # The README routes; the rest lives in docs/: a README that grows past this is a page to move.
     assert len(README.splitlines()) <= 250
 
 

@@ -300,7 +300,7 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
 def test_servers_and_benchmark_jobs_start_without_a_python_fork(doubler_repository, empty_repository):
     """With a live gRPC stream in the process, starting a server (LocalTritonServer) or a
     benchmark job (``start_pinned``) runs no at-fork handler: no fork() that could hang
-    in gRPC's fork handlers (issue 18); CPython's vfork path runs none."""
+    in gRPC's fork handlers; CPython's vfork path runs none."""
     script = textwrap.dedent(
         f"""
         import os, queue, subprocess, sys

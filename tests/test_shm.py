@@ -235,7 +235,8 @@ async def test_a_server_that_forgot_the_regions_gets_them_again(connect, server)
 async def test_shared_memory_is_decided_by_what_the_server_maps_not_by_its_address(connect, server, caplog):
     """A non-loopback address that reaches a server sharing our /dev/shm gets shared
     memory (the probe region is registered, then removed); a server that cannot open our
-    regions is asked once per process and gets payloads (issue 24)."""
+    regions is asked once per process and gets payloads (a server on another host may be
+    reached through any address)."""
     port = server.grpc_address.rsplit(":", 1)[1]
     client = connect("affine", address=f"0.0.0.0:{port}")  # reaches the local server, but not loopback
     (x,) = batches([2])

@@ -1,6 +1,6 @@
 """The test suite's guards against a hang: a test stuck in C fails within its timeout with
 every thread's stack (pyproject's pytest-timeout settings), and ``.ci/run`` bounds the
-whole suite the same way (issue 18)."""
+whole suite the same way (a fork blocked in gRPC's at-fork handler once held CI)."""
 
 from __future__ import annotations
 

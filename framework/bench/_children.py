@@ -7,7 +7,7 @@ the error message. Its CPU comes from the OS (``os.wait4``: user + system of all
 threads, this child's and nothing else's), its wall time from the start to its exit.
 
 No Python code runs between fork and exec (no pre-exec callback: it would force a fork()
-that runs at-fork handlers, which can hang under live gRPC threads, issue 18); a child
+that runs at-fork handlers, which can hang under live gRPC threads); a child
 is pinned to a core after its start (:func:`start_pinned`). Every wait has a deadline;
 a child past it is killed and reaped, and none is left running when a caller fails.
 """
@@ -57,7 +57,7 @@ def start_pinned(command: Sequence[str], core: int, **popen_kwargs: Any) -> subp
 
     No Python code runs between fork and exec (CPython's vfork path: a pre-exec callback
     would force a fork() that runs at-fork handlers, which can hang under live gRPC
-    threads, issue 18). The process is pinned after its start, every thread it already
+    threads). The process is pinned after its start, every thread it already
     has (``/proc/<pid>/task``; the threads it starts later inherit the affinity).
     """
     process = subprocess.Popen(command, close_fds=True, **popen_kwargs)

@@ -540,7 +540,7 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
 def _transport_targets(
     four: dict[str, Any], prefix: str, label: str, bare: str, bare_note: str, direct_note: str
 ) -> dict[str, dict[str, Any]]:
-    """The targets of issue 27 that each transport has (figures with ``prefix``, names
+    """The client-CPU targets (docs/performance.md) that each transport has (figures with ``prefix``, names
     starting with ``label``, against the ``bare`` loop), by kind: ``bare``, ``batched``
     (>= 3 requests per call too), ``direct``, ``inference``."""
 

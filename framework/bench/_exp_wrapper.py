@@ -1,6 +1,6 @@
 """Benchmark: the generated ONNX wrapper against the stand-ins' former per-model ``model.py``.
 
-``cmsbench wrapper`` (issue 16): the stand-ins (``data/models``) are now ordinary ONNX models
+``cmsbench wrapper``: the stand-ins (``data/models``) are now ordinary ONNX models
 that the server's repository translation wraps (``framework/serving/_repository.py``: a
 generated ``model.py`` and a translated config). Before, each had a hand-written
 Python-backend ``config.pbtxt`` (``backend: "python"``, ``runner``/``onnx_file``
@@ -37,7 +37,7 @@ FORMER_MODEL_PY = (
 
 
 def write_former_model(folder: Any, name: str) -> Any:
-    """The stand-in ``name`` as it was committed before issue 16, under ``folder/<name>_model_py``."""
+    """The stand-in ``name`` in its former hand-written Python-backend form, under ``folder/<name>_model_py``."""
     from google.protobuf import text_format
 
     from framework.serving import read_model_config

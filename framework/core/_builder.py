@@ -200,7 +200,7 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     context = f"{expected_kind} '{label}' (type {type_name})"
     # Duck-typed: a module, source or service class (fill_descriptions, kind, __init__(params)).
     cls: Any = find_type(type_name, context=f"{expected_kind} '{label}'")
-    if getattr(cls, "kind", None) != expected_kind and not _kind_matches(cls, expected_kind):
+    if getattr(cls, "kind", None) != expected_kind:  # CMSSW is strict: a filter is no producer
         raise ConfigurationError(
             f"{context}: type {type_name} is a {getattr(cls, 'kind', type(cls).__name__)}, not a {expected_kind}"
         )
@@ -228,11 +228,6 @@ def _implicit_service(type_name: str) -> Any:
     cls: Any = find_type(type_name, context=f"Service '{type_name}'")
     parameters = cls.implicit_parameters() if hasattr(cls, "implicit_parameters") else {}
     return cms.Service(type_name, **parameters)
-
-
-def _kind_matches(cls: type, expected: str) -> bool:
-    # An EDFilter may stand where an EDProducer is declared? No: CMSSW is strict, so are we.
-    return False
 
 
 def build_job(

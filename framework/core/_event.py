@@ -118,13 +118,6 @@ class Event:
             f"consumes(), and did its producer run and put it?)"
         )
 
-    def get_or_none(self, tag: Any) -> Any:
-        """Like :meth:`get`, but ``None`` when the product is absent."""
-        try:
-            return self.get(tag)
-        except ProductNotFound:
-            return None
-
     def put(self, value: Any, instance: str = "") -> None:
         """Store a product of this module under ``(module label, instance)``.
 
@@ -146,14 +139,6 @@ class Event:
         if key in self._principal.products:
             raise ValueError(f"module '{self._label}' put '{_tag_str(key)}' twice in event {self.id}")
         self._principal.products[key] = value
-
-    def path_passed(self, path_name: str) -> bool:
-        """Whether Path ``path_name`` accepted this event (valid in EndPaths).
-
-        Raises:
-            KeyError: no Path of that name has finished for this event.
-        """
-        return self._principal.path_results[path_name]
 
     @property
     def path_results(self) -> Mapping[str, bool]:

@@ -83,10 +83,6 @@ class JaggedChunk:
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
-    def to_array(self) -> ak.Array:
-        """The whole chunk as one jagged ``ak.Array`` (no copy)."""
-        return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(self.offsets), self.records))
-
 
 class SingletonChunk:
     """A collection with one object per entry: ``chunk[i]`` is a :class:`SingletonView`.

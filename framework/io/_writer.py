@@ -363,10 +363,6 @@ class TreeWriter:
             self._tree.extend(columns)
             self.entries += n
 
-    def write_object(self, name: str, obj: Any) -> None:
-        """Store another object (a ``hist.Hist`` as TH1, ...) under ``name``."""
-        self._file[name] = obj
-
     def close(self) -> None:
         """Close the file and rename it to ``path`` (the tree must have been created)."""
         if self._file is None:

@@ -267,19 +267,20 @@ def terminate_server(pid: int, timeout: float = 30.0, *, region_prefix: str | No
 # "Dies with its parent" without a parent-death signal and without Python in a forked
 # child. A Python callback run before exec (prctl(PR_SET_PDEATHSIG) was one) makes CPython
 # fork() instead of vfork() and run the at-fork handlers, which can deadlock in a process
-# with live gRPC threads (issue 18); PR_SET_PDEATHSIG also fires when the forking *thread*
-# exits. So the server is started, on the vfork path, through /bin/sh: the shell starts
-# the watchdog (``_WATCHDOG``, a separate ``python -I -S``) in the background, then execs
-# the server in its own place (the Popen pid, session and process group are the server's;
-# the watchdog is in them). The watchdog waits for either of two things: EOF on its stdin,
-# a pipe whose only write end this process holds (close-on-exec, and closed in children
-# forked from this process), meaning that this process is gone however it ended (SIGKILL
-# included) and whichever thread started the server; or the server's exit (a pidfd; a
-# zombie counts as gone), after which it exits too. On EOF it SIGTERMs the server (as
-# CMSSW's ``cmsTriton -p PID`` watchdog) and, if it has not exited after ``_WATCHDOG_GRACE``
-# seconds, SIGKILLs the process group, itself included (a SIGKILL after the server's exit
-# would kill stubs before they remove their /dev/shm regions). While it lives, the group id
-# (the server's pid) cannot be reused. stop() SIGKILLs the group, the watchdog with it.
+# with live gRPC threads (a server start once hung the suite that way); PR_SET_PDEATHSIG
+# also fires when the forking *thread* exits. So the server is started, on the vfork path,
+# through /bin/sh: the shell starts the watchdog (``_WATCHDOG``, a separate ``python -I
+# -S``) in the background, then execs the server in its own place (the Popen pid, session
+# and process group are the server's; the watchdog is in them). The watchdog waits for
+# either of two things: EOF on its stdin, a pipe whose only write end this process holds
+# (close-on-exec, and closed in children forked from this process), meaning that this
+# process is gone however it ended (SIGKILL included) and whichever thread started the
+# server; or the server's exit (a pidfd; a zombie counts as gone), after which it exits
+# too. On EOF it SIGTERMs the server (as CMSSW's ``cmsTriton -p PID`` watchdog) and, if it
+# has not exited after ``_WATCHDOG_GRACE`` seconds, SIGKILLs the process group, itself
+# included (a SIGKILL after the server's exit would kill stubs before they remove their
+# /dev/shm regions). While it lives, the group id (the server's pid) cannot be reused.
+# stop() SIGKILLs the group, the watchdog with it.
 _WATCHDOG_GRACE = 60.0  # seconds between the watchdog's SIGTERM and its SIGKILL of the group
 _WATCHDOG = """
 import os, select, signal, sys, time
