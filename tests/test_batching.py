@@ -28,7 +28,7 @@ import trio
 import framework
 import framework.config as cms
 from framework.core import build_job, run_job
-from framework.serving._server import LocalTritonServer
+from framework.serving import LocalTritonServer
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, TritonClient, client_description, recommended_retries
 

@@ -24,9 +24,8 @@ import uproot
 import framework
 import framework.config as cms
 from framework import EDAnalyzer
-from framework.bench import _cli
+from framework.bench import _cli, serve_delay_proxy
 from framework.bench._harness import CONFIGS, SERVERS, combine_runs, config_args, median_of, run_records
-from framework.bench._proxy import serve_delay_proxy
 from framework.core import build_job, run_job
 from framework.io import SourceStatistics
 from framework.io.samples import locate_sample

@@ -118,7 +118,7 @@ def test_the_client_defaults_are_cmssws(monkeypatch):
 
 
 def test_model_config_path_is_looked_up_as_cmssws_file_in_path(tmp_path, monkeypatch):
-    from framework.sonic._client import resolve_config_path
+    from framework.sonic import resolve_config_path
 
     (tmp_path / "b" / "Pkg" / "data").mkdir(parents=True)
     (tmp_path / "b" / "Pkg" / "data" / "config.pbtxt").write_text("")

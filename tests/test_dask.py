@@ -228,7 +228,8 @@ def test_the_dashboard_line_only_with_a_dashboard(cluster, tmp_path):
 
     from rich.console import Console
 
-    from framework.cmsrun.executor._dask import DaskOptions, _open_cluster
+    from framework.cmsrun.executor import DaskOptions
+    from framework.cmsrun.executor._dask import _open_cluster
 
     def opening_line(address: str) -> str:
         out = io.StringIO()

@@ -399,3 +399,22 @@ def test_packages_import_each_other_by_public_names():
                 if own != owner and not own.startswith(owner + "."):
                     bad.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+def test_tests_use_public_names_where_there_are_some():
+    """A test imports a package's underscored module only for what the package does not
+    export (the module under test's own helpers); what the package exports is imported from
+    the package (``from framework.serving import LocalTritonServer``), also in the scripts
+    that tests run in a subprocess."""
+    import importlib
+
+    statement = re.compile(r"from (framework(?:\.[a-z_]+)*)\.(_[a-z_]+) import ([A-Za-z_, ]+)")
+    bad = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for match in statement.finditer(path.read_text()):
+            package = importlib.import_module(match.group(1))
+            names = [n.strip().split(" as ")[0] for n in match.group(3).split(",")]
+            exported = [n for n in names if n and not n.startswith("_") and hasattr(package, n)]
+            if exported:
+                bad.append(f"{path.name}: {', '.join(exported)} from {match.group(1)}.{match.group(2)}")
+    assert not bad, "\n".join(bad)

@@ -29,7 +29,8 @@ import pytest
 import uproot
 
 from framework.cmsrun import main as cmsrun_main
-from framework.cmsrun.executor._hosts import START_TIMEOUT, SimulatedHost, namespaces_missing, simulated_cluster
+from framework.cmsrun.executor import namespaces_missing, simulated_cluster
+from framework.cmsrun.executor._hosts import START_TIMEOUT, SimulatedHost
 
 from support import kill_once_module, local_sample
 
@@ -120,7 +121,7 @@ def assert_hosts_clean(hosts: list[SimulatedHost]) -> None:
 
 SERVE = """
 import sys
-from framework.serving._server import LocalTritonServer
+from framework.serving import LocalTritonServer
 
 server = LocalTritonServer(sys.argv[1], host=sys.argv[2]).start(120)
 print(server.grpc_address, flush=True)

@@ -32,9 +32,7 @@ import framework
 import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
 from framework.core import build_job, run_job
-from framework.sonic import ServerInfo, TritonClient
-from framework.sonic._client import client_description
-from framework.sonic._routing import ready_models
+from framework.sonic import ServerInfo, TritonClient, client_description, ready_models
 
 from support import free_port
 

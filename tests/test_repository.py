@@ -21,8 +21,8 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework.serving import LocalTritonServer, ModelChecksumError, ModelRepositoryError
-from framework.serving._repository import generate_model, read_model_config, translate_config
+from framework.serving import LocalTritonServer, ModelChecksumError, ModelRepositoryError, read_model_config
+from framework.serving._repository import generate_model, translate_config
 from framework.serving.model_spec import parse_model_config, run_ragged
 from framework.serving.onnx_backend import session_providers
 from framework.serving.torch_backend import ordered_by_index

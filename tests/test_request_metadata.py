@@ -27,8 +27,8 @@ import framework.config as cms
 from framework import ConfigurationError, EDAnalyzer, ExternalFailure
 from framework.core import build_job, find_type, run_job
 from framework.serving.testing import write_python_model
-from framework.sonic import SonicEDProducer
-from framework.sonic._server_info import CHANNEL_ARGS, ServerInfo, request_metadata
+from framework.sonic import ServerInfo, SonicEDProducer, request_metadata
+from framework.sonic._server_info import CHANNEL_ARGS
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.cHlzb25pYy10ZXN0LXRva2Vu.c2lnbmF0dXJlLW9mLXRoZS10ZXN0"
 ROWS, COLUMNS = 2, 8192  # 64 KiB of float32 per call: enough for shared memory (SHM_MIN_BYTES)

@@ -34,7 +34,7 @@ import framework
 import framework.config as cms
 from framework import ExternalFailure, FrameworkError
 from framework.core import build_job, run_job
-from framework.serving._server import LocalTritonServer
+from framework.serving import LocalTritonServer
 from framework.serving.testing import serving, write_python_model
 from framework.sonic import (
     DEFAULT_RETRIES,

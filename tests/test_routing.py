@@ -28,10 +28,9 @@ import trio
 import framework.config as cms
 from framework.core import build_job, run_job
 from framework.service._fallback import FallbackServer
-from framework.serving._server import LocalTritonServer
-from framework.sonic import ServerInfo, _routing, recommended_retries
-from framework.sonic._pool import Answer, DiscoveryParameters, queue_per_execution
-from framework.sonic._routing import Routing
+from framework.serving import LocalTritonServer
+from framework.sonic import DiscoveryParameters, Routing, ServerInfo, _routing, recommended_retries
+from framework.sonic._pool import Answer, queue_per_execution
 
 from support import JobState, free_port
 

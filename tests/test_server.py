@@ -270,7 +270,8 @@ def test_server_survives_its_thread_and_dies_with_its_process(empty_repository):
     script = textwrap.dedent(
         f"""
         import os, signal, threading, time
-        from framework.serving._server import LocalTritonServer, query_ready_models
+        from framework.serving import LocalTritonServer
+        from framework.serving._server import query_ready_models
         server = LocalTritonServer({str(empty_repository)!r})
         worker = threading.Thread(target=server.start)
         worker.start()
@@ -315,7 +316,7 @@ def test_servers_and_benchmark_jobs_start_without_a_python_fork(doubler_reposito
         import numpy as np
         import tritonclient.grpc as grpcclient
         from framework.bench._children import start_pinned
-        from framework.serving._server import LocalTritonServer
+        from framework.serving import LocalTritonServer
 
         def double(client, results):
             x = grpcclient.InferInput("x", [1, 4], "FP32")

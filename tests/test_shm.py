@@ -26,7 +26,7 @@ import framework.config as cms
 from framework import EDAnalyzer
 from framework.core import build_job, run_job
 from framework.service import TritonService
-from framework.serving._server import LocalTritonServer
+from framework.serving import LocalTritonServer
 from framework.sonic import (
     ServerInfo,
     SonicEDProducer,

@@ -26,7 +26,7 @@ import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
 from framework.core import build_job, run_job
 from framework.service import TritonService
-from framework.serving._server import LocalTritonServer
+from framework.serving import LocalTritonServer
 from framework.serving.testing import TensorConfig, write_python_model
 from framework.sonic import (
     ServerInfo,

@@ -9,9 +9,8 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from framework.serving import testing
+from framework.serving import LocalTritonServer, TritonServerError, testing
 from framework.serving._processes import ServerRemains
-from framework.serving._server import LocalTritonServer, TritonServerError
 from framework.serving.testing import TensorConfig, python_model_config, serving, write_python_model
 from framework.utilities import ConfigurationError
 

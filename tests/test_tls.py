@@ -25,7 +25,8 @@ import framework
 import framework.config as cms
 from framework import EDAnalyzer, ExternalFailure
 from framework.core import build_job, run_job
-from framework.serving._server import GrpcSsl, LocalTritonServer
+from framework.serving import LocalTritonServer
+from framework.serving._server import GrpcSsl
 from framework.serving.testing import write_python_model
 from framework.sonic import ServerInfo, SonicEDProducer, SslOptions
 

@@ -22,8 +22,7 @@ import uproot
 
 from framework import ConfigurationError
 from framework.io.samples import locate_sample
-from framework.serving._repository import read_model_config
-from framework.serving._server import LocalTritonServer, resolve_device
+from framework.serving import LocalTritonServer, read_model_config, resolve_device
 from framework.serving.model_spec import parse_model_config, run_batched
 from framework.serving.python_backend import choose_runner
 from framework.serving.testing import write_edited_repository

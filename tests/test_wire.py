@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from framework.serving.testing import TensorConfig, write_python_model
-from framework.sonic._data import TensorSpec
+from framework.sonic import TensorSpec
 from framework.sonic._transport import PayloadCall, TensorTransport, WireCall
 from framework.sonic._wire import RequestPlan, StackedRows, decode_response
 
@@ -268,7 +268,7 @@ def test_a_shared_memory_call_is_written_on_the_wire_and_answers_as_tritonclient
     """A local server: the call's inputs go into a region, its request is written by the
     plan (no tritonclient InferInput); outputs of fixed size come back in the region
     (identity_fixed), of open size in the response (identity): bit for bit tritonclient's."""
-    from framework.sonic._server_info import ServerInfo
+    from framework.sonic import ServerInfo
     from framework.sonic._transport import ShmCall
 
     fixed = model == "identity_fixed"
