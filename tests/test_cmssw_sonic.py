@@ -205,12 +205,12 @@ def test_fallback_keys_with_no_meaning_here_are_accepted():
 def test_the_site_server_from_sonic_local_balancer(monkeypatch, caplog):
     monkeypatch.setenv("SONIC_LOCAL_BALANCER_HOST", "triton.example")
     monkeypatch.setenv("SONIC_LOCAL_BALANCER_PORT", "8005")
-    servers = service().routing.servers
+    servers = service().routing.book.servers
     assert list(servers)[0] == "SONIC_LOCAL_BALANCER"
     assert servers["SONIC_LOCAL_BALANCER"].address == "triton.example:8005"
     monkeypatch.delenv("SONIC_LOCAL_BALANCER_PORT")
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
-        assert "SONIC_LOCAL_BALANCER" not in service().routing.servers
+        assert "SONIC_LOCAL_BALANCER" not in service().routing.book.servers
     assert any("incomplete server information" in r.getMessage() for r in caplog.records)
 
 

@@ -184,7 +184,7 @@ async def test_the_token_and_headers_reach_every_call_and_no_log(proxy, tmp_path
     for table in svc.report():
         console.print(table)
     texts = [r.getMessage() for r in caplog.records] + [json.dumps(stats), console.export_text()]
-    texts += [repr(svc.routing.servers), repr(svc.routing.grpc_client("guarded")._plugin)]
+    texts += [repr(svc.routing.book.servers), repr(svc.routing.grpc_client("guarded")._plugin)]
     assert any("guarded" in t for t in texts)
     assert not any(TOKEN in text or TOKEN[:20] in text for text in texts)
 

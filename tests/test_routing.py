@@ -62,7 +62,7 @@ def two_server_routing(discovery: DiscoveryParameters | None = None, clock=None,
     fallback = partial(FallbackServer, SimpleNamespace(enable=False), {})
     routing = Routing(servers, health, fallback, discovery, **({"clock": clock} if clock else {}))
     for name in served:
-        routing.add_served(name, {"m"})
+        routing.book.add_served(name, {"m"})
     if served:
         routing.assign("m", "")
     return routing
@@ -88,7 +88,7 @@ def test_least_outstanding_requests_weighted_by_latency():
     routing.begin("b")
     assert route() == "a"
     routing.end("b", 0.050)  # EWMA: 10 + 0.2 x (50 - 10) = 18 ms
-    assert routing.health["b"].latency == pytest.approx(0.018)
+    assert routing.book.health["b"].latency == pytest.approx(0.018)
     assert route("b") == "b"  # preferredServer pins the model to its server
     for _ in range(3):
         routing.record("a", False, "down")
@@ -105,11 +105,13 @@ def test_queue_per_execution_between_two_reads():
 def test_a_saturated_server_is_the_last_choice():
     routing = two_server_routing(DiscoveryParameters(saturated_above=100.0))
     loads = {"a": (0, 0), "b": (0, 0)}
-    routing.apply_survey({n: Answer(frozenset({"m"}), load=loads[n]) for n in loads})
-    routing.apply_survey(  # a: 400 us per execution since the last survey; b: 50 us
+    routing.book.apply_survey({n: Answer(frozenset({"m"}), load=loads[n]) for n in loads})
+    routing.book.apply_survey(  # a: 400 us per execution since the last survey; b: 50 us
         {"a": Answer(frozenset({"m"}), load=(4_000_000, 10)), "b": Answer(frozenset({"m"}), load=(500_000, 10))}
     )
-    assert routing.saturated("a") and not routing.saturated("b") and routing.health["a"].queue_us == 400.0
+    assert (
+        routing.book.saturated("a") and not routing.book.saturated("b") and routing.book.health["a"].queue_us == 400.0
+    )
     for _ in range(3):
         routing.begin("b")  # b far more loaded: a would win the spread if it were not saturated
     assert routing.route_nowait("m").name == "b"
@@ -117,8 +119,8 @@ def test_a_saturated_server_is_the_last_choice():
     for _ in range(3):
         routing.record("b", False, "down")
     assert routing.route_nowait("m").name == "a"  # saturated, but the only one in service
-    routing.apply_survey({"a": Answer(frozenset({"m"}), load=(4_000_000 + 500_000, 20))})
-    assert not routing.saturated("a") and routing.health_report()["a"]["queue_us"] == 50.0
+    routing.book.apply_survey({"a": Answer(frozenset({"m"}), load=(4_000_000 + 500_000, 20))})
+    assert not routing.book.saturated("a") and routing.book.health_report()["a"]["queue_us"] == 50.0
 
 
 def test_surveys_on_the_routing_clock_let_servers_join_and_leave(monkeypatch):
@@ -145,14 +147,14 @@ def test_surveys_on_the_routing_clock_let_servers_join_and_leave(monkeypatch):
     now[0] = 10.0
     assert route() == "a" and asked == [(10.0, "a"), (10.0, "b")]  # b joined: a tie goes to a
     routing.begin("a")
-    assert route() == "b" and routing.served["b"] == {"m"}
+    assert route() == "b" and routing.book.served["b"] == {"m"}
     answers["b"] = "StatusCode.UNAVAILABLE: connection refused"
     now[0] = 20.0
-    assert route() == "a" and not routing.healthy("b") and routing.health["b"].outages == 1
+    assert route() == "a" and not routing.book.healthy("b") and routing.book.health["b"].outages == 1
     answers["a"] = set()  # a no longer serves m: it leaves the model's spread
     answers["b"] = {"m"}  # b is back
     now[0] = 30.0
-    assert route() == "b" and routing.healthy("b") and routing.served["a"] == set()
+    assert route() == "b" and routing.book.healthy("b") and routing.book.served["a"] == set()
 
 
 async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojump_clock, caplog):
@@ -170,7 +172,7 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     )
     routing = two_server_routing(DiscoveryParameters(wait=30.0), clock=trio.current_time, served=())
     await routing.discover({"m"})
-    assert trio.current_time() == 6.0 and routing.served == {"a": {"m"}, "b": {"m"}}
+    assert trio.current_time() == 6.0 and routing.book.served == {"a": {"m"}, "b": {"m"}}
     waits = [r.getMessage() for r in caplog.records if "waiting for a server" in r.getMessage()]
     assert len(waits) == 3 and all("model(s) m (" in w and "'a' at 127.0.0.1:1 unreachable" in w for w in waits)
     assert "(4 s of 30 s, discovery.wait)" in waits[-1]
@@ -181,7 +183,7 @@ async def test_begin_job_waits_for_a_pool_scaling_from_zero(monkeypatch, autojum
     refused = "StatusCode.UNAVAILABLE: connection refused"
     monkeypatch.setattr(_routing, "ready_models", lambda server, wanted=(): refused)
     await routing.discover({"m"})
-    assert trio.current_time() - start == 3.0 and routing.served == {}
+    assert trio.current_time() - start == 3.0 and routing.book.served == {}
     assert sum("cannot be reached, skipped" in r.getMessage() for r in caplog.records) == 2
     # No server configured: nothing can appear, no wait (the fallback's or the error's turn).
     fallback = partial(FallbackServer, SimpleNamespace(enable=False), {})

@@ -285,7 +285,7 @@ class TritonService(Service):
         Raises:
             ConfigurationError: ``preferred_server`` is not a configured server name.
         """
-        servers = self.routing.servers
+        servers = self.routing.book.servers
         if preferred_server and preferred_server not in servers and preferred_server != FALLBACK_SERVER:
             known = ", ".join([*servers, FALLBACK_SERVER])
             raise ConfigurationError(
@@ -305,19 +305,19 @@ class TritonService(Service):
         routing = self.routing
         await routing.discover(self.models)  # a saturated or unreachable server is skipped
         if self.verbose:
-            for name, served in routing.served.items():
+            for name, served in routing.book.served.items():
                 logger.info(
                     "TritonService: server '%s' (%s) serves %s",
                     name,
-                    routing.servers[name].address,
+                    routing.book.servers[name].address,
                     ", ".join(sorted(served)) or "no model",
                 )
-        missing = sorted(m for m in self.models if not any(m in s for s in routing.served.values()))
+        missing = sorted(m for m in self.models if not any(m in s for s in routing.book.served.values()))
         if missing:
             if not routing.fallback.enabled:
                 raise ExternalFailure(
                     f"TritonService: model(s) {', '.join(missing)} (modules {self._users(missing)}) are served "
-                    f"by no server ({routing.tried()}) and the fallback server is disabled (fallback.enable)"
+                    f"by no server ({routing.book.tried()}) and the fallback server is disabled (fallback.enable)"
                 )
             await trio.to_thread.run_sync(self._fallback.ensure, missing)
         for model, users in self.models.items():
@@ -375,7 +375,7 @@ class TritonService(Service):
         pairs = []
         for model in self.assignment:
             for name in self.routing.candidates(model):
-                if end and not self.routing.healthy(name):
+                if end and not self.routing.book.healthy(name):
                     logger.info(
                         "TritonService: no end-of-job statistics of model '%s' from server '%s' (out of service)",
                         model,
@@ -393,7 +393,7 @@ class TritonService(Service):
             begin=self._stats_begin,
             end=self._stats_end,
             clients=self._clients,
-            servers=self.routing.health_report(),
+            servers=self.routing.book.health_report(),
             no_statistics=self._no_statistics,
         )
 

@@ -172,7 +172,7 @@ def statistics(
         assignment: model -> its server's name (begin_job); users: model -> module labels.
         begin, end: the :func:`snapshot` at begin_job and at end_job.
         clients: the modules' clients.
-        servers: per server, its health (``Routing.health_report``).
+        servers: per server, its health (``ServerBook.health_report``).
         no_statistics: (model, server) pairs whose server keeps no statistics (:func:`snapshot`).
 
     Returns:

@@ -40,9 +40,13 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
 * ``_pool``: the configured servers as a pool that changes during the job: surveys (READY
   models, Triton's queue time and executions) and saturation (queue time per execution);
-* ``_routing``: ``Routing``, the clients' router: a request's server (``route``), server
-  health and probes, the shared gRPC clients; it owns the fallback, which it sees through
-  its :class:`~framework.sonic._routing.Fallback` interface (made by TritonService).
+* ``_health``: :class:`ServerBook`, the records of the job's servers: what each serves
+  (begin_job and the pool's surveys), its health (failures, outages, due probes) and load
+  (requests outstanding, latency, saturation); it chooses nothing;
+* ``_routing``: ``Routing``, the clients' router: a request's server (``route``), chosen
+  from the book's records, the probes and surveys it asks for, the shared gRPC clients; it
+  owns the fallback, which it sees through its :class:`~framework.sonic._routing.Fallback`
+  interface (made by TritonService).
 
 The names below are the client's public API: for module authors (``SonicEDProducer``, the
 tensor maps, the retry parameters) and for the packages above it (``framework.service``,
@@ -60,6 +64,8 @@ from ._data import TritonInputData as TritonInputData
 from ._data import TritonInputMap as TritonInputMap
 from ._data import TritonOutputData as TritonOutputData
 from ._data import TritonOutputMap as TritonOutputMap
+from ._health import ServerBook as ServerBook
+from ._health import ServerHealth as ServerHealth
 from ._oip import unimplemented as unimplemented
 from ._pool import DiscoveryParameters as DiscoveryParameters
 from ._producer import SonicEDFilter as SonicEDFilter
@@ -72,7 +78,6 @@ from ._retry import is_recoverable as is_recoverable
 from ._retry import recommended_retries as recommended_retries
 from ._retry import retries_pset as retries_pset
 from ._routing import Routing as Routing
-from ._routing import ServerHealth as ServerHealth
 from ._routing import ready_models as ready_models
 from ._server_info import FALLBACK_SERVER as FALLBACK_SERVER
 from ._server_info import ServerInfo as ServerInfo

@@ -1,19 +1,19 @@
-"""Routing and health: which server each request goes to (TritonService's part during the job).
+"""Routing: which server each request goes to (TritonService's part during the job).
 
 CMSSW counterpart: the server choice of ``TritonService`` (HeterogeneousCore/SonicTriton).
-:class:`Routing` is the clients' :class:`~framework.sonic._retry.Router`; its one verb
-is **route**: :meth:`Routing.route_steps` (the steps of ``framework.sonic._waits``: a due
-probe is a :class:`~framework.sonic._waits.Blocking` step), driven by :meth:`Routing.route`
-(trio) or :meth:`Routing.route_blocking` (``Sync`` mode, begin_job), and
-:meth:`Routing.route_nowait` (no probe, never blocks). A model's *home* server
+:class:`Routing` is the clients' :class:`~framework.sonic._retry.Router`; it decides from
+the records of a :class:`~framework.sonic._health.ServerBook` (``Routing.book``: what each
+server serves, its health and load, which ``_health`` keeps), and its one verb is
+**route**: :meth:`Routing.route_steps` (the steps of ``framework.sonic._waits``: a due
+survey or probe is a :class:`~framework.sonic._waits.Blocking` step), driven by
+:meth:`Routing.route` (trio) or :meth:`Routing.route_blocking` (``Sync`` mode, begin_job),
+and :meth:`Routing.route_nowait` (no probe, never blocks). A model's *home* server
 (:meth:`Routing.home`) is its module's ``preferredServer`` if that serves the model, else
 the one assigned at begin_job (the first configured server that serves it, else the
-fallback). A request goes to its home server while it is in service, else to another in
-service that serves the model.
+fallback). A request goes to its ``preferredServer`` while in service; else to the least
+loaded of the configured servers in service that serve the model and are not saturated;
+else to its home if in service; else to another in service.
 
-* health: each server counts its consecutive recoverable failures; at
-  ``health.unhealthyAfter`` it is out of service and new requests go to another healthy
-  server that serves the model, or to the fallback server once it runs;
 * probes, lazily (no background task): when a request would go to an out-of-service
   server, at most every ``health.probeInterval`` seconds one request first asks it
   ``is_server_ready``/``is_model_ready`` through the shared client; a success (or any
@@ -32,14 +32,13 @@ service that serves the model.
   ``fallback`` retry needs it. The client side never imports the server side
   (``framework.serving``): the fallback comes in through this interface.
 
-Threads: the trio thread, except the blocking probes (worker thread in trio, the calling
-thread in Sync mode) and the fallback's start (see ``_fallback``), whose ``on_start``
-replaces the health map and the shared clients rather than mutating them.
+Threads: the trio thread, except the blocking probes and surveys (worker thread in trio,
+the calling thread in Sync mode) and the fallback's start (see ``_fallback``), whose
+``on_start`` replaces the fallback's record and the shared clients rather than mutating them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import time
@@ -50,20 +49,20 @@ import trio
 
 from framework.utilities import ExternalFailure
 
+from ._health import ServerBook
 from ._oip import READY_STATES, ready_by_model, unimplemented
-from ._pool import SATURATION_WINDOW, Answer, DiscoveryParameters, queue_per_execution, survey
+from ._pool import SATURATION_WINDOW, Answer, DiscoveryParameters, survey
 from ._server_info import FALLBACK_SERVER, ServerInfo
 from ._waits import Blocking, Steps, drive, drive_blocking
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = ["PROBE_TIMEOUT", "Fallback", "Routing", "ServerHealth", "ready_models"]
+__all__ = ["PROBE_TIMEOUT", "Fallback", "Routing", "ready_models"]
 
 logger = logging.getLogger("pysonic.sonic")
 
 PROBE_TIMEOUT = 5.0  # seconds per gRPC call when asking a configured server what it serves
-EWMA_WEIGHT = 0.2  # weight of each new latency sample in a server's moving average
 BEGIN_POLL = 2.0  # seconds between two surveys while begin_job waits for servers (at most)
 
 
@@ -99,39 +98,8 @@ FallbackFactory = Callable[[Callable[[], None]], Fallback]
 server process serves: health and channels of the old one are then stale)."""
 
 
-@dataclasses.dataclass
-class ServerHealth:
-    """What TritonService knows of one server's health (trio thread only).
-
-    Attributes:
-        healthy: in service (requests are sent to it).
-        failures: consecutive recoverable failures (reset by any success).
-        outages: times it was taken out of service during the job.
-        last_error: the reason of the last failure.
-        last_probe: the routing clock (``time.monotonic``) at the last probe (or of the outage start).
-        probing: a probe is under way (others do not start one).
-        outstanding: tries under way on it now.
-        latency: moving average of its successful tries' latency, seconds (None: no sample).
-        tries: tries started on it during the job.
-        queue_us: its queue time per execution at the last survey, microseconds (None: not measured).
-        saturated: ``queue_us`` above ``discovery.saturatedAbove`` (last choice while routing).
-    """
-
-    healthy: bool = True
-    failures: int = 0
-    outages: int = 0
-    last_error: str = ""
-    last_probe: float = 0.0
-    probing: bool = False
-    outstanding: int = 0
-    latency: float | None = None
-    tries: int = 0
-    queue_us: float | None = None
-    saturated: bool = False
-
-
 class Routing:
-    """The job's servers as the clients see them: models served, assignment, health, channels.
+    """The clients' router: which server a request goes to, and the shared gRPC clients.
 
     Args:
         servers: the configured servers, in order of preference.
@@ -146,10 +114,9 @@ class Routing:
         clock: the clock of probes and surveys, seconds (``time.monotonic``; tests pass a fake).
 
     Attributes:
-        servers: name -> :class:`~framework.sonic.ServerInfo` of the configured servers.
-        served: configured server name -> its READY models (begin_job; unreachable ones absent).
+        book: the :class:`~framework.sonic._health.ServerBook`: the configured servers, what
+            each serves, its health and load (the records the choices are made from).
         assignment: model -> the name of its server at begin_job.
-        health: server name -> :class:`ServerHealth`.
         fallback: the job's :class:`~framework.sonic._routing.Fallback`.
     """
 
@@ -161,28 +128,15 @@ class Routing:
         discovery: DiscoveryParameters | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.servers = dict(servers)
         self.discovery = discovery or DiscoveryParameters()
+        self.book = ServerBook(servers, health, self.discovery, clock, self.address)
         self._clock = clock
-        self._loads: dict[str, tuple[int, int]] = {}  # server -> its load at the last survey
         self._wanted: tuple[str, ...] = ()  # the job's models (discover), for servers without an index
-        self._last_survey: float | None = None  # clock time of the last survey (set by the first route)
-        self._surveying = False
-        self.unhealthy_after = max(1, health.unhealthyAfter)
-        self.probe_interval: float = health.probeInterval
-        self.probe_timeout: float = health.probeTimeout
-        self.served: dict[str, set[str]] = {}
         self.assignment: dict[str, str] = {}
-        self.health: dict[str, ServerHealth] = {}
         self.fallback = fallback(self._fallback_started)
         self._grpc_clients: dict[str, grpcclient.InferenceServerClient] = {}
 
     # -- begin_job ---------------------------------------------------------------------
-
-    def add_served(self, name: str, models: set[str]) -> None:
-        """Record that configured server ``name`` answers and serves ``models`` (begin_job)."""
-        self.served[name] = models
-        self.health[name] = ServerHealth()
 
     def assign(self, model: str, preferred: str) -> str:
         """Fix the server of ``model`` for the job (begin_job): its home for ``preferred``.
@@ -203,26 +157,26 @@ class Routing:
         that many seconds, with one progress line per round naming the models and what each
         server answered. A server that cannot be reached is skipped with a warning.
         """
-        params = self.discovery
+        params, book = self.discovery, self.book
         self._wanted = tuple(models)  # asked of a server without a repository index (KServe's)
         start = self._clock()
         while True:
             answers = await self._survey_now()
             if params.saturated_above > 0:
-                self._loads = {name: a.load for name, a in answers.items() if a.load is not None}
+                book.remember_loads(answers)
                 await trio.sleep(SATURATION_WINDOW)
                 answers = await self._survey_now()
-            self.apply_survey(answers, at_begin=True)
-            missing = sorted(m for m in models if not any(m in served for served in self.served.values()))
+            book.apply_survey(answers, at_begin=True)
+            missing = sorted(m for m in models if not any(m in served for served in book.served.values()))
             waited = self._clock() - start
-            if not missing or waited >= params.wait or not self.servers:  # no server: none can appear
+            if not missing or waited >= params.wait or not book.servers:  # no server: none can appear
                 break
             logger.info(
                 "TritonService: waiting for a server of model(s) %s (%.0f s of %g s, discovery.wait): %s",
                 ", ".join(missing),
                 waited,
                 params.wait,
-                "; ".join(f"'{name}' at {self.servers[name].address} {a.describe()}" for name, a in answers.items())
+                "; ".join(f"'{name}' at {book.servers[name].address} {a.describe()}" for name, a in answers.items())
                 or "no server configured",
             )
             await trio.sleep(min(BEGIN_POLL, params.wait - waited))
@@ -231,13 +185,13 @@ class Routing:
                 logger.warning(
                     "TritonService: server '%s' (%s) cannot be reached, skipped: %s",
                     name,
-                    self.servers[name].address,
+                    book.servers[name].address,
                     answer.error,
                 )
 
     async def _survey_now(self) -> dict[str, Answer]:
         load = self._load_reader()
-        servers = list(self.servers.values())
+        servers = list(self.book.servers.values())
         ready = functools.partial(ready_models, wanted=self._wanted)
         answers: dict[str, Answer] = await trio.to_thread.run_sync(survey, servers, ready, load)
         return answers
@@ -247,79 +201,8 @@ class Routing:
         thread; None when saturation is not measured."""
         if self.discovery.saturated_above <= 0:
             return None
-        clients = {name: self.grpc_client(name) for name in self.servers}
+        clients = {name: self.grpc_client(name) for name in self.book.servers}
         return clients.__getitem__
-
-    def apply_survey(self, answers: Mapping[str, Answer], at_begin: bool = False) -> None:
-        """What the servers answered changes the routing (trio thread).
-
-        A server that answers is in service again; its READY models replace what it served
-        (a new server joins; models it lost leave it); its queue time per execution since
-        the last survey decides whether it is saturated (at begin_job a saturated server is
-        skipped). One that does not answer is taken out of service (if it was in it): the
-        probes bring it back.
-        """
-        for name, answer in answers.items():
-            health = self.health.get(name)
-            if answer.models is None:
-                if health is not None and health.healthy and name in self.served:
-                    health.last_error = answer.error
-                    self._take_out(name, f"(it left the pool: {answer.error})")
-                continue
-            queue = queue_per_execution(self._loads.get(name), answer.load)
-            if answer.load is not None:
-                self._loads[name] = answer.load
-            threshold = self.discovery.saturated_above
-            saturated = threshold > 0 and queue is not None and queue > threshold
-            if at_begin and saturated:
-                logger.warning(
-                    "TritonService: server '%s' (%s) is saturated (%.0f us of queue per execution > "
-                    "discovery.saturatedAbove = %g us), skipped",
-                    name,
-                    self.servers[name].address,
-                    queue,
-                    threshold,
-                )
-                continue
-            models = set(answer.models)
-            if name not in self.served and not at_begin:
-                logger.warning(
-                    "TritonService: server '%s' (%s) joins: %s", name, self.servers[name].address, answer.describe()
-                )
-            elif name in self.served and self.served[name] - models:
-                logger.warning(
-                    "TritonService: server '%s' (%s) no longer serves %s",
-                    name,
-                    self.servers[name].address,
-                    ", ".join(sorted(self.served[name] - models)),
-                )
-            self.served[name] = models
-            health = self.health.setdefault(name, ServerHealth())
-            if queue is not None:
-                if saturated != health.saturated:
-                    logger.warning(
-                        "TritonService: server '%s' (%s) is %s (%.0f us of queue per execution)",
-                        name,
-                        self.servers[name].address,
-                        "saturated: last choice" if saturated else "no longer saturated",
-                        queue,
-                    )
-                health.queue_us, health.saturated = queue, saturated
-            if not health.healthy:
-                self.record(name, True)
-
-    def _survey_due(self) -> bool:
-        """Whether a request should survey the servers first (marked as surveying)."""
-        interval = self.discovery.interval
-        if interval <= 0 or not self.servers or self._surveying:
-            return False
-        now = self._clock()
-        if self._last_survey is None:
-            self._last_survey = now  # begin_job asked them just now
-        if now - self._last_survey < interval:
-            return False
-        self._surveying, self._last_survey = True, now
-        return True
 
     # -- the one verb: route -----------------------------------------------------------
 
@@ -334,10 +217,12 @@ class Routing:
             return preferred
         if model in self.assignment:
             return self.assignment[model]
-        for name in [*self.served, FALLBACK_SERVER]:
+        for name in [*self.book.served, FALLBACK_SERVER]:
             if model in self._served(name):
                 return name
-        raise ExternalFailure(f"TritonService: model '{model}' is served by no server ({self.tried()})", model=model)
+        raise ExternalFailure(
+            f"TritonService: model '{model}' is served by no server ({self.book.tried()})", model=model
+        )
 
     def route_nowait(self, model: str, preferred: str = "") -> ServerInfo:
         """The server for a new request of ``model``, from what is known now (no probe): its
@@ -345,40 +230,45 @@ class Routing:
         in service that serve it and are not saturated; else its home if in service; else
         the least loaded saturated one; else another in service; else its home (the retries
         decide)."""
+        book = self.book
         home = self.home(model, preferred)
-        if preferred and home == preferred and self.healthy(home):
+        if preferred and home == preferred and book.healthy(home):
             return self.server(home)
-        spread = [name for name in self.servers if model in self.served.get(name, ()) and self.healthy(name)]
-        calm = [name for name in spread if not self.saturated(name)]
+        spread = [name for name in book.servers if model in book.served.get(name, ()) and book.healthy(name)]
+        calm = [name for name in spread if not book.saturated(name)]
         if calm:
-            return self.server(self._least_loaded(calm) if len(calm) > 1 else calm[0])
-        if self.healthy(home):
+            return self.server(book.least_loaded(calm) if len(calm) > 1 else calm[0])
+        if book.healthy(home):
             return self.server(home)
         if spread:
-            return self.server(self._least_loaded(spread))
+            return self.server(book.least_loaded(spread))
         for name in self.candidates(model):
-            if name != home and self.healthy(name):
+            if name != home and book.healthy(name):
                 return self.server(name)
         return self.server(home)
 
     def route_steps(self, model: str, preferred: str = "") -> Steps[ServerInfo]:
-        """:meth:`route_nowait`, after probing an out-of-service server whose probe is due
-        (a :class:`~framework.sonic._waits.Blocking` step; see the module docstring)."""
-        if self._survey_due():
+        """:meth:`route_nowait`, after a survey of the pool or a probe of an out-of-service
+        server when one is due (a :class:`~framework.sonic._waits.Blocking` step; see the
+        module docstring)."""
+        book = self.book
+        if book.survey_due():
             load = self._load_reader()
             answers: dict[str, Answer] = {}
             try:
-                answers = yield Blocking(functools.partial(survey, list(self.servers.values()), ready_models, load))
+                answers = yield Blocking(functools.partial(survey, list(book.servers.values()), ready_models, load))
             finally:
-                self._surveying = False
-            self.apply_survey(answers)
-        probe = self._probe_due(model, preferred)
+                book.surveyed()
+            book.apply_survey(answers)
+        # A dead fallback is restarted by the fallback retry action, not probed.
+        names = [self.home(model, preferred), *self.candidates(model)]
+        probe = book.probe_due(n for n in names if n != FALLBACK_SERVER or self.fallback.serves(model))
         if probe is not None:
             ok = False
             try:
-                ok = yield Blocking(functools.partial(_probe, self.grpc_client(probe), model, self.probe_timeout))
+                ok = yield Blocking(functools.partial(_probe, self.grpc_client(probe), model, book.probe_timeout))
             finally:
-                self._probed(probe, ok)
+                book.probed(probe, ok)
         return self.route_nowait(model, preferred)
 
     async def route(self, model: str, preferred: str = "") -> ServerInfo:
@@ -392,13 +282,13 @@ class Routing:
 
     def candidates(self, model: str) -> list[str]:
         """Servers that serve ``model``: configured ones in order, then a running fallback."""
-        names = [name for name in self.servers if model in self.served.get(name, ())]
+        names = [name for name in self.book.servers if model in self.book.served.get(name, ())]
         if self.fallback.serves(model):
             names.append(FALLBACK_SERVER)
         return names
 
     def _served(self, name: str) -> frozenset[str] | set[str]:
-        return self.fallback.models if name == FALLBACK_SERVER else self.served.get(name, set())
+        return self.fallback.models if name == FALLBACK_SERVER else self.book.served.get(name, set())
 
     # -- servers and channels ----------------------------------------------------------
 
@@ -413,7 +303,7 @@ class Routing:
             if info is None:
                 raise ExternalFailure("TritonService: the fallback server is not running", server=FALLBACK_SERVER)
             return info
-        return self.servers[name]
+        return self.book.servers[name]
 
     def address(self, name: str) -> str:
         """``host:port`` of a server, or ``"not running"`` (a fallback never started)."""
@@ -442,16 +332,17 @@ class Routing:
 
     def may_retry(self, server_name: str, model: str) -> bool:
         """Whether a ``sameServer`` retry may go to ``server_name``: in service, or nothing else."""
-        if self.healthy(server_name):
+        if self.book.healthy(server_name):
             return True
-        others = [n for n in self.candidates(model) if n != server_name and self.healthy(n)]
+        others = [n for n in self.candidates(model) if n != server_name and self.book.healthy(n)]
         fallback_possible = server_name != FALLBACK_SERVER and self.fallback.enabled and not self.fallback.error
         return not others and not fallback_possible
 
     def other_server(self, model: str, exclude: set[str]) -> ServerInfo | None:
         """A configured server in service that serves ``model`` and is not in ``exclude``."""
-        for name in self.servers:
-            if name not in exclude and model in self.served.get(name, ()) and self.healthy(name):
+        book = self.book
+        for name in book.servers:
+            if name not in exclude and model in book.served.get(name, ()) and book.healthy(name):
                 return self.server(name)
         return None
 
@@ -460,7 +351,7 @@ class Routing:
         fallback = self.fallback
         if not fallback.enabled or fallback.error:
             return False
-        return not fallback.is_running() or self.healthy(FALLBACK_SERVER)
+        return not fallback.is_running() or self.book.healthy(FALLBACK_SERVER)
 
     def fallback_steps(self, model: str) -> Steps[ServerInfo | None]:
         """The steps that give the fallback server, made to serve ``model`` (started or
@@ -475,130 +366,26 @@ class Routing:
         if not self.fallback.enabled:
             return None
         yield from self.fallback.serve_steps(model)
-        return self.server(FALLBACK_SERVER) if self.healthy(FALLBACK_SERVER) else None
+        return self.server(FALLBACK_SERVER) if self.book.healthy(FALLBACK_SERVER) else None
 
     def _fallback_started(self) -> None:
         # A new fallback process: its old channel and health are stale. Replace, never mutate.
         self._grpc_clients = {k: v for k, v in self._grpc_clients.items() if k != FALLBACK_SERVER}
-        self.health = {**self.health, FALLBACK_SERVER: ServerHealth()}
+        self.book.forget(FALLBACK_SERVER)
 
-    # -- health ------------------------------------------------------------------------
+    # The records of each try, for the retry loop (the Router interface): kept by the book.
 
     def record(self, server_name: str, ok: bool, why: str = "") -> None:
         """Record the outcome of a call or probe on ``server_name`` (trio thread)."""
-        health = self.health.setdefault(server_name, ServerHealth())
-        if ok:
-            if not health.healthy:
-                logger.warning(
-                    "TritonService: server '%s' (%s) is back in service", server_name, self.address(server_name)
-                )
-            health.healthy, health.failures = True, 0
-            return
-        health.failures += 1
-        health.last_error = why
-        if health.healthy and health.failures >= self.unhealthy_after:
-            self._take_out(server_name, f"after {health.failures} consecutive failures (last: {why})")
-
-    def _take_out(self, server_name: str, why: str) -> None:
-        health = self.health.setdefault(server_name, ServerHealth())
-        health.healthy, health.outages, health.last_probe = False, health.outages + 1, self._clock()
-        logger.warning(
-            "TritonService: server '%s' (%s) is out of service %s; its requests go elsewhere, probe every %g s",
-            server_name,
-            self.address(server_name),
-            why,
-            self.probe_interval,
-        )
+        self.book.record(server_name, ok, why)
 
     def begin(self, server_name: str) -> None:
         """A try starts on ``server_name`` (trio thread)."""
-        health = self.health.setdefault(server_name, ServerHealth())
-        health.outstanding += 1
-        health.tries += 1
+        self.book.begin(server_name)
 
     def end(self, server_name: str, latency: float | None) -> None:
         """A try on ``server_name`` ended; ``latency``: its seconds if it succeeded (trio thread)."""
-        health = self.health.get(server_name)
-        if health is None:
-            return
-        health.outstanding = max(0, health.outstanding - 1)  # a restarted fallback's record starts at 0
-        if latency is not None:
-            health.latency = (
-                latency if health.latency is None else (health.latency + EWMA_WEIGHT * (latency - health.latency))
-            )
-
-    def _least_loaded(self, names: list[str]) -> str:
-        """The server of least ``(outstanding + 1) x latency`` (the first configured on ties)."""
-        records = [self.health.get(name) or ServerHealth() for name in names]
-        known = [r.latency for r in records if r.latency is not None]
-        default = sum(known) / len(known) if known else 1.0
-        costs = [(r.outstanding + 1) * (default if r.latency is None else r.latency) for r in records]
-        return names[costs.index(min(costs))]
-
-    def saturated(self, name: str) -> bool:
-        """Whether ``name`` was saturated at the last survey (``discovery.saturatedAbove``)."""
-        health = self.health.get(name)
-        return health is not None and health.saturated
-
-    def healthy(self, name: str) -> bool:
-        """Whether ``name`` is in service (a server without record is)."""
-        health = self.health.get(name)
-        return health is None or health.healthy
-
-    def _probe_due(self, model: str, preferred: str) -> str | None:
-        """An out-of-service server of ``model`` whose probe is due (marked as probing), or None."""
-        now = self._clock()
-        home = self.home(model, preferred)
-        for name in [home, *self.candidates(model)]:
-            health = self.health.get(name)
-            if health is None or health.healthy or health.probing or now - health.last_probe < self.probe_interval:
-                continue
-            if name == FALLBACK_SERVER and not self.fallback.serves(model):
-                continue  # a dead fallback is restarted by the fallback action, not probed
-            health.probing, health.last_probe = True, now
-            return name
-        return None
-
-    def _probed(self, name: str, ok: bool) -> None:
-        health = self.health[name]
-        health.probing = False
-        if ok:
-            self.record(name, True)
-        else:
-            logger.debug("TritonService: server '%s' still out of service (probe failed)", name)
-
-    # -- for statistics and messages ---------------------------------------------------
-
-    def health_report(self) -> dict[str, dict[str, Any]]:
-        """Per server with a health record: ``address``, ``healthy``, ``outages``, ``failures``
-        (consecutive, now), ``last_error``, ``tries`` (started during the job) and
-        ``latency_ms`` (moving average of successful tries; None without one), ``queue_us``
-        and ``saturated`` (the last survey's; None and False without one) (JSON-ready)."""
-        return {
-            name: {
-                "address": self.address(name),
-                "healthy": h.healthy,
-                "outages": h.outages,
-                "failures": h.failures,
-                "last_error": h.last_error,
-                "tries": h.tries,
-                "latency_ms": None if h.latency is None else h.latency * 1e3,
-                "queue_us": h.queue_us,
-                "saturated": h.saturated,
-            }
-            for name, h in self.health.items()
-        }
-
-    def tried(self) -> str:
-        """What each configured server serves, for messages (``"tried 'a' at host:port: serves x"``)."""
-        if not self.servers:
-            return "no server configured"
-        parts = []
-        for name, server in self.servers.items():
-            served = self.served.get(name)
-            what = "unreachable" if served is None else f"serves {', '.join(sorted(served)) or 'nothing'}"
-            parts.append(f"'{name}' at {server.address}: {what}")
-        return "tried " + "; ".join(parts)
+        self.book.end(server_name, latency)
 
 
 def ready_models(server: ServerInfo, wanted: Iterable[str] = ()) -> set[str] | str:

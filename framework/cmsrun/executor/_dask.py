@@ -290,9 +290,9 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
         trio.run(routing.discover, models)
     finally:
         routing.close()
-    served: set[str] = set().union(*routing.served.values())
-    pairs = [(m, name) for name, found in routing.served.items() for m in sorted(found & models)]
-    counters = ServerCounters(routing.servers, pairs)
+    served: set[str] = set().union(*routing.book.served.values())
+    pairs = [(m, name) for name, found in routing.book.served.items() for m in sorted(found & models)]
+    counters = ServerCounters(routing.book.servers, pairs)
     counters.take_begin()
     missing = sorted(m for m in service.models if m not in served)  # type: ignore[attr-defined]
     fallback = service.fallback_server  # type: ignore[attr-defined]
