@@ -132,7 +132,7 @@ _SPECIAL = {  # in CMSSW's dump order
 }
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
 _SEQUENCEABLE = (*_ED_KINDS, Sequence)
-_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath))
+_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath), (Service, ESSource, ESProducer))
 # process.<name>: CMSSW's read-only dictionaries of the process's content, by label.
 _DICTS = {
     "producers": "producers_",
@@ -739,6 +739,9 @@ class Process:
 
     def producerNames(self) -> str:  # noqa: N802 - CMSSW spelling
         return self._names("producers_")
+
+    def switchProducerNames(self) -> str:  # noqa: N802 - CMSSW spelling
+        return self._names("switchProducers_")
 
     def filterNames(self) -> str:  # noqa: N802
         return self._names("filters_")

@@ -532,9 +532,7 @@ class _ModuleSequence(_Closed, Labelable):
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         refs, tasks = self._flat_refs(indent)
         args = ["+".join(refs)] if refs else []
-        # Associated Tasks once each, sorted as CMSSW writes them.
-        unique: dict[int, Task] = {id(t): t for t in tasks}
-        args += sorted(t._ref_(indent) for t in unique.values())
+        args += sorted({t._ref_(indent) for t in tasks})  # associated Tasks once each as written, sorted (CMSSW)
         return f"cms.{self._kind}({', '.join(args)})"
 
     def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
@@ -749,8 +747,16 @@ class Task(_Closed, Labelable):
         return out
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        # CMSSW prints a Task's content sorted (a Task is a set).
-        return f"cms.{self._kind}({', '.join(sorted(item._ref_(indent) for item in self._items))})"
+        # CMSSW prints a Task's content sorted and once each (a Task is a set), an unlabelled
+        # nested Task as its content.
+        return f"cms.{self._kind}({', '.join(sorted(self._refs_(indent)))})"
+
+    def _refs_(self, indent: int) -> set[str]:
+        refs: set[str] = set()
+        for item in self._items:
+            nested = isinstance(item, Task) and not isinstance(item, TaskPlaceholder) and item._label is None
+            refs |= item._refs_(indent) if nested else {item._ref_(indent)}
+        return refs
 
 
 class ConditionalTask(Task):
