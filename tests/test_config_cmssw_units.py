@@ -87,6 +87,13 @@ def test_switch_producer_cases_are_edproducers_or_aliases_labelled_label_at_case
     del switch.lab1
     switch.lab1 = cms.EDProducer("JetsAgain")
     assert (switch.lab3.label_(), switch.lab1.label_()) == ("jets@lab3", "jets@lab1")
+    alone = SwitchProducerLab(lab1=cms.EDProducer("Jets"))
+    alone.setLabel("sp")  # CMSSW's setLabel, as the process does
+    with pytest.raises(ValueError):
+        alone.setLabel("other")
+    alone.setLabel(None)
+    alone.setLabel("other")
+    assert alone.lab1.label_() == "other@lab1"
     # a SwitchProducer is a producer of its own kind, in Sequences and Tasks like one
     process.s = cms.Sequence(switch)
     process.t = cms.Task(switch)
@@ -130,6 +137,10 @@ def test_switch_producer_clone_and_modifiers_edit_replace_add_and_remove_cases()
         modifier.toReplaceWith(switch.lab3, cms.EDProducer("NotAnAlias"))
     modifier.toModify(switch, lab3=None)
     assert not hasattr(switch, "lab3")
+    process = cms.Process("LAB2")
+    process.jets = switch
+    modifier.toReplaceWith(process.jets, SwitchProducerLab(lab2=cms.EDProducer("Other")))
+    assert process.jets.lab2.type_() == "Other" and process.jets.lab2.label_() == "jets@lab2"
     with pytest.raises(TypeError):
         modifier.toModify(switch, lab2=cms.EDAnalyzer("A"))
 
@@ -154,7 +165,12 @@ def test_options_accelerators_select_among_the_available_ones():
     assert process.selectAccelerators_() == ["cpu"]  # no ProcessAccelerator: the CPU only
     with pytest.raises(TypeError, match="under its class name"):
         process.lab = ProcessAcceleratorLab()
-    process.ProcessAcceleratorLab = ProcessAcceleratorLab()
+
+    class Fragment:  # what process.load finds in an _cff (CMSSW's Accelerators_cff)
+        ProcessAcceleratorLab = ProcessAcceleratorLab()
+
+    process.extend(Fragment())
+    assert list(process.processAccelerators) == ["ProcessAcceleratorLab"]
     assert process.selectAccelerators_() == ["cpu", "gpu-lab"]
     assert process.LabService.gpu.value() is True  # apply() customized the Services
     for patterns, selected in ((["gpu-*"], ["gpu-lab"]), (["c*", "*lab"], ["cpu", "gpu-lab"]), (["fpga-lab"], [])):

@@ -257,6 +257,10 @@ class SwitchProducer(EDProducer):
         if self._label is not None:
             value._label = self.caseLabel_(self._label, name)
 
+    def _replace_content_(self, other: ParameterHolder) -> None:
+        super()._replace_content_(other)
+        self._label = self._label  # the cases taken are labelled label@case
+
     def __delattr__(self, name: str) -> None:
         case = self._parameters.get(name)
         super().__delattr__(name)

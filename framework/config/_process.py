@@ -501,7 +501,7 @@ class Process:
                     setattr(self, name, item)
                 elif name == "schedule" and isinstance(item, Schedule):
                     self.schedule = item
-                elif isinstance(item, Service):
+                elif isinstance(item, (Service, ProcessAccelerator)):
                     self.add_(item)
                 elif isinstance(item, (_ModuleSequence, Task)):
                     late.append((name, item))
@@ -607,7 +607,7 @@ class Process:
         it): a looper, SubProcesses, a ``cms.SecSource`` (pile-up mixing).
 
         Raises:
-            NotSupportedError: naming the feature.
+            ConfigurationError: (a ``NotSupportedError``) naming the feature.
         """
         if self.__dict__["_looper"] is not None:
             raise NotSupportedError("a looper (process.looper = cms.Looper(...))", "run the job again instead")

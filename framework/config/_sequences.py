@@ -60,6 +60,19 @@ class Labelable:
     def hasLabel_(self) -> bool:  # noqa: N802 - CMSSW spelling
         return self._label is not None
 
+    def setLabel(self, label: str | None) -> None:  # noqa: N802 - CMSSW spelling
+        """Set the label (the process does, when attaching); None unsets it.
+
+        Raises:
+            ~framework.config._types.ConfigValueError: a label set already changed to another
+                without being unset first (CMSSW: clone instead).
+        """
+        if self._label is not None and label is not None and label != self._label:
+            raise ConfigValueError(
+                f"{self._what_()}: cannot change its label to '{label}' (clone it, or setLabel(None) first)"
+            )
+        self._label = label
+
     @property
     def _inProcess(self) -> bool:  # noqa: N802 - CMSSW's name
         return self._label is not None

@@ -627,7 +627,7 @@ class ESInputTag(_ParameterTypeBase):
     value given later may also be a tuple or list of two str (or none: ``""``).
 
     Raises:
-        ConfigFormatError: (CMSSW's RuntimeError) one str without ':' and no data label, more
+        ~framework.config._types.ConfigFormatError: (CMSSW's RuntimeError) one str without ':' and no data label, more
             than one ':', or a tuple of one or of more than two parts.
     """
 
