@@ -31,6 +31,16 @@ SESSION_TAG = f"pytest{os.getpid()}"
 SETTLE = 10.0  # seconds for processes of the last test to exit before they count as left behind
 
 
+@pytest.fixture(autouse=True)
+def _each_test_is_a_new_cmsrun():
+    """CMSSW refuses a second ``cms.Process`` that chooses new Modifiers once one exists (one
+    cmsRun = one interpreter, ``Process._firstProcess``); each test starts as a new cmsRun."""
+    from framework.config import Process
+
+    Process._firstProcess = True
+    yield
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -132,12 +132,15 @@ process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet
     port=cms.untracked.uint32({port}))))
 """
 
+# CMSSW's configs build loopers, SubProcesses and secondary sources unconditionally: they
+# load and dump here, and the job that holds one is refused when it is built.
 UNSUPPORTED = {
-    "cms.SwitchProducer": 'process.s = cms.SwitchProducer(cpu=cms.EDProducer("JetHTProducer"))\n',
-    "cms.Looper": 'process.looper = cms.Looper("IterateNTimesLooper")\n',
+    "a looper (process.looper = cms.Looper(...))": 'process.looper = cms.Looper("IterateNTimesLooper")\n',
+    "a SubProcess (process.addSubProcess)": 'process.addSubProcess(cms.SubProcess(cms.Process("SUB")))\n',
+    "cms.SecSource (process.mix.input)": (
+        'process.mix = cms.EDProducer("MixingModule", input=cms.SecSource("EmbeddedRootSource"))\n'
+    ),
     "cms.EDLooper": 'process.looper = cms.EDLooper("X")\n',
-    "cms.SubProcess": 'sub = cms.SubProcess(cms.Process("SUB"))\n',
-    "process.addSubProcess": "process.addSubProcess(None)\n",
 }
 
 

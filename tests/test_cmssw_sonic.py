@@ -306,6 +306,7 @@ def test_triton_service_cff_enables_the_fallback_under_enable_sonic_triton(monke
         return process
 
     assert not load(cms_.Process("PLAIN")).TritonService.fallback.enable
+    cms_.Process._firstProcess = True  # a fresh cmsRun may choose Modifiers again (CMSSW)
     assert load(cms_.Process("ENABLED", enableSonicTriton)).TritonService.fallback.enable
 
 

@@ -437,9 +437,9 @@ def test_path_with_module_of_another_process():
 
 def test_task_with_unattached_module():
     process = _process()
-    process.t = cms.Task(cms.EDProducer("Loose"))
-    with pytest.raises(ConfigurationError, match="Task 't' refers to an EDProducer of type 'Loose'"):
-        process.validate_()
+    # CMSSW checks a Task when it is attached (RuntimeError), not only at validation
+    with pytest.raises(RuntimeError, match="process.t: .*EDProducer of type 'Loose', is not attached"):
+        process.t = cms.Task(cms.EDProducer("Loose"))
     process2 = _process()
     process2.p = cms.Path(process2.prod, cms.Task(cms.EDFilter("Loose2")))
     with pytest.raises(ConfigurationError, match="Path 'p' refers to an EDFilter of type 'Loose2'"):

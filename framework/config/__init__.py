@@ -10,6 +10,8 @@
 - ``cms.ParameterSetDescription`` and the validated ``cms.ParameterSet`` (``_description``);
 - ``cms.load_config`` and ``cms.VarParsing`` (``_loader``, ``_varparsing``);
 - ``cms.Modifier``, ``cms.ModifierChain``, ``cms.ProcessModifier`` (``_modifiers``);
+- ``cms.SwitchProducer`` (``_modules``) and ``cms.ProcessAccelerator`` (``_accelerators``): a
+  producer chosen per accelerator, ``process.options.accelerators``;
 - ``cms.required``/``cms.optional``/``cms.allowed``: placeholders of generated cfis (``_pset``).
 
 CMSSW's own import names (``import FWCore.ParameterSet.Config as cms``) are thin aliases of
@@ -23,6 +25,8 @@ from typing import Any
 from framework.utilities import ConfigurationError as ConfigurationError
 from framework.utilities import NotSupportedError
 
+from ._accelerators import ProcessAccelerator as ProcessAccelerator
+from ._accelerators import ProcessForProcessAccelerator as ProcessForProcessAccelerator
 from ._description import DescriptionRow as DescriptionRow
 from ._description import ParameterSet as ParameterSet
 from ._description import ParameterSetDescription as ParameterSetDescription
@@ -37,15 +41,19 @@ from ._modules import EDProducer as EDProducer
 from ._modules import ESPrefer as ESPrefer
 from ._modules import ESProducer as ESProducer
 from ._modules import ESSource as ESSource
+from ._modules import Looper as Looper
 from ._modules import OutputModule as OutputModule
 from ._modules import Service as Service
 from ._modules import Source as Source
+from ._modules import SwitchProducer as SwitchProducer
 from ._process import Process as Process
 from ._process import ProcessFragment as ProcessFragment
+from ._process import SubProcess as SubProcess
 from ._pset import ParameterHolder as ParameterHolder
 from ._pset import ProxyParameter as ProxyParameter
 from ._pset import PSet as PSet
 from ._pset import PSetTemplate as PSetTemplate
+from ._pset import SecSource as SecSource
 from ._pset import VPSet as VPSet
 from ._pset import allowed as allowed
 from ._pset import optional as optional
@@ -60,6 +68,7 @@ from ._ranges import VEventRange as VEventRange
 from ._ranges import VLuminosityBlockID as VLuminosityBlockID
 from ._ranges import VLuminosityBlockRange as VLuminosityBlockRange
 from ._sequences import ConditionalTask as ConditionalTask
+from ._sequences import ConditionalTaskPlaceholder as ConditionalTaskPlaceholder
 from ._sequences import EndPath as EndPath
 from ._sequences import FinalPath as FinalPath
 from ._sequences import Labelable as Labelable
@@ -74,6 +83,7 @@ from ._sequences import wait as wait
 from ._types import ESInputTag as ESInputTag
 from ._types import FileInPath as FileInPath
 from ._types import InputTag as InputTag
+from ._types import VESInputTag as VESInputTag
 from ._types import VInputTag as VInputTag
 from ._types import _bool, _ParameterTypeBase
 from ._types import double as double
@@ -94,11 +104,10 @@ from ._varparsing import host_port as host_port
 
 # CMSSW's configuration names for features pysonic does not have: a one-line "not supported"
 # instead of a bare AttributeError (NotSupportedError is one, so hasattr(cms, X) is False).
+# (cms.Looper, cms.SubProcess and cms.SecSource exist: configs build them unconditionally; a job
+# that holds one is refused when it is built, by Process.checkRunnable_.)
 _NOT_SUPPORTED = {
-    "SwitchProducer": "it chooses a producer per accelerator; pick the module in the config instead",
-    "Looper": "there are no loopers: run the job again",
     "EDLooper": "there are no loopers: run the job again",
-    "SubProcess": "run a second cmsrun job on this one's output",
 }
 
 
@@ -118,6 +127,13 @@ bool = _bool  # noqa: A001
 ParameterTypeBase = _ParameterTypeBase
 
 __all__ = [
+    "ConditionalTaskPlaceholder",
+    "Looper",
+    "ProcessAccelerator",
+    "ProcessForProcessAccelerator",
+    "SecSource",
+    "SubProcess",
+    "SwitchProducer",
     "TaskPlaceholder",
     "SequencePlaceholder",
     "ConditionalTask",
@@ -162,6 +178,7 @@ __all__ = [
     "Service",
     "Source",
     "Task",
+    "VESInputTag",
     "VInputTag",
     "VPSet",
     "VarParsing",

@@ -7,7 +7,7 @@ plain Python and returns its ``process``. While it runs, ``sys.argv`` is ``[path
 while given arguments is an error. Fragments (``*_cff``, ``*_cfi``, ``*_cfg`` modules)
 imported while it runs are forgotten afterwards, and the Modifiers it chose are unchosen, so
 that the next config loaded in the same interpreter starts from fresh fragments and unchosen
-Modifiers, as a new cmsRun does.
+Modifiers, as a new cmsRun does (and its first ``cms.Process`` may choose Modifiers again).
 """
 
 from __future__ import annotations
@@ -114,11 +114,14 @@ def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Argume
     hidden = {name: sys.modules.pop(name) for name in list(sys.modules) if _FRAGMENT.search(name)}
     chosen_before = len(CHOSEN)
     current_arguments.append(arguments)
+    # A config runs as a new cmsRun: its first Process may choose Modifiers.
+    first_process, Process._firstProcess = Process._firstProcess, True
     try:
         exec(code, namespace)
     except Exception as e:  # noqa: BLE001 - every failure of user code becomes one error line
         raise (UsageError if isinstance(e, UsageError) else ConfigurationError)(_describe_failure(e, filename)) from e
     finally:
+        Process._firstProcess = first_process
         current_arguments.pop()
         sys.argv = saved_argv
         for modifier in CHOSEN[chosen_before:]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from framework.utilities import ConfigurationError, NotSupportedError
 
+from ._accelerators import ProcessAccelerator, ProcessForProcessAccelerator, select_accelerators
 from ._modifiers import Modifier, ModifierChain, ProcessModifier
 from ._modules import (
     EDAlias,
@@ -47,11 +48,13 @@ from ._modules import (
     ESPrefer,
     ESProducer,
     ESSource,
+    Looper,
     OutputModule,
     Service,
     Source,
+    SwitchProducer,
 )
-from ._pset import ProxyParameter, PSet, VPSet, optional, untracked
+from ._pset import ParameterHolder, ProxyParameter, PSet, SecSource, VPSet, optional, untracked
 from ._sequences import (
     ConditionalTask,
     EndPath,
@@ -78,7 +81,7 @@ from ._types import (
     vstring,
 )
 
-__all__ = ["MAX_EVENTS", "OPTIONS", "Process", "ProcessFragment"]
+__all__ = ["MAX_EVENTS", "OPTIONS", "Process", "ProcessFragment", "SubProcess"]
 
 # name -> (untracked type, default, doc). ``process.options``: CMSSW's names and defaults
 # (FWCore/Framework's EventProcessor options); those marked "accepted" have no effect here.
@@ -94,7 +97,12 @@ OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "printDependencies": (_bool, False, "accepted"),
     "deleteNonConsumedUnscheduledModules": (_bool, True, "accepted"),
     "dumpOptions": (_bool, False, "accepted"),
-    "accelerators": (vstring, ["*"], "accepted (Triton servers pick their own devices)"),
+    "accelerators": (
+        vstring,
+        ["*"],
+        "accelerators the job may use (patterns): they choose the cases of SwitchProducers; Triton servers "
+        "pick their own devices",
+    ),
     "modulesToIgnoreForDeleteEarly": (vstring, [], "accepted"),
     "canDeleteEarly": (vstring, [], "accepted"),
     "holdsReferencesToDeleteEarly": (VPSet, [], "accepted"),
@@ -125,7 +133,7 @@ _SPECIAL = {  # in CMSSW's dump order
 }
 _ED_KINDS = (EDProducer, EDFilter, EDAnalyzer, OutputModule)
 _SEQUENCEABLE = (*_ED_KINDS, Sequence)
-_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath))
+_ROLES: tuple[Any, ...] = (_SEQUENCEABLE, Task, (Path, EndPath), (Service, ESSource, ESProducer))
 # process.<name>: CMSSW's read-only dictionaries of the process's content, by label.
 _DICTS = {
     "producers": "producers_",
@@ -145,6 +153,8 @@ _DICTS = {
     "aliases": "aliases_",
     "finalpaths": "_all_finalpaths",
     "conditionaltasks": "conditionaltasks_",
+    "switchProducers": "switchProducers_",
+    "processAccelerators": "processAccelerators_",
 }
 
 
@@ -232,6 +242,9 @@ class Process:
     """
 
     _is_config_structure = True
+    # CMSSW's flag: no Process was made yet in this job (load_config sets it for each config,
+    # as each cmsRun starts afresh); then a Process may choose Modifiers.
+    _firstProcess = True  # noqa: N815 - CMSSW's name
     # Set through __dict__ in __init__ (plain attributes are the config's content).
     _name: str
     _source: Source | None
@@ -247,6 +260,8 @@ class Process:
         d["_schedule"] = None
         d["_in_extend"] = False
         d["_applied_process_modifiers"] = set()
+        d["_looper"] = None
+        d["_subprocesses"] = []
         for special, spec in _SPECIAL.items():
             d["_" + special] = _default_pset(spec)
         for modifier in modifiers:
@@ -254,6 +269,14 @@ class Process:
                 raise ConfigTypeError(
                     f"cms.Process({name!r}, ...): modifiers must be cms.Modifier, got {_what(modifier)}"
                 )
+        # CMSSW: once a Process exists, a later one may not choose new Modifiers (being chosen
+        # is global, so it would change what the first one's toModify calls do).
+        if not Process._firstProcess and any(not m._isChosen() for m in modifiers):
+            raise ConfigRuntimeError(
+                f"The Process {name} tried to redefine which Modifiers to use after another Process was already started"
+            )
+        Process._firstProcess = False
+        for modifier in modifiers:
             modifier._setChosen()
         d["_modifiers"] = modifiers
 
@@ -262,15 +285,15 @@ class Process:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in ("addSubProcess", "subProcesses_", "setLooper_", "looper"):
-            raise NotSupportedError(f"process.{name}", "no subprocesses or loopers: run a second cmsrun job instead")
         d = self.__dict__
         if name == "source":
             if d["_source"] is None:
                 raise AttributeError("process has no source (set process.source = cms.Source(...))")
             return d["_source"]
-        if name == "schedule":
-            return d["_schedule"]
+        if name in ("schedule", "looper"):
+            return d["_" + name]
+        if name == "subProcesses":
+            return d["_subprocesses"]
         if name in _SPECIAL:
             return d["_" + name]
         if name in _DICTS:
@@ -293,12 +316,19 @@ class Process:
         elif name == "schedule":
             if value is not None and not isinstance(value, Schedule):
                 raise ConfigTypeError(f"process.schedule must be a cms.Schedule, got {_what(value)}")
-            for item in (*value, *value._tasks) if value is not None else ():
+            # CMSSW checks the paths; Tasks may be unlabelled (their modules are checked at validation).
+            for item in (*value, *(t for t in value._tasks if t.hasLabel_())) if value is not None else ():
                 if not item.hasLabel_() or d["_objects"].get(item.label_()) is not item:
                     raise ConfigRuntimeError(
                         f"process.schedule: {_what(item)} is not attached to the process (attach it first)"
                     )
             d["_schedule"] = value
+        elif name == "looper":
+            if value is not None and not isinstance(value, Looper):
+                raise ConfigTypeError(f"process.looper must be a cms.Looper, got {_what(value)}")
+            if value is not None:
+                value._label = "looper"
+            d["_looper"] = value
         elif name in _DICTS:
             raise ConfigValueError(f"process.{name} is read-only (the {name} of the process, by label)")
         else:
@@ -306,7 +336,7 @@ class Process:
 
     def __delattr__(self, name: str) -> None:
         d = self.__dict__
-        if name in ("source", "schedule"):
+        if name in ("source", "schedule", "looper"):
             d["_" + name] = None
         elif name in _SPECIAL:
             d["_" + name] = _default_pset(_SPECIAL[name])
@@ -340,6 +370,16 @@ class Process:
             raise ConfigValueError(f"invalid label '{label}': a Python identifier not starting or ending with '_'")
         if isinstance(obj, Source):
             raise ConfigValueError(f"process.{label}: a Source must be assigned to process.source")
+        if isinstance(obj, Looper):
+            raise ConfigValueError(f"process.{label}: a Looper must be assigned to process.looper (CMSSW)")
+        if isinstance(obj, ProcessAccelerator):
+            if label != obj.type_():
+                raise ConfigTypeError(
+                    f"a ProcessAccelerator is attached under its class name: process.{obj.type_()} = ..., "
+                    f"not process.{label}"
+                )
+            self.__dict__["_objects"][label] = obj
+            return
         if not isinstance(obj, (Labelable, PSet, VPSet)) or isinstance(obj, Schedule):
             raise ConfigTypeError(
                 f"process.{label}: cannot attach {_what(obj)}; expected a module, Service, ES module, "
@@ -364,12 +404,20 @@ class Process:
                 f"cannot attach {_what(obj)} as '{label}': it is already attached as "
                 f"'{obj.label_()}' (use .clone() for a copy)"
             )
+        if isinstance(obj, Task) and not isinstance(obj, TaskPlaceholder):
+            self._check_task_attached(label, obj)
         if existing is not None:
             user = self._used_by(existing)
             if self._in_extend and user is not None:
                 raise ConfigValueError(
                     f"Trying to override definition of process.{label} (used by {_what(user)}) "
                     f"while loading a fragment: already {_what(existing)}"
+                )
+            if isinstance(obj, EDAlias) and user is not None:
+                # CMSSW: an alias never silently takes the place of a module in use.
+                raise ConfigValueError(
+                    f"Trying to override definition of process.{label} with an EDAlias while it is used by "
+                    f"{_what(user)}"
                 )
             # The new object takes the old one's place where it can stand there (a module or
             # Sequence in sequences, a Task in Tasks, a Path in the Schedule); else it is removed.
@@ -383,10 +431,21 @@ class Process:
             obj._label = label
         objects[label] = obj
 
-    def add_(self, *items: Service | ESSource | ESProducer | ESPrefer) -> None:
-        """Attach Services under their type names and unlabelled ES modules (CMSSW's ``process.add_``)."""
+    def _check_task_attached(self, label: str, task: Task) -> None:
+        """CMSSW checks a Task when it is attached: everything in it (nested Tasks too, not
+        placeholders) must be attached to the process already."""
+        for leaf in task._leaves_():
+            if not leaf.hasLabel_():
+                raise ConfigRuntimeError(
+                    f"process.{label}: an entry of {task._what_()}, {_what(leaf)}, is not attached to the process "
+                    "(attach it first: process.<label> = ...)"
+                )
+
+    def add_(self, *items: Service | ESSource | ESProducer | ESPrefer | ProcessAccelerator) -> None:
+        """Attach Services (and ProcessAccelerators) under their type names and unlabelled ES
+        modules (CMSSW's ``process.add_``)."""
         for item in items:
-            if isinstance(item, Service):
+            if isinstance(item, (Service, ProcessAccelerator)):
                 self._attach(item.type_(), item)
             elif isinstance(item, (ESSource, ESProducer, ESPrefer)):
                 label = item._label or item.type_()
@@ -443,7 +502,7 @@ class Process:
                     setattr(self, name, item)
                 elif name == "schedule" and isinstance(item, Schedule):
                     self.schedule = item
-                elif isinstance(item, Service):
+                elif isinstance(item, (Service, ProcessAccelerator)):
                     self.add_(item)
                 elif isinstance(item, (_ModuleSequence, Task)):
                     late.append((name, item))
@@ -492,10 +551,7 @@ class Process:
             if isinstance(obj, (_ModuleSequence, Task)):
                 obj.resolve(self._objects, keepUnresolvedSequencePlaceholders)
         if self._schedule is not None:
-            self._schedule._tasks = [
-                t.resolve_placeholder(self._objects) if isinstance(t, TaskPlaceholder) else t
-                for t in self._schedule._tasks
-            ]
+            self._schedule.resolve(self._objects, keepUnresolvedSequencePlaceholders)
 
     def setSchedule_(self, schedule: Schedule | None) -> None:  # noqa: N802 - CMSSW spelling
         self.__setattr__("schedule", schedule)
@@ -504,7 +560,67 @@ class Process:
         return {label: obj for label, obj in self._objects.items() if isinstance(obj, cls)}
 
     def producers_(self) -> dict[str, EDProducer]:
-        return self._by_type(EDProducer)
+        """EDProducers, SwitchProducers apart (CMSSW: ``switchProducers_``)."""
+        return {label: obj for label, obj in self._by_type(EDProducer).items() if not isinstance(obj, SwitchProducer)}
+
+    def switchProducers_(self) -> dict[str, SwitchProducer]:  # noqa: N802 - CMSSW spelling
+        return self._by_type(SwitchProducer)
+
+    def processAccelerators_(self) -> dict[str, ProcessAccelerator]:  # noqa: N802 - CMSSW spelling
+        return self._by_type(ProcessAccelerator)
+
+    def looper_(self) -> Looper | None:
+        return self.__dict__["_looper"]  # type: ignore[no-any-return]
+
+    def setLooper_(self, looper: Looper | None) -> None:  # noqa: N802 - CMSSW spelling
+        self.looper = looper
+
+    def subProcesses_(self) -> list[SubProcess]:  # noqa: N802 - CMSSW spelling
+        return self.__dict__["_subprocesses"]  # type: ignore[no-any-return]
+
+    def addSubProcess(self, subprocess: SubProcess) -> None:  # noqa: N802 - CMSSW spelling
+        """Append a ``cms.SubProcess`` (CMSSW's); it loads and dumps, a job with one is not run here.
+
+        Raises:
+            ~framework.config._types.ConfigTypeError: not a cms.SubProcess.
+        """
+        if not isinstance(subprocess, SubProcess):
+            raise ConfigTypeError(f"process.addSubProcess() takes a cms.SubProcess, got {_what(subprocess)}")
+        self.__dict__["_subprocesses"].append(subprocess)
+
+    def selectAccelerators_(self) -> list[str]:  # noqa: N802
+        """The accelerators the job uses (CMSSW's ``@selected_accelerators``, sorted): those of
+        ``process.options.accelerators`` among the available ones ("cpu" and what the
+        ProcessAccelerators enable); each ProcessAccelerator's ``apply`` then customizes the
+        Services for them, as CMSSW does when the job starts. The builder calls it.
+
+        Raises:
+            ~framework.config._types.ConfigValueError: invalid ``process.options.accelerators``.
+        """
+        accelerators = list(self.processAccelerators_().values())
+        selected = select_accelerators(self.options_()["accelerators"], accelerators)
+        for accelerator in accelerators:
+            accelerator.apply(ProcessForProcessAccelerator(self), selected)
+        return selected
+
+    def checkRunnable_(self) -> None:  # noqa: N802
+        """Refuse what a config may build and dump but pysonic does not run (the builder calls
+        it): a looper, SubProcesses, a ``cms.SecSource`` (pile-up mixing).
+
+        Raises:
+            ConfigurationError: (a ``NotSupportedError``) naming the feature.
+        """
+        if self.__dict__["_looper"] is not None:
+            raise NotSupportedError("a looper (process.looper = cms.Looper(...))", "run the job again instead")
+        if self.__dict__["_subprocesses"]:
+            raise NotSupportedError(
+                "a SubProcess (process.addSubProcess)", "run a second cmsrun job on this one's output"
+            )
+        for label, obj in self._objects.items():
+            where = _secondary_source(obj)
+            if where is not None:
+                place = f"process.{label}" + (f".{where}" if where else "")
+                raise NotSupportedError(f"cms.SecSource ({place})", "no pile-up mixing here")
 
     def filters_(self) -> dict[str, EDFilter]:
         return self._by_type(EDFilter)
@@ -560,7 +676,14 @@ class Process:
         """Remove what no scheduled Path, EndPath or Schedule Task reaches (CMSSW's ``prune``):
         ED modules, Sequences, Tasks, tracked top-level PSets and VPSets; without a schedule
         every Path and EndPath counts, with one the unscheduled paths go too. Services, ES
-        modules, untracked PSets and the source stay."""
+        modules, untracked PSets and the source stay. Placeholders are resolved first (as in
+        CMSSW), so what a SequencePlaceholder or TaskPlaceholder names is kept; with
+        ``keepUnresolvedSequencePlaceholders`` those naming nothing stay as they are.
+
+        Raises:
+            ~framework.config._types.ConfigRuntimeError: a placeholder names nothing (unless kept).
+        """
+        self.resolve(keepUnresolvedSequencePlaceholders)
         paths = [*self.paths_().values(), *self.endpaths_().values()]
         keep: set[int] = {id(p) for p in paths}
         roots: list[Any] = list(paths) + (list(self._schedule._tasks) if self._schedule is not None else [])
@@ -617,6 +740,9 @@ class Process:
 
     def producerNames(self) -> str:  # noqa: N802 - CMSSW spelling
         return self._names("producers_")
+
+    def switchProducerNames(self) -> str:  # noqa: N802 - CMSSW spelling
+        return self._names("switchProducers_")
 
     def filterNames(self) -> str:  # noqa: N802
         return self._names("filters_")
@@ -684,7 +810,8 @@ class Process:
                 self._check_attached(task, module)
         if self._schedule is not None:
             for item in (*self._schedule, *self._schedule._tasks):
-                if not item.hasLabel_() or self._objects.get(item.label_()) is not item:
+                unlabelled_task = isinstance(item, Task) and not item.hasLabel_()  # CMSSW allows those
+                if not unlabelled_task and (not item.hasLabel_() or self._objects.get(item.label_()) is not item):
                     raise ConfigurationError(
                         f"process.schedule refers to {_what(item)} that is not attached to the process"
                     )
@@ -707,11 +834,16 @@ class Process:
         """Python source that rebuilds this config, in CMSSW's layout (``edmConfigDump``,
         ``cmsrun --dump``): the header, ``process = cms.Process("NAME")``, then one statement
         per object, separated by blank lines, in CMSSW's order: source, PSets (maxEvents,
-        options, ... first), VPSets, modules by kind, Services, ES modules, Tasks and
-        Sequences (each after those it holds), Paths, EndPaths, the schedule."""
+        options, ... first), VPSets, SubProcesses, modules by kind (SwitchProducers after
+        EDProducers), Services, ProcessAccelerators, ES modules, Tasks and Sequences (each
+        after those it holds), Paths, EndPaths, the schedule. SwitchProducers and
+        ProcessAccelerators are written with their class names, imported in the header from
+        the module that defines them (as CMSSW's special imports)."""
         out = [f'process = cms.Process("{self._name}")']
         if self._source is not None:
             out.append(f"process.source = {self._source.dumpPython_()}")
+        if self.__dict__["_looper"] is not None:
+            out.append(f"process.looper = {self.__dict__['_looper'].dumpPython_()}")
         for special in _SPECIAL:
             out.append(f"process.{special} = {self.__dict__['_' + special].dumpPython_()}")
         emitted: set[int] = set()
@@ -728,8 +860,14 @@ class Process:
         kinds = (
             PSet,
             VPSet,
-            *_ED_KINDS,
+            SubProcess,
+            EDProducer,
+            SwitchProducer,
+            EDFilter,
+            EDAnalyzer,
+            OutputModule,
             Service,
+            ProcessAccelerator,
             ESProducer,
             ESSource,
             ESPrefer,
@@ -740,17 +878,92 @@ class Process:
             EDAlias,
         )
         for kind in kinds:
+            if kind is SubProcess:
+                out += [sub.dumpPython_() for sub in self.__dict__["_subprocesses"]]
             for label, obj in self._objects.items():
-                if type(obj) is kind or (kind is PSet and isinstance(obj, PSet)):
+                if isinstance(obj, kind) and not (kind is EDProducer and isinstance(obj, SwitchProducer)):
                     emit(label, obj)
         if self._schedule is not None:
             out.append(f"process.schedule = {self._schedule.dumpPython_()}")
-        return "import FWCore.ParameterSet.Config as cms\n\n" + "\n\n".join(out) + "\n"
+        imports = sorted(
+            {
+                f"from {type(obj).__module__} import {type(obj).__name__}"
+                for obj in self._objects.values()
+                if isinstance(obj, (SwitchProducer, ProcessAccelerator))
+                and type(obj).__module__ not in ("__config__", "__main__")
+            }
+        )
+        header = "\n".join(["import FWCore.ParameterSet.Config as cms", *imports])
+        return header + "\n\n" + "\n\n".join(out) + "\n"
 
     dumpPython_ = dumpPython  # pysonic's spelling (methods end in "_")
 
     def __repr__(self) -> str:
         return f"<cms.Process {self._name!r}: {len(self.modules_())} modules, {len(self._by_type(Path))} paths>"
+
+
+def _secondary_source(obj: Any, where: str = "") -> str | None:
+    """The parameter path at which ``obj`` (a module, PSet or VPSet) holds a cms.SecSource
+    (``""``: it is one), or None."""
+    if isinstance(obj, SecSource):
+        return where
+    if isinstance(obj, VPSet):
+        items = [(f"{where}[{i}]", value) for i, value in enumerate(obj)]
+    elif isinstance(obj, ParameterHolder):
+        items = [(f"{where}.{name}" if where else name, value) for name, value in obj.parameters_().items()]
+    else:
+        return None
+    return next((found for path, value in items if (found := _secondary_source(value, path)) is not None), None)
+
+
+class SubProcess:
+    """``process.addSubProcess(cms.SubProcess(child, SelectEvents=..., outputCommands=...))``:
+    CMSSW's second process run on the first one's events in one job. It loads and dumps; a job
+    with one is not run here (NotSupportedError when the job is built).
+
+    Raises:
+        ~framework.config._types.ConfigValueError: arguments of the wrong types (CMSSW's checks).
+    """
+
+    _is_config_structure = True
+
+    def __init__(self, process: Process, SelectEvents: Any = None, outputCommands: Any = None) -> None:  # noqa: N803
+        SelectEvents = untracked.PSet() if SelectEvents is None else SelectEvents  # noqa: N806
+        outputCommands = untracked.vstring() if outputCommands is None else outputCommands  # noqa: N806
+        if not isinstance(process, Process):
+            raise ConfigValueError(
+                f"cms.SubProcess: the 'process' argument must be a cms.Process, got {_what(process)}"
+            )
+        if not isinstance(SelectEvents, PSet):
+            raise ConfigValueError("cms.SubProcess: 'SelectEvents' must be a cms.untracked.PSet")
+        if not isinstance(outputCommands, vstring):
+            raise ConfigValueError("cms.SubProcess: 'outputCommands' must be a cms.untracked.vstring")
+        self._process, self._select, self._commands = process, SelectEvents, outputCommands
+
+    def getProcessName(self) -> str:  # noqa: N802 - CMSSW spelling
+        return self._process.name_()
+
+    def process(self) -> Process:
+        return self._process
+
+    def SelectEvents(self) -> PSet:  # noqa: N802 - CMSSW spelling
+        return self._select
+
+    def outputCommands(self) -> vstring:  # noqa: N802 - CMSSW spelling
+        return self._commands
+
+    def type_(self) -> str:
+        return "subProcess"
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        # CMSSW's layout: the child process's dump between two swaps of the name "process".
+        parent = f"parentProcess{abs(hash(self))}"
+        child = self._process.dumpPython().split("\n\n", 1)[1]  # without the import line
+        return (
+            f"{parent} = process\n{child}childProcess = process\nprocess = {parent}\n"
+            f"process.addSubProcess(cms.SubProcess(process = childProcess, SelectEvents = "
+            f"{self._select.dumpPython_()}, outputCommands = {self._commands.dumpPython_()}))"
+        )
 
 
 def _dependencies(obj: Any) -> list[Any]:

@@ -23,11 +23,14 @@ from ._ranges import (
     VLuminosityBlockRange,
 )
 from ._types import (
+    ConfigAttributeError,
+    ConfigFormatError,
     ConfigTypeError,
     ConfigValueError,
     ESInputTag,
     FileInPath,
     InputTag,
+    VESInputTag,
     VInputTag,
     _bool,
     _dump_any,
@@ -53,7 +56,17 @@ from ._types import (
     vuint64,
 )
 
-__all__ = ["PSet", "ParameterHolder", "ProxyParameter", "UntrackedType", "VPSet", "optional", "required", "untracked"]
+__all__ = [
+    "PSet",
+    "ParameterHolder",
+    "ProxyParameter",
+    "SecSource",
+    "UntrackedType",
+    "VPSet",
+    "optional",
+    "required",
+    "untracked",
+]
 
 _MISSING = object()
 
@@ -76,10 +89,19 @@ class ParameterHolder:
                     f"got {describe_value(pset)}"
                 )
             for name, value in pset.parameters_().items():
-                self._set_parameter(name, copy.deepcopy(value))
+                self._set_new_parameter(name, copy.deepcopy(value))
         # CMSSW adds keyword parameters in sorted order (its dumps and parameterNames_ show it).
         for name in sorted(params):
-            self._set_parameter(name, params[name])
+            self._set_new_parameter(name, params[name])
+
+    def _set_new_parameter(self, name: str, value: Any) -> None:
+        # CMSSW: a name given twice to a constructor (two PSets, or a PSet and a keyword) is
+        # an error, never "the last one wins".
+        if name in self._parameters:
+            raise ConfigValueError(
+                f"{self._what_()}: parameter '{name}' given twice (by two PSets, or by a PSet and a keyword)"
+            )
+        self._set_parameter(name, value)
 
     def _what_(self) -> str:
         return type(self).__name__
@@ -246,6 +268,11 @@ class ParameterHolder:
         return ",\n".join(f"{pad}{n} = {_dump_any(v, indent + 4)}" for n, v in items)
 
 
+def _check_clone_overrides(holder: ParameterHolder, overrides: Mapping[str, Any]) -> None:
+    if "allowAnyLabel_" in overrides:
+        raise ConfigAttributeError(f"{holder._what_()}: clone() may not change allowAnyLabel_ (CMSSW)")
+
+
 class PSet(ParameterHolder, _ParameterTypeBase):
     """A set of named parameters: ``cms.PSet(a=cms.int32(1), b=cms.PSet(...))``.
 
@@ -268,6 +295,12 @@ class PSet(ParameterHolder, _ParameterTypeBase):
         self._apply_overrides(dict(values))
 
     def clone(self, **overrides: Any) -> PSet:
+        """A deep copy with ``overrides`` applied (``allowAnyLabel_`` kept).
+
+        Raises:
+            ~framework.config._types.ConfigAttributeError: ``allowAnyLabel_`` among the overrides (CMSSW).
+        """
+        _check_clone_overrides(self, overrides)
         new = copy.deepcopy(self)
         new._apply_overrides(overrides)
         return new
@@ -291,6 +324,32 @@ class VPSet(_Vector):
         return value
 
     _per_line = 1  # CMSSW: one PSet per line
+
+
+class SecSource(PSet):
+    """``cms.SecSource("EmbeddedRootSource", fileNames=...)``: CMSSW's secondary input of mixing
+    modules (pile-up). It loads, dumps and is attached like a PSet; a job holding one is not
+    run here (NotSupportedError when the job is built)."""
+
+    _type_name = "SecSource"
+
+    def __init__(self, type_name: str, *psets: PSet, **params: Any) -> None:
+        if not isinstance(type_name, str) or not type_name:
+            raise ConfigTypeError(f"cms.SecSource needs a source type name as first argument, got {type_name!r}")
+        object.__setattr__(self, "_type", type_name)
+        super().__init__(*psets, **params)
+
+    def type_(self) -> str:
+        """The secondary source's type name (``"EmbeddedRootSource"``)."""
+        return str(self.__dict__["_type"])
+
+    def configTypeName(self) -> str:  # noqa: N802 - CMSSW spelling
+        return "secsource"
+
+    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
+        if not self._parameters:
+            return f'cms.SecSource("{self.type_()}")'
+        return f'cms.SecSource("{self.type_()}",\n{self._dump_parameters(indent)}\n{" " * indent})'
 
 
 # ---------------------------------------------------------------- untracked
@@ -330,6 +389,7 @@ class _Untracked:
     vdouble = UntrackedType(vdouble)
     vstring = UntrackedType(vstring)
     VInputTag = UntrackedType(VInputTag)
+    VESInputTag = UntrackedType(VESInputTag)
     vbool = UntrackedType(vbool)
     ESInputTag = UntrackedType(ESInputTag)
     EventID = UntrackedType(EventID)
@@ -380,6 +440,7 @@ PARAMETER_TYPES: dict[str, type[_ParameterTypeBase]] = {
         vbool,
         VInputTag,
         ESInputTag,
+        VESInputTag,
         EventID,
         LuminosityBlockID,
         EventRange,
@@ -408,10 +469,11 @@ class ProxyParameter(_ParameterTypeBase):
 
     _type_name, _family = "proxy", "proxy"
 
-    def __init__(self, types: tuple[Any, ...], required: bool, tracked: bool) -> None:
+    def __init__(self, types: tuple[Any, ...], required: bool, tracked: bool, allowed: bool = False) -> None:
         super().__init__()
         self._types, self._required = types, required
         self._tracked = tracked
+        self._allowed = allowed  # made by allowed(...): CMSSW's conversion rules (see make)
         self._value: _ParameterTypeBase | None = None
 
     def isRequired_(self) -> bool:  # noqa: N802
@@ -442,20 +504,20 @@ class ProxyParameter(_ParameterTypeBase):
             if not isinstance(value, classes):
                 raise ConfigTypeError(f"expected {self._names()}, got {describe_value(value)}")
             param = value
+        elif not self._allowed:
+            try:
+                t = self._types[0]
+                param = t(value) if not (isinstance(value, (list, tuple)) and issubclass(t, _Vector)) else t(*value)
+            except (ConfigurationError, TypeError, ValueError):
+                raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}") from None
         else:
-            for t in self._types:
-                try:
-                    if isinstance(t, PSetTemplate):
-                        param = t(value)
-                    elif isinstance(value, (list, tuple)) and issubclass(t, _Vector):
-                        param = t(*value)
-                    else:
-                        param = t(value)
-                    break
-                except (ConfigurationError, TypeError, ValueError):
-                    continue
-            if param is None:
-                raise ConfigValueError(f"expected {self._names()}, got {describe_value(value)}")
+            # CMSSW's allowed(): a plain value takes the one type that accepts it (PSets take
+            # only PSets); none, or several (42 fits int32 and uint32), is an error.
+            fits = [p for p in map(lambda t: _plain_as(t, value), self._types) if p is not None]
+            if len(fits) != 1:
+                why = "ambiguous: it fits " + " and ".join(f.configTypeName() for f in fits) if fits else "none fits"
+                raise ConfigFormatError(f"expected {self._names()}, got {describe_value(value)} ({why})")
+            param = fits[0]
         param.setIsTracked(self._tracked)
         return param
 
@@ -529,9 +591,17 @@ class _ProxyFactory:
             raise AttributeError(f"cms.{self._what()}: no parameter type '{name}' ({closest(name, PARAMETER_TYPES)})")
         return ProxyParameter((cls,), self._required, self._tracked)
 
-    def allowed(self, *types: Any) -> ProxyParameter:
-        """A placeholder that takes a value of any of ``types`` (CMSSW's ``allowed``)."""
-        return ProxyParameter(_type_classes(types), self._required, self._tracked)
+    def allowed(self, *types: Any, default: _ParameterTypeBase | None = None) -> ProxyParameter:
+        """A placeholder that takes a value of one of ``types`` (CMSSW's ``allowed``); with
+        ``default`` (a value of one of them) it holds that value until another is set.
+
+        Raises:
+            ~framework.config._types.ConfigTypeError: ``default`` of none of the types.
+        """
+        proxy = ProxyParameter(_type_classes(types), self._required, self._tracked, allowed=True)
+        if default is not None:
+            proxy.setValue(default)
+        return proxy
 
     def PSetTemplate(self, **params: Any) -> ProxyParameter:  # noqa: N802 - CMSSW spelling
         """A placeholder for a PSet of this shape (CMSSW's ``required.PSetTemplate(...)``)."""
@@ -542,6 +612,20 @@ class _ProxyFactory:
 
     def __repr__(self) -> str:
         return "cms." + self._what()
+
+
+def _plain_as(t: Any, value: Any) -> _ParameterTypeBase | None:
+    """``value`` (plain) as a ``t``, or None if ``t`` does not take it (PSets take no plain value,
+    vectors only lists and tuples)."""
+    if isinstance(t, PSetTemplate) or issubclass(t, PSet):
+        return None
+    if issubclass(t, _Vector) != isinstance(value, (list, tuple)):
+        return None
+    try:
+        param: _ParameterTypeBase = t(*value) if isinstance(value, (list, tuple)) else t(value)
+    except (ConfigurationError, TypeError, ValueError):
+        return None
+    return param
 
 
 def _type_classes(types: tuple[Any, ...]) -> tuple[type[_ParameterTypeBase], ...]:
@@ -564,7 +648,7 @@ def allowed(*types: Any, default: _ParameterTypeBase | None = None) -> _Paramete
     a required placeholder taking any of ``types``."""
     classes = _type_classes(types)
     if default is None:
-        return ProxyParameter(classes, True, True)
+        return ProxyParameter(classes, True, True, allowed=True)
     if not isinstance(default, classes):
         raise ConfigTypeError(f"cms.allowed(): default {describe_value(default)} is none of the allowed types")
     return default

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from framework.utilities import ConfigurationError
 
-from ._types import _Invalid, _ParameterTypeBase, _Vector, describe_value
+from ._types import ConfigRuntimeError, _Invalid, _ParameterTypeBase, _Vector, describe_value
 
 __all__ = [
     "EventID",
@@ -105,6 +105,16 @@ class LuminosityBlockID(_Id):
 
 
 class _Range(_ParameterTypeBase):
+    """A range ``start-end`` of ids (CMSSW's ``EventRange``, ``LuminosityBlockRange``).
+
+    In a string, the last number of each end may be ``MIN`` or ``MAX`` (any case): as in
+    CMSSW, ``MIN`` (and a start of ``0``) is 1, ``MAX`` is 0, which means "no limit" at the
+    end. Spaces are ignored; one id (``"5:3"``) is the range from it to itself.
+
+    Raises:
+        ConfigRuntimeError: the end comes before the start (CMSSW's RuntimeError "out of order").
+    """
+
     _id: type[_Id]
 
     def __init__(self, *values: Any) -> None:
@@ -112,6 +122,7 @@ class _Range(_ParameterTypeBase):
         self._start: tuple[int, ...]
         self._end: tuple[int, ...]
         self._start, self._end = self._check(values)
+        self._check_order()
 
     @classmethod
     def _convert(cls, value: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -121,18 +132,50 @@ class _Range(_ParameterTypeBase):
         if isinstance(value, tuple) and len(value) == 1:
             value = value[0]
         if isinstance(value, str):
-            start, sep, end = value.partition("-")
-            first = _numbers(start, n, cls._type_name)
-            return first, (_numbers(end, n, cls._type_name) if sep else first)
+            return cls._parse(value)
+        if isinstance(value, tuple) and len(value) == 4 and n == 3:  # run, event, run, event
+            value = (value[0], 0, value[1], value[2], 0, value[3])
         if isinstance(value, tuple) and len(value) == 2 * n:
             return cls._id._convert(value[:n]), cls._id._convert(value[n:])
         raise _Invalid(f"expected 'start-end' or {2 * n} numbers, got {describe_value(value)}")
+
+    @classmethod
+    def _parse(cls, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        n = len(cls._id._fields)
+        start, sep, end = text.replace(" ", "").partition("-")
+        ends = [start.split(":"), (end if sep else start).split(":")]
+        short = 2 if n == 3 else n  # an EventRange may leave out the lumi: run:event
+        if len(ends[0]) != len(ends[1]) or len(ends[0]) not in (n, short):
+            counts = f"{n} (or {short})" if short != n else f"{n}"
+            raise _Invalid(f"{cls._type_name} '{text}' needs {counts} ':'-separated numbers at each end")
+        numbers = []
+        for i, parts in enumerate(ends):
+            last = parts[-1].upper()
+            # CMSSW's markers: MIN (and a start of 0) is 1, MAX is 0 ("no limit").
+            parts[-1] = {"MIN": "1", "MAX": "0"}.get(last, "1" if i == 0 and last == "0" else last)
+            if len(parts) < n:  # run:event, lumi 0
+                parts = [parts[0], "0", parts[1]]
+            try:
+                numbers.append(tuple(int(p) for p in parts))
+            except ValueError:
+                raise _Invalid(f"{cls._type_name} '{text}' is not made of numbers (or MIN/MAX)") from None
+            if any(v < 0 for v in numbers[-1]):
+                raise _Invalid(f"{cls._type_name} '{text}' has a negative number")
+        return numbers[0], numbers[1]
+
+    def _check_order(self) -> None:
+        # CMSSW: the runs (and lumis of an EventRange) must not go backwards; the last number
+        # too, within one run (and lumi), unless it is 0 (no limit).
+        start, end = self._start, self._end
+        if end[:-1] < start[:-1] or (end[:-1] == start[:-1] and end[-1] != 0 and end[-1] < start[-1]):
+            raise ConfigRuntimeError(f"cms.{self._type_name} {self.value()} out of order")
 
     def value(self) -> str:
         return ":".join(map(str, self._start)) + "-" + ":".join(map(str, self._end))
 
     def setValue(self, value: Any) -> None:  # noqa: N802
         self._start, self._end = self._check(value)
+        self._check_order()
 
     def start(self) -> str:
         return ":".join(map(str, self._start))
@@ -141,7 +184,8 @@ class _Range(_ParameterTypeBase):
         return ":".join(map(str, self._end))
 
     def _dump_args(self, indent: int) -> str:
-        return f"'{self.value()}'"
+        # CMSSW writes the numbers: cms.EventRange(1, 0, 1, 3, 0, 0)
+        return ", ".join(map(str, (*self._start, *self._end)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, type(self)) and (other._start, other._end) == (self._start, self._end)
@@ -150,13 +194,14 @@ class _Range(_ParameterTypeBase):
 
 
 class EventRange(_Range):
-    """``cms.EventRange("1:1:1-1:1:10")``, or ``cms.EventRange(1, 1, 1, 1, 1, 10)``."""
+    """``cms.EventRange("1:1:1-1:1:10")``, ``cms.EventRange("5:MIN-7:MAX")`` (run:event, lumi 0),
+    ``cms.EventRange(1, 1, 1, 1, 1, 10)`` or ``cms.EventRange(1, 1, 1, 10)`` (run, event, run, event)."""
 
     _type_name, _family, _id = "EventRange", "EventRange", EventID
 
 
 class LuminosityBlockRange(_Range):
-    """``cms.LuminosityBlockRange("1:1-1:5")``, or ``cms.LuminosityBlockRange(1, 1, 1, 5)``."""
+    """``cms.LuminosityBlockRange("1:1-1:5")``, ``"1:MIN-3:MAX"``, or ``cms.LuminosityBlockRange(1, 1, 1, 5)``."""
 
     _type_name, _family, _id = "LuminosityBlockRange", "LuminosityBlockRange", LuminosityBlockID
 

@@ -61,6 +61,19 @@ class Labelable:
     def hasLabel_(self) -> bool:  # noqa: N802 - CMSSW spelling
         return self._label is not None
 
+    def setLabel(self, label: str | None) -> None:  # noqa: N802 - CMSSW spelling
+        """Set the label (the process does, when attaching); None unsets it.
+
+        Raises:
+            ~framework.config._types.ConfigValueError: a label set already changed to another
+                without being unset first (CMSSW: clone instead).
+        """
+        if self._label is not None and label is not None and label != self._label:
+            raise ConfigValueError(
+                f"{self._what_()}: cannot change its label to '{label}' (clone it, or setLabel(None) first)"
+            )
+        self._label = label
+
     @property
     def _inProcess(self) -> bool:  # noqa: N802 - CMSSW's name
         return self._label is not None
@@ -237,7 +250,7 @@ class _ModuleSequence(_Closed, Labelable):
 
     def _add(self, item: Any) -> None:
         if isinstance(item, Task):
-            self._tasks.append(item)
+            self.associate(item)
         elif isinstance(item, SequenceExpr):
             self._items.extend(item.items)
         elif isinstance(item, Sequenceable):
@@ -288,43 +301,43 @@ class _ModuleSequence(_Closed, Labelable):
         return changed
 
     def replace(self, original: Any, replacement: Any) -> bool:
-        """Replace every ``original`` (module, ``~filter``, Sequence or Task) by ``replacement``,
-        in nested Sequences and Tasks too. Returns whether anything was replaced.
+        """Replace every ``original`` (module, ``~m``, ``cms.ignore(m)``, Sequence, Task or
+        placeholder) by ``replacement``, in nested Sequences and Tasks too (CMSSW's ``replace``).
+
+        As in CMSSW, ``~m`` matches only the negated occurrences of ``m`` (and ``cms.ignore(m)``
+        only the ignored ones), while ``m`` also replaces the operand of ``~m``; nested
+        Sequences and Tasks are never edited in place: a nested Sequence that changes is
+        replaced here by its items (its Tasks join this one's), a Task by an unlabelled copy.
+        Returns whether anything was replaced.
 
         Raises:
             ~framework.config._types.ConfigTypeError: a Task replaced by a non-Task or the reverse.
         """
         if isinstance(original, Task) != isinstance(replacement, Task):
-            raise ConfigTypeError(f"replace(): cannot replace {_what(original)} by {_what(replacement)}")
-        if isinstance(original, (Inverted, _Decorated)):
-            return self._replace_object(original.module, replacement)
-        return self._replace_object(original, replacement)
+            raise ConfigTypeError(
+                f"replace(): both arguments must be Tasks or neither: {_what(original)}, {_what(replacement)}"
+            )
+        return self._edit(lambda item: replacement if _same(item, original) else item)
 
     def remove(self, something: Any) -> bool:
-        """Remove the first occurrence of ``something`` (module, ``~filter``, Sequence, Task),
-        searched depth-first; a nested Sequence that holds it is replaced here by an unlabelled
-        copy without it (the nested Sequence itself is not changed). Returns whether found."""
-        for i, item in enumerate(self._items):
-            if _same(item, something) or (
-                not isinstance(something, (Inverted, _Decorated)) and _target(item) is something
-            ):
-                del self._items[i]
-                return True
-            if isinstance(item, _ModuleSequence):
-                copied = item.copy()
-                if copied.remove(something):
-                    self._items[i] = copied
-                    return True
-        for i, task in enumerate(self._tasks):
-            if task is something:
-                del self._tasks[i]
-                return True
-        for i, task in enumerate(self._tasks):
-            copied_task = task.copy()
-            if copied_task.remove(something):
-                self._tasks[i] = copied_task
-                return True
-        return False
+        """Remove the first occurrence of ``something`` (module, ``~m``, Sequence, Task),
+        searched depth first; nested Sequences and Tasks change as for :meth:`replace`, ``~m``
+        and ``cms.ignore(m)`` go with their ``m``. Returns whether it was found."""
+        found: list[bool] = []
+
+        def first(item: Any) -> Any:
+            if not found and (_same(item, something)):
+                found.append(True)
+                return None
+            return item
+
+        return self._edit(first)
+
+    def _edit(self, operation: Any) -> bool:
+        items, tasks, changed = _mutated_sequence(self, operation)
+        if changed:
+            self._items, self._tasks = items, _unique(tasks)
+        return changed
 
     def insert(self, index: int, item: Any) -> None:
         """Insert a module, ``~filter`` or Sequence at ``index`` of the top level."""
@@ -352,25 +365,14 @@ class _ModuleSequence(_Closed, Labelable):
         return new
 
     def copyAndExclude(self, exclude: Iterable[Any]) -> Any:  # noqa: N802 - CMSSW spelling
-        """A copy without the modules, Sequences or Tasks in ``exclude`` (searched in nested
-        Sequences and Tasks, which are copied where they change)."""
+        """A copy without the modules, ``~m``, ``cms.ignore(m)``, Sequences, Tasks or placeholders
+        in ``exclude`` (found everywhere, as :meth:`replace` finds them: excluding ``m`` drops
+        ``~m`` too, excluding ``~m`` only the negated ones). Nothing held is changed: Sequences
+        and Tasks that lose something are replaced in the copy (see :meth:`replace`)."""
         excluded = list(exclude)
+        items, tasks, _ = _mutated_sequence(self, lambda item: None if any(_same(item, e) for e in excluded) else item)
         new = self.copy()
-        new._items = []
-        for item in self._items:
-            target = _target(item)
-            if any(target is e or item is e for e in excluded):
-                continue
-            if isinstance(item, _ModuleSequence):
-                inner = item.copyAndExclude(excluded)
-                item = inner if inner._items != item._items or inner._tasks != item._tasks else item
-            new._items.append(item)
-        new._tasks = []
-        for task in self._tasks:
-            if any(task is e for e in excluded):
-                continue
-            inner_task = task.copyAndExclude(excluded)
-            new._tasks.append(inner_task if inner_task._items != task._items else task)
+        new._items, new._tasks = items, _unique(tasks)
         return new
 
     def expandAndClone(self) -> Any:  # noqa: N802 - CMSSW spelling
@@ -440,11 +442,15 @@ class _ModuleSequence(_Closed, Labelable):
         return self._expanded()
 
     def associate(self, *tasks: Task) -> None:
-        """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor."""
+        """Associate Tasks (CMSSW's ``associate``); same as passing them to the constructor.
+        A Task associated twice is kept once (CMSSW's ordered set)."""
         for task in tasks:
             if not isinstance(task, Task):
                 raise ConfigTypeError(f"{self._what_()}.associate() takes Tasks, got {_what(task)}")
-            self._tasks.append(task)
+            if self._kind == "FinalPath":
+                raise ConfigTypeError(f"cms.FinalPath holds OutputModules only, not {_what(task)} (CMSSW)")
+            if all(t is not task for t in self._tasks):
+                self._tasks.append(task)
 
     def _entries_(self, stack: tuple[int, ...] = ()) -> Iterator[tuple[Any, bool | None]]:
         """(module object, inverted) in execution order, Sequences flattened; inverted is
@@ -480,9 +486,9 @@ class _ModuleSequence(_Closed, Labelable):
                 item.resolve(objects, keepUnresolvedSequencePlaceholders)
             items.append(item)
         self._items = items
-        self._tasks = [t.resolve_placeholder(objects) if isinstance(t, TaskPlaceholder) else t for t in self._tasks]
+        self._tasks = [_resolved_task(t, objects, keepUnresolvedSequencePlaceholders) for t in self._tasks]
         for task in self._tasks:
-            task.resolve(objects)
+            task.resolve(objects, keepUnresolvedSequencePlaceholders)
 
     def _all_tasks_(self, stack: tuple[int, ...] = ()) -> Iterator[Task]:
         """Associated Tasks, including those of nested Sequences (not nested Tasks)."""
@@ -540,9 +546,7 @@ class _ModuleSequence(_Closed, Labelable):
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         refs, tasks = self._flat_refs(indent)
         args = ["+".join(refs)] if refs else []
-        # Associated Tasks once each, sorted as CMSSW writes them.
-        unique: dict[int, Task] = {id(t): t for t in tasks}
-        args += sorted(t._ref_(indent) for t in unique.values())
+        args += sorted({t._ref_(indent) for t in tasks})  # associated Tasks once each as written, sorted (CMSSW)
         return f"cms.{self._kind}({', '.join(args)})"
 
     def dumpSequencePython(self) -> str:  # noqa: N802 - CMSSW spelling
@@ -579,7 +583,11 @@ class FinalPath(EndPath):
 
 
 class Task(_Closed, Labelable):
-    """An unordered set of EDProducers/EDFilters run on demand: ``cms.Task(process.a, other_task)``."""
+    """An unordered set of EDProducers/EDFilters run on demand: ``cms.Task(process.a, other_task)``.
+
+    It may hold ES modules, Services, other Tasks and TaskPlaceholders too; an object added
+    twice is held once; iterating gives the items in the order added (nested Tasks as they are).
+    """
 
     _kind = "Task"
 
@@ -588,21 +596,33 @@ class Task(_Closed, Labelable):
         self.add(*items)
 
     def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
-        """Put in the Tasks that TaskPlaceholders stand for, nested ones too."""
-        self._items = [i.resolve_placeholder(objects) if isinstance(i, TaskPlaceholder) else i for i in self._items]
+        """Put in what TaskPlaceholders stand for (a Task or a module: CMSSW), nested ones too;
+        with ``keepUnresolvedSequencePlaceholders``, those naming nothing stay."""
+        keep = keepUnresolvedSequencePlaceholders
+        resolved = [i.resolve_placeholder(objects, keep) if isinstance(i, TaskPlaceholder) else i for i in self._items]
+        self._items = []
+        self.add(*resolved)
         for item in self._items:
             if isinstance(item, Task) and item is not self:
-                item.resolve(objects)
+                item.resolve(objects, keep)
 
     def add(self, *items: Any) -> None:
-        """Add modules or Tasks (CMSSW's ``Task.add``)."""
+        """Add modules, ES modules, Services or Tasks (CMSSW's ``Task.add``); one already held is not added again.
+
+        Raises:
+            ~framework.config._types.ConfigRuntimeError: anything else (an EDAnalyzer, ...).
+        """
         for item in items:
-            if not isinstance(item, Task) and getattr(item, "_kind", None) not in _TASK_KINDS:
+            if not _task_component(item):
                 raise ConfigRuntimeError(
-                    f"cms.Task cannot hold {_what(item)}: a Task holds EDProducers, EDFilters, ES modules, "
+                    f"cms.{self._kind} cannot hold {_what(item)}: a Task holds EDProducers, EDFilters, ES modules, "
                     "Services and Tasks"
                 )
-            self._items.append(item)
+            if all(x is not item for x in self._items):
+                self._items.append(item)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._items))
 
     def _replace_object(self, old: Any, new: Any) -> bool:
         changed = False
@@ -610,7 +630,7 @@ class Task(_Closed, Labelable):
         for item in self._items:
             if item is old:
                 changed = True
-                if new is not None and (isinstance(new, Task) or getattr(new, "_kind", None) in _TASK_KINDS):
+                if new is not None and _task_component(new):
                     items.append(new)
             else:
                 if isinstance(item, Task) and item is not self:
@@ -620,41 +640,83 @@ class Task(_Closed, Labelable):
         return changed
 
     def replace(self, original: Any, replacement: Any) -> bool:
-        """Replace ``original`` (a module or Task) by ``replacement``, nested Tasks included."""
-        return self._replace_object(original, replacement)
+        """Replace ``original`` (a module, Service, ES module or Task) by ``replacement``,
+        nested Tasks included; a nested Task that changes is replaced here by an unlabelled
+        copy (CMSSW: never edited in place). Returns whether anything was replaced.
+
+        Raises:
+            ~framework.config._types.ConfigTypeError: either argument cannot be on a Task.
+        """
+        if not _task_component(original) or (replacement is not None and not _task_component(replacement)):
+            raise ConfigTypeError(
+                f"Task.replace() works with what can be on a Task, got {_what(original)} and {_what(replacement)}"
+            )
+        return self._edit(lambda item: replacement if item is original else item)
 
     def remove(self, something: Any) -> bool:
-        """Remove the first ``something``; a nested Task holding it is replaced by a copy without it."""
-        for i, item in enumerate(self._items):
-            if item is something:
-                del self._items[i]
-                return True
-            if isinstance(item, Task):
-                copied = item.copy()
-                if copied.remove(something):
-                    self._items[i] = copied
-                    return True
-        return False
+        """Remove the first ``something`` (searched depth first); a nested Task that loses it
+        is replaced by an unlabelled copy, or dropped if it becomes empty. Returns whether found.
+
+        Raises:
+            ~framework.config._types.ConfigTypeError: ``something`` cannot be on a Task.
+        """
+        if not _task_component(something):
+            raise ConfigTypeError(f"Task.remove() works with what can be on a Task, got {_what(something)}")
+        found: list[bool] = []
+
+        def first(item: Any) -> Any:
+            if not found and item is something:
+                found.append(True)
+                return None
+            return item
+
+        return self._edit(first)
+
+    def _edit(self, operation: Any) -> bool:
+        items, changed = _mutated_task_items(self._items, operation)
+        if changed:
+            self._items = []
+            self.add(*items)
+        return changed
+
+    def _blank(self) -> Task:
+        return type(self)()
 
     def copy(self) -> Task:
-        new = Task()
+        """A new unlabelled Task of the same kind holding the same items (not copies of them)."""
+        new = self._blank()
         new._items = list(self._items)
         return new
 
     def copyAndExclude(self, exclude: Iterable[Any]) -> Task:  # noqa: N802 - CMSSW spelling
+        """A copy without the items in ``exclude`` (nested Tasks copied where they change).
+
+        Raises:
+            ~framework.config._types.ConfigTypeError: something in ``exclude`` cannot be on a Task.
+        """
         excluded = list(exclude)
-        new = Task()
-        for item in self._items:
-            if any(item is e for e in excluded):
-                continue
-            if isinstance(item, Task):
-                inner = item.copyAndExclude(excluded)
-                item = inner if inner._items != item._items else item
-            new._items.append(item)
+        for item in excluded:
+            if not _task_component(item):
+                raise ConfigTypeError(f"Task.copyAndExclude() excludes what can be on a Task, got {_what(item)}")
+        items, _ = _mutated_task_items(self._items, lambda item: None if any(item is e for e in excluded) else item)
+        new = self._blank()
+        new.add(*items)
         return new
 
     def moduleNames(self) -> set[str]:  # noqa: N802 - CMSSW spelling
-        return {m.label_() for m in self._modules_() if m.hasLabel_()}
+        """Labels of everything held, nested Tasks included: modules, ES modules and Services
+        (a Service's label is its type), as CMSSW's."""
+        return {leaf.label_() for leaf in self._leaves_() if leaf.hasLabel_()}
+
+    def _leaves_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
+        """Every module, ES module and Service held, nested Tasks included (not placeholders)."""
+        if id(self) in stack:
+            raise ConfigurationError(f"{self._what_()} contains itself")
+        for item in self._items:
+            if isinstance(item, Task):
+                yield from item._leaves_(stack + (id(self),))
+            else:
+                yield item
 
     def contains(self, item: Any) -> bool:
         return any(x is item or (isinstance(x, Task) and x.contains(item)) for x in self._items)
@@ -699,8 +761,16 @@ class Task(_Closed, Labelable):
         return out
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        # CMSSW prints a Task's content sorted (a Task is a set).
-        return f"cms.Task({', '.join(sorted(item._ref_(indent) for item in self._items))})"
+        # CMSSW prints a Task's content sorted and once each (a Task is a set), an unlabelled
+        # nested Task as its content.
+        return f"cms.{self._kind}({', '.join(sorted(self._refs_(indent)))})"
+
+    def _refs_(self, indent: int) -> set[str]:
+        refs: set[str] = set()
+        for item in self._items:
+            nested = isinstance(item, Task) and not isinstance(item, TaskPlaceholder) and item._label is None
+            refs |= item._refs_(indent) if nested else {item._ref_(indent)}
+        return refs
 
 
 class ConditionalTask(Task):
@@ -709,12 +779,10 @@ class ConditionalTask(Task):
 
     _kind = "ConditionalTask"
 
-    def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        return "cms.ConditionalTask(" + ", ".join(sorted(item._ref_(indent) for item in self._items)) + ")"
-
 
 class TaskPlaceholder(Task):
-    """``cms.TaskPlaceholder("name")``: stands for the Task the process holds under ``name``."""
+    """``cms.TaskPlaceholder("name")``: stands for the Task, or the module (CMSSW), that the
+    process holds under ``name`` once the config is complete; ``process.resolve()`` puts it in."""
 
     _kind = "TaskPlaceholder"
 
@@ -722,17 +790,128 @@ class TaskPlaceholder(Task):
         super().__init__()
         self._name = name
 
-    def resolve_placeholder(self, objects: dict[str, Any]) -> Task:
+    def _blank(self) -> Task:
+        return type(self)(self._name)
+
+    def resolve_placeholder(self, objects: dict[str, Any], keep: bool = False) -> Any:
+        """The Task or module named; itself if nothing has that name and ``keep``.
+
+        Raises:
+            ~framework.config._types.ConfigRuntimeError: nothing of that name (and not ``keep``),
+                or something that cannot be on a Task.
+        """
         target = objects.get(self._name)
-        if not isinstance(target, Task):
-            raise ConfigRuntimeError(f"TaskPlaceholder '{self._name}': the process has no Task of that name")
+        if target is None and keep:
+            return self
+        if target is None or not _task_component(target) or isinstance(target, TaskPlaceholder):
+            raise ConfigRuntimeError(
+                f"{self._kind} '{self._name}': the process has no Task or module of that name that can be on a Task"
+            )
         return target
 
     def _modules_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
-        raise ConfigRuntimeError(f"unresolved TaskPlaceholder '{self._name}'")
+        raise ConfigRuntimeError(f"unresolved {self._kind} '{self._name}'")
+
+    def _leaves_(self, stack: tuple[int, ...] = ()) -> Iterator[Any]:
+        return iter(())  # nothing yet
+
+    def _str_(self) -> str:
+        return self._name
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
-        return f'cms.TaskPlaceholder("{self._name}")'
+        return f'cms.{self._kind}("{self._name}")'
+
+
+class ConditionalTaskPlaceholder(TaskPlaceholder):
+    """``cms.ConditionalTaskPlaceholder("name")``: a TaskPlaceholder for a ConditionalTask (CMSSW)."""
+
+    _kind = "ConditionalTaskPlaceholder"
+
+
+def _task_component(item: Any) -> bool:
+    """Whether ``item`` may be on a Task: a module that can run unscheduled, ES module, Service or Task."""
+    return isinstance(item, Task) or getattr(item, "_kind", None) in _TASK_KINDS
+
+
+def _resolved_task(task: Task, objects: dict[str, Any], keep: bool) -> Task:
+    """A placeholder associated with a Path or the Schedule, resolved: it must name a Task there."""
+    if not isinstance(task, TaskPlaceholder):
+        return task
+    target = task.resolve_placeholder(objects, keep)
+    if not isinstance(target, Task):
+        raise ConfigRuntimeError(f"{task._kind} '{task._name}' is associated with a Path, but names {_what(target)}")
+    return target
+
+
+def _unique(items: Iterable[Any]) -> list[Any]:
+    """The items once each (by identity), in order: CMSSW's ordered sets."""
+    out: list[Any] = []
+    for item in items:
+        if all(x is not item for x in out):
+            out.append(item)
+    return out
+
+
+# CMSSW's _MutatingSequenceVisitor, on pysonic's lists: an operation maps each item (module,
+# ~m, Sequence, Task, placeholder) to itself (unchanged), to another item, or to None
+# (removed). What a container holds is never edited in place: a nested Sequence that changes
+# is replaced by its items (its Tasks joining the top level's), a Task by a new unlabelled
+# Task of what is left, dropped when nothing is; ~m and cms.ignore(m) follow their m.
+
+
+def _mutated_sequence(seq: _ModuleSequence, operation: Any) -> tuple[list[Any], list[Task], bool]:
+    """``(items, tasks, changed)`` of ``seq`` after ``operation``."""
+    items: list[Any] = []
+    tasks: list[Task] = []
+    changed = False
+    for item in seq._items:
+        new = operation(item)
+        if new is not item:
+            changed = True
+            if new is not None:
+                items.extend(_expr_items(new) if isinstance(new, SequenceExpr) else [new])
+            continue
+        if isinstance(item, (Inverted, _Decorated)):
+            operand = operation(item.module)
+            if operand is not item.module:
+                changed = True
+                if operand is not None:
+                    items.append(type(item)(operand))
+                continue
+        elif isinstance(item, _ModuleSequence):
+            inner_items, inner_tasks, inner_changed = _mutated_sequence(item, operation)
+            if inner_changed:
+                changed = True
+                items += inner_items
+                tasks += inner_tasks
+                continue
+        items.append(item)
+    own, tasks_changed = _mutated_task_items(seq._tasks, operation)
+    return items, tasks + own, changed or tasks_changed
+
+
+def _mutated_task_items(items: list[Any], operation: Any) -> tuple[list[Any], bool]:
+    """``(items, changed)``: what a Task holds (or the Tasks of a Sequence) after ``operation``."""
+    out: list[Any] = []
+    changed = False
+    for item in items:
+        new = operation(item)
+        if new is not item:
+            changed = True
+            if new is not None:
+                out.append(new)
+            continue
+        if isinstance(item, Task) and not isinstance(item, TaskPlaceholder):
+            inner, inner_changed = _mutated_task_items(item._items, operation)
+            if inner_changed:
+                changed = True
+                if inner:
+                    replacement = type(item)()
+                    replacement.add(*inner)
+                    out.append(replacement)
+                continue
+        out.append(item)
+    return out, changed
 
 
 class Schedule(Labelable):
@@ -743,12 +922,16 @@ class Schedule(Labelable):
 
     _kind = "Schedule"
 
-    def __init__(self, *paths: Path | EndPath | Iterable[Path | EndPath], tasks: Iterable[Task] = ()) -> None:
+    def __init__(self, *paths: Path | EndPath | Iterable[Path | EndPath], tasks: Task | Iterable[Task] = ()) -> None:
         # One list or tuple argument holds the paths; append() checks each entry's type.
         entries: Iterable[Any] = paths[0] if len(paths) == 1 and isinstance(paths[0], (list, tuple)) else paths
         self._paths: list[Path | EndPath] = []
         self._tasks: list[Task] = []
         self.extend(entries)
+        if isinstance(tasks, Task):  # CMSSW takes one Task as well as a list
+            tasks = [tasks]
+        elif not isinstance(tasks, Iterable):
+            raise ConfigRuntimeError(f"cms.Schedule: tasks= takes a Task or a list of Tasks, got {_what(tasks)}")
         self.associate(*tasks)
 
     def append(self, path: Path | EndPath) -> None:
@@ -764,7 +947,23 @@ class Schedule(Labelable):
         for task in tasks:
             if not isinstance(task, Task):
                 raise ConfigTypeError(f"Schedule.associate() takes Tasks, got {_what(task)}")
-            self._tasks.append(task)
+            if all(t is not task for t in self._tasks):  # an ordered set, as in CMSSW
+                self._tasks.append(task)
+
+    def tasks(self) -> list[Task]:
+        """The associated Tasks (labelled or not), in order."""
+        return list(self._tasks)
+
+    def copy(self) -> Schedule:
+        """A new Schedule with the same Paths and Tasks (not copies of them)."""
+        return Schedule(list(self._paths), tasks=list(self._tasks))
+
+    def resolve(self, objects: dict[str, Any], keepUnresolvedSequencePlaceholders: bool = False) -> None:  # noqa: N803
+        """Put in the Tasks that TaskPlaceholders of the Schedule stand for, nested ones too."""
+        keep = keepUnresolvedSequencePlaceholders
+        self._tasks = _unique(_resolved_task(t, objects, keep) for t in self._tasks)
+        for task in self._tasks:
+            task.resolve(objects, keep)
 
     def _replace_object(self, old: Any, new: Any) -> bool:
         changed = any(p is old for p in self._paths) or any(t is old for t in self._tasks)
@@ -811,6 +1010,7 @@ class Schedule(Labelable):
 
     def dumpPython_(self, indent: int = 0) -> str:  # noqa: N802
         args = "*[ " + ", ".join(p._ref_(indent) for p in self._paths) + " ]" if self._paths else ""
-        if self._tasks:
-            args += ", tasks=[" + ", ".join(t._ref_(indent) for t in self._tasks) + "]"
+        if self._tasks:  # sorted, as CMSSW writes them
+            tasks = ", ".join(sorted({t._ref_(indent) for t in self._tasks}))
+            args += (", " if args else "") + "tasks=[" + tasks + "]"
         return f"cms.Schedule({args})"

@@ -36,6 +36,7 @@ __all__ = [
     "FileInPath",
     "ESInputTag",
     "InputTag",
+    "VESInputTag",
     "VInputTag",
     "double",
     "int32",
@@ -68,6 +69,16 @@ class ConfigValueError(ConfigurationError, ValueError):
     """A value that does not fit its type (``cms.int32("i")``): CMSSW raises ValueError here."""
 
 
+class ConfigFormatError(ConfigValueError, RuntimeError):
+    """A value of the right type in a form CMSSW refuses with RuntimeError: an InputTag of four
+    parts, an ESInputTag without ':', a value that ``allowed(...)`` cannot convert or converts
+    ambiguously. A ValueError too, as the value is what is wrong."""
+
+
+class ConfigAttributeError(ConfigurationError, AttributeError):
+    """An attribute CMSSW refuses to change with AttributeError (``clone(allowAnyLabel_=...)``)."""
+
+
 class _Invalid(ValueError):
     """A value does not fit a type. ``out_of_range`` distinguishes range from type errors.
 
@@ -75,9 +86,10 @@ class _Invalid(ValueError):
     validator into its own message that names the parameter path.
     """
 
-    def __init__(self, reason: str, *, out_of_range: bool = False) -> None:
+    def __init__(self, reason: str, *, out_of_range: bool = False, form: bool = False) -> None:
         super().__init__(reason)
         self.out_of_range = out_of_range
+        self.form = form  # a malformed value CMSSW refuses with RuntimeError (ConfigFormatError)
 
 
 def describe_value(value: Any) -> str:
@@ -163,7 +175,7 @@ class _ParameterTypeBase:
         try:
             return cls._convert(value)
         except _Invalid as e:
-            raise cls._error(f"cms.{cls._type_name}: {e}") from None
+            raise (ConfigFormatError if e.form else cls._error)(f"cms.{cls._type_name}: {e}") from None
 
     # Scalars raise ValueError for a bad value, vectors TypeError for a bad element (as CMSSW).
     _error: ClassVar[type[ConfigurationError]] = ConfigValueError
@@ -484,7 +496,7 @@ class InputTag(_ParameterTypeBase):
 
     def __init__(self, moduleLabel: Any = "", productInstanceLabel: str = "", processName: str = "") -> None:  # noqa: N803
         super().__init__()
-        self.label, self.instance, self.process = self._check((moduleLabel, productInstanceLabel, processName))
+        self.label, self.instance, self.process = self._check(_Parts((moduleLabel, productInstanceLabel, processName)))
 
     # CMSSW's read-write properties.
     @property
@@ -536,22 +548,26 @@ class InputTag(_ParameterTypeBase):
 
     @classmethod
     def _convert(cls, value: Any) -> tuple[str, str, str]:
+        # A value given: an InputTag, "label:instance:process", or (CMSSW) a tuple or list of
+        # at most 3 str, joined with ':'; the constructor's arguments come as _Parts.
         if isinstance(value, InputTag):
             return value.label, value.instance, value.process
-        if isinstance(value, str):
-            value = (value, "", "")
-        if not (isinstance(value, tuple) and len(value) == 3):
+        if isinstance(value, _Parts):
+            label, instance, process = value
+            if isinstance(label, InputTag) and not instance and not process:
+                return label.label, label.instance, label.process
+        elif isinstance(value, (str, tuple, list)):
+            label, instance, process = value, "", ""
+        else:
             raise _Invalid(f"expected a str or an InputTag, got {describe_value(value)}")
-        label, instance, process = value
-        if isinstance(label, InputTag) and not instance and not process:
-            return label.label, label.instance, label.process
+        label = _joined(label, 3, "InputTag")
         for part in (label, instance, process):
             if not isinstance(part, str):
                 raise _Invalid(f"expected a str, got {describe_value(part)}")
         if ":" in label and not instance and not process:
             parts = label.split(":")
             if len(parts) > 3:
-                raise _Invalid(f"'{label}' has more than 3 ':'-separated parts")
+                raise _Invalid(f"'{label}' has more than 3 ':'-separated parts", form=True)
             label, instance, process = (parts + ["", ""])[:3]
         for part in (label, instance, process):
             if ":" in part:
@@ -604,28 +620,49 @@ class InputTag(_ParameterTypeBase):
 
 
 class ESInputTag(_ParameterTypeBase):
-    """An EventSetup product reference ``module:data`` (CMSSW's ``ESInputTag``); configuration only here."""
+    """An EventSetup product reference ``module:data`` (CMSSW's ``ESInputTag``); configuration only here.
+
+    ``ESInputTag("module:data")``, ``ESInputTag("module", "data")``, ``ESInputTag(data="d")``; a
+    value given later may also be a tuple or list of two str (or none: ``""``).
+
+    Raises:
+        ~framework.config._types.ConfigFormatError: (CMSSW's RuntimeError) one str without ':' and no data label, more
+            than one ':', or a tuple of one or of more than two parts.
+    """
 
     _type_name, _family = "ESInputTag", "ESInputTag"
 
-    def __init__(self, module: Any = "", data: str = "") -> None:
+    def __init__(self, module: Any = "", data: str | None = None) -> None:
         super().__init__()
         self._module: str
         self._data: str
-        self._module, self._data = self._check((module, data))
+        self._module, self._data = self._check(_Parts((module, data)))
 
     @classmethod
     def _convert(cls, value: Any) -> tuple[str, str]:
         if isinstance(value, ESInputTag):
             return value._module, value._data
-        if isinstance(value, str):
-            value = (value, "")
-        module, data = value
-        if not isinstance(module, str) or not isinstance(data, str):
+        module, data = value if isinstance(value, _Parts) else (value, None)
+        if isinstance(module, ESInputTag) and data is None:
+            return module._module, module._data
+        if isinstance(module, (tuple, list)):
+            if len(module) not in (0, 2):
+                raise _Invalid(f"expected 2 parts (module, data) or none, got {len(module)}", form=True)
+            module = _joined(module, 2, "ESInputTag") if module else ":"
+        if not isinstance(module, str) or not isinstance(data, (str, type(None))):
             raise _Invalid(f"expected a str, got {describe_value(module if not isinstance(module, str) else data)}")
-        if ":" in module and not data:
-            module, data = module.split(":", 1)
-        return module, data
+        if data is not None:
+            if ":" in module:
+                raise _Invalid(f"module label '{module}' contains ':' while a data label is given too", form=True)
+            return module, data
+        if module.count(":") > 1:
+            raise _Invalid(f"'{module}' has more than one ':' (expected module:data)", form=True)
+        if module and ":" not in module:
+            raise _Invalid(
+                f"'{module}' has no ':': write 'module:data' (':data', 'module:') or give two str", form=True
+            )
+        label, _, data = module.partition(":")
+        return label, data
 
     def value(self) -> str:
         return f"{self._module}:{self._data}"
@@ -650,6 +687,21 @@ class ESInputTag(_ParameterTypeBase):
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class _Parts(tuple):  # type: ignore[type-arg]
+    """The constructor's arguments of an InputTag or ESInputTag, told apart from a tuple value."""
+
+
+def _joined(value: Any, most: int, what: str) -> Any:
+    """A tuple or list of str joined with ':' (CMSSW's tag values); anything else unchanged."""
+    if not isinstance(value, (tuple, list)):
+        return value
+    if not all(isinstance(part, str) for part in value):
+        raise _Invalid(f"expected str parts, got {describe_value(value)}")
+    if len(value) > most:
+        raise _Invalid(f"{what} may have at most {most} parts, got {len(value)}", form=True)
+    return ":".join(value)
 
 
 # ---------------------------------------------------------------- vectors
@@ -679,7 +731,7 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
             try:
                 out.append(cls._convert_item(v))
             except _Invalid as e:
-                raise _Invalid(f"element [{i}]: {e}", out_of_range=e.out_of_range) from None
+                raise _Invalid(f"element [{i}]: {e}", out_of_range=e.out_of_range, form=e.form) from None
         return out
 
     @classmethod
@@ -742,7 +794,8 @@ class _Vector(_ParameterTypeBase, MutableSequence[Any]):
         try:
             return cls._convert_item(value)
         except _Invalid as e:
-            raise ConfigTypeError(f"cms.{cls._type_name}: element [{index}]: {e}") from None
+            error = ConfigFormatError if e.form else ConfigTypeError
+            raise error(f"cms.{cls._type_name}: element [{index}]: {e}") from None
 
     def __add__(self, other: Iterable[Any]) -> _Vector:
         new = copy.deepcopy(self)
@@ -793,7 +846,8 @@ class vstring(_Vector):
 
 
 class VInputTag(_Vector):
-    """A list of :class:`InputTag`; strings are parsed (``VInputTag("a", "b:i")``)."""
+    """A list of :class:`InputTag`; strings are parsed (``VInputTag("a", "b:i")``), tuples and
+    lists of up to 3 str are joined (``("b", "i")`` is ``"b:i"``), as in CMSSW."""
 
     _type_name, _family, _item = "VInputTag", "VInputTag", InputTag
 
@@ -801,8 +855,8 @@ class VInputTag(_Vector):
     def _convert_item(cls, value: Any) -> InputTag | str:
         # CMSSW keeps each item as given: a str stays a str (checked), an InputTag a tag.
         parts = InputTag._convert(value)
-        if isinstance(value, str):
-            return value
+        if isinstance(value, (str, tuple, list)):
+            return str(_joined(value, 3, "InputTag"))
         tag = InputTag()
         tag.label, tag.instance, tag.process = parts
         return tag
@@ -813,6 +867,27 @@ class VInputTag(_Vector):
     def value(self) -> list[str]:
         """The encoded strings of the tags."""
         return [t if isinstance(t, str) else t.encode() for t in self._values]
+
+
+class VESInputTag(_Vector):
+    """A list of :class:`ESInputTag` (CMSSW's ``cms.VESInputTag``): strings ``"module:data"``
+    are kept as strings, tuples and lists of two str joined; configuration only here."""
+
+    _type_name, _family, _item = "VESInputTag", "VESInputTag", ESInputTag
+
+    @classmethod
+    def _convert_item(cls, value: Any) -> ESInputTag | str:
+        ESInputTag._convert(value)  # the checks
+        if isinstance(value, (str, tuple, list)):
+            return ":" if isinstance(value, (tuple, list)) and not value else str(_joined(value, 2, "ESInputTag"))
+        return value  # type: ignore[no-any-return]  # an ESInputTag
+
+    def _dump_item(self, value: Any, indent: int) -> str:
+        return f'"{value}"' if isinstance(value, str) else _dump_any(value, indent)
+
+    def value(self) -> list[str]:
+        """The encoded strings ``"module:data"``."""
+        return [t if isinstance(t, str) else t.value() for t in self._values]
 
 
 def is_config_structure(value: Any) -> bool:

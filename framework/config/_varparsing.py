@@ -48,7 +48,9 @@ class VarParsing:
       before its extension. The ``"analysis"`` preset registers CMSSW's ``maxEvents``,
       ``totalSections``, ``section``, ``inputFiles``, ``secondaryInputFiles``,
       ``filePrepend``, ``outputFile`` (``output.root``; ``output_numEvent10.root`` with
-      ``maxEvents=10``), ``secondaryOutputFile`` and ``tag`` (added last: ``_<tag>``).
+      ``maxEvents=10``), ``secondaryOutputFile`` and ``tag`` (added last: ``_<tag>``); CMSSW's
+      older ``"standard"`` preset ``maxEvents``, ``files``, ``secondaryFiles``, ``output``
+      (tagged as ``outputFile``) and ``secondaryOutput``.
     - Booleans read ``true/false/t/f/1/0/yes/no/on/off`` (any case); ints also ``0x..``.
     - The arguments ``print`` (print the options) and ``help`` (print them and exit);
       ``name_clear`` empties a list option and ``name_load=FILE`` adds the lines of FILE.
@@ -76,8 +78,20 @@ class VarParsing:
         for preset in presets:
             if preset.lower() == "analysis":
                 self._register_analysis()
+            elif preset.lower() == "standard":
+                self._register_standard()
             elif preset.lower() != "python":  # CMSSW accepts "python": nothing to do
-                raise ConfigurationError(f"VarParsing: unknown preset {preset!r} (known: 'analysis')")
+                raise ConfigurationError(f"VarParsing: unknown preset {preset!r} (known: 'analysis', 'standard')")
+
+    def _register_standard(self) -> None:
+        # CMSSW's older preset: files/output instead of inputFiles/outputFile.
+        m, t = self.multiplicity, self.varType
+        self.register("maxEvents", -1, m.singleton, t.int, "Number of events to process (-1 for all)")
+        self.register("files", "", m.list, t.string, "Files to process")
+        self.register("secondaryFiles", "", m.list, t.string, "Second group of files to process (if needed)")
+        self.register("output", "output.root", m.singleton, t.tagString, "Name of output file (if needed)")
+        self.register("secondaryOutput", "", m.singleton, t.tagString, "Name of second output file (if needed)")
+        self.setupTags(tag="numEvent%d", ifCond="maxEvents > 0", tagArg="maxEvents")
 
     def _register_analysis(self) -> None:
         m, t = self.multiplicity, self.varType

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from framework import config as cms
-from framework.utilities import ConfigurationError, FileReadError
+from framework.utilities import ConfigurationError, FileReadError, NotSupportedError
 
 from ._activity import ActivityRegistry
 from ._module import EDFilter, EDModule, OutputModule
@@ -222,6 +222,18 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     return instance
 
 
+def _chosen_case(label: str, switch: Any, accelerators: list[str]) -> Any:
+    """The case of a SwitchProducer that runs for ``accelerators`` (CMSSW's choice): its
+    EDProducer declaration, labelled ``label@case``; the job runs it as ``label``."""
+    case = switch._getProducer(accelerators)
+    if isinstance(case, cms.EDAlias):
+        raise NotSupportedError(
+            f"an EDAlias as the chosen case of SwitchProducer '{label}' ({case.label_()})",
+            "EDAliases are configuration only here",
+        )
+    return case
+
+
 def _implicit_service(type_name: str) -> Any:
     """The declaration of a service a module needs but the config lacks: the parameters of
     the class's ``implicit_parameters()`` if it has one, else its defaults."""
@@ -256,6 +268,8 @@ def build_job(
     if streams == 0:  # CMSSW's EventProcessor: numberOfStreams 0 = as many streams as threads
         streams = threads
     limiter = trio.CapacityLimiter(threads) if threads > 1 else None
+    process.checkRunnable_()  # a looper, SubProcess, SecSource: loaded and dumped, not run here
+    accelerators = process.selectAccelerators_()  # before the Services: it may customize them
 
     registry = ServiceRegistry()
     registry._factory = lambda type_name: _construct(_implicit_service(type_name), "Service", type_name)
@@ -268,13 +282,15 @@ def build_job(
         source = _construct(process.source, "Source", "source")
         workers: dict[str, Worker] = {}
         kinds = {
-            "EDProducer": process.producers_(),
+            "EDProducer": process.producers_() | process.switchProducers_(),
             "EDFilter": process.filters_(),
             "EDAnalyzer": process.analyzers_(),
             "OutputModule": process.outputModules_(),
         }
         for kind, modules in kinds.items():
             for label, obj in modules.items():
+                if isinstance(obj, cms.SwitchProducer):  # its chosen case runs under its label
+                    obj = _chosen_case(label, obj, accelerators)
                 workers[label] = Worker(_construct(obj, kind, label), limiter)
     finally:
         _current.reset(token)

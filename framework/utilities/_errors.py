@@ -39,8 +39,8 @@ class UsageError(ConfigurationError):
 
 
 class NotSupportedError(ConfigurationError, AttributeError):
-    """A CMSSW feature pysonic does not have (``cms.SwitchProducer``, ``cms.Looper``,
-    ``process.addSubProcess``). An AttributeError too, so that ``hasattr`` stays False."""
+    """A CMSSW feature pysonic does not run (a job with a ``cms.Looper``, a SubProcess, a
+    ``cms.SecSource``; ``cms.EDLooper``). An AttributeError too, so that ``hasattr`` stays False."""
 
     def __init__(self, feature: str, why: str = "") -> None:
         super().__init__(f"{feature} is a CMSSW feature not supported by pysonic{f' ({why})' if why else ''}")

@@ -8,7 +8,9 @@ from framework.config import (  # noqa: F401 - re-exported names
     ESPrefer,
     ESProducer,
     ESSource,
+    Looper,
     OutputModule,
     Service,
     Source,
+    SwitchProducer,
 )

@@ -2,6 +2,7 @@
 
 from framework.config import (  # noqa: F401 - re-exported names
     ConditionalTask,
+    ConditionalTaskPlaceholder,
     EndPath,
     FinalPath,
     Path,

@@ -10,6 +10,8 @@ from framework.config import (  # noqa: F401 - re-exported names
     LuminosityBlockRange,
     PSet,
     PSetTemplate,
+    SecSource,
+    VESInputTag,
     VEventID,
     VEventRange,
     VInputTag,
