@@ -76,6 +76,8 @@ class _TritonGraph:
     """CMSSW's ``TritonGraphHelper``: the graph's parameters, input and logged output."""
 
     label: str
+    type_name: str
+    kind: str
 
     @staticmethod
     def fill_graph_descriptions(desc: cms.ParameterSetDescription) -> None:
@@ -89,13 +91,14 @@ class _TritonGraph:
         self.node_min, self.node_max = int(params.nodeMin), int(params.nodeMax)
         self.edge_min, self.edge_max = int(params.edgeMin), int(params.edgeMax)
         self.brief = bool(params.brief)
+        where = f"{self.kind} '{self.label}' (type {self.type_name})"
         for low, high in (("nodeMin", "nodeMax"), ("edgeMin", "edgeMax")):
             if getattr(params, low) > getattr(params, high):
                 raise ConfigurationError(
-                    f"{self.label}: {low} = {getattr(params, low)} is above {high} = {getattr(params, high)}"
+                    f"{where}: parameter '{low}' = {getattr(params, low)} is above '{high}' = {getattr(params, high)}"
                 )
         if self.node_min < 1:
-            raise ConfigurationError(f"{self.label}: nodeMin = 0: a graph's edges need a node to end on")
+            raise ConfigurationError(f"{where}: parameter 'nodeMin' = 0: an edge needs a node to end on")
 
     def make_input(self, event: Any, input: TritonInputMap) -> None:
         """Fill ``x__0`` (float32, (n, 1433) for gat_test) and ``edgeindex__1`` (int64, (2, e))."""
@@ -218,9 +221,15 @@ class TritonImageProducer(SonicEDProducer):
             with open(path, encoding="utf-8") as labels:
                 self.labels = labels.read().splitlines()
         except OSError as exc:
-            raise ConfigurationError(f"{self.label}: could not open image list file {path}: {exc.strerror}") from None
+            raise ConfigurationError(
+                f"{self.kind} '{self.label}' (type {self.type_name}): parameter 'imageList': "
+                f"could not open image list file {path}: {exc.strerror}"
+            ) from None
         if self.batch_size == 0:
-            raise ConfigurationError(f"{self.label}: batchSize = 0: an event needs at least one image")
+            raise ConfigurationError(
+                f"{self.kind} '{self.label}' (type {self.type_name}): parameter 'batchSize' = 0: "
+                "an event needs at least one image"
+            )
 
     def acquire(self, event: Any, input: Any) -> None:
         batch = self.batch_size

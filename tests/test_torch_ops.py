@@ -167,7 +167,7 @@ def test_non_diag_mask(k, row, col, mask):
 
 def test_torchscript_calls_them():
     @torch.jit.script
-    def uses(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def uses(src, index):  # TorchScript: unannotated arguments are Tensors
         return torch.ops.torch_scatter.scatter_max(src, index, 0, None, None)[0]
 
     same(uses(f(5, 1, 3), i(0, 1, 0)), f(5, 1))
@@ -190,8 +190,8 @@ def test_cms_gat_test_loads_and_runs():
     torch.testing.assert_close(logits.exp().sum(dim=1), torch.ones(6))  # log_softmax rows
 
 
-class _UsesAnExtension(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+class _UsesAnExtension(torch.nn.Module):  # type: ignore[name-defined]  # torch: importorskip's module
+    def forward(self, x):  # TorchScript: an unannotated argument is a Tensor
         return torch.ops.pysonic_test_ext.double_it(x)
 
 
