@@ -298,7 +298,7 @@ OPERATORS: dict[str, dict[str, tuple[str, Callable[..., Any]]]] = {
         "non_diag_mask": ("non_diag_mask(Tensor row, Tensor col, int M, int N, int k) -> Tensor", non_diag_mask),
     },
 }
-"""The operators provided here, by namespace: schema and pure-torch implementation."""
+"""Namespace -> name -> (schema, pure-torch implementation), for every operator provided here."""
 
 # A torch.library.Library removes its registrations when it is collected: keep them all.
 _LIBRARIES: list[Any] = []
