@@ -135,10 +135,10 @@ def load_torchscript(model: str, path: str, device: Any) -> Any:
         operator = unknown_operator(exc)
         if operator is None:
             raise
-        provided = ", ".join(f"{namespace}::*" for namespace in OPERATORS)
+        provided = " and ".join(OPERATORS)
         raise RuntimeError(
             f"model {model!r}: its TorchScript calls the operator {operator}, which nothing here provides "
-            f"(torch, the libraries loaded in the server's Python, pysonic's {provided}); "
+            f"(torch, the libraries loaded in the server's Python, pysonic's pure-torch operators of {provided}); "
             f"install the library that defines it where the server runs"
         ) from None
     return module.eval()
