@@ -427,3 +427,22 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     fileset = write_fileset(tmp_path, {"A": [local_sample("nano_dy.root")]})
     assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
     assert "--max-events is not supported with --executor dask" in capsys.readouterr().err
+
+
+def test_the_driver_finds_sonic_modules_among_analyzers_and_switch_cases():
+    """The driver starts a host server only for a config with a SONIC module: one in an
+    EDAnalyzer (SonicEDAnalyzer) or in a SwitchProducer's case counts, as one in a producer."""
+    import framework.config as cms
+    from framework.cmsrun.executor._dask import _uses_triton
+
+    class SwitchProducerCPU(cms.SwitchProducer):
+        def __init__(self, **cases):
+            super().__init__(dict(cpu=cms.SwitchProducer.getCpu()), **cases)
+
+    switched = cms.Process("SWITCHED")
+    switched.sp = SwitchProducerCPU(cpu=cms.EDProducer("TritonIdentityProducer"))
+    analyzed = cms.Process("ANALYZED")
+    analyzed.graph = cms.EDAnalyzer("TritonGraphAnalyzer")
+    plain = cms.Process("PLAIN")
+    plain.hists = cms.EDAnalyzer("HistogramAnalyzer")
+    assert _uses_triton(switched) and _uses_triton(analyzed) and not _uses_triton(plain)

@@ -213,7 +213,8 @@ def test_sonic_knows_nothing_of_root_files():
             assert not {m for m in framework_imports(path) if m.split(".")[0] == "io"}, f"{path} imports framework.io"
 
 
-TORCH_RUNNER = FRAMEWORK / "serving" / "torch_backend.py"
+# The torch runner and the extension operators it registers (imported by the runner only).
+TORCH_RUNNER = {FRAMEWORK / "serving" / "torch_backend.py", FRAMEWORK / "serving" / "torch_ops.py"}
 
 
 def test_torch_is_not_a_runtime_dependency():
@@ -221,14 +222,18 @@ def test_torch_is_not_a_runtime_dependency():
     runner, inside the function that picks it (tests/test_models.py checks at run time)."""
     for package in ("framework", "modules"):
         for path in (ROOT / package).rglob("*.py"):
-            if path != TORCH_RUNNER:
+            if path not in TORCH_RUNNER:
                 assert "torch" not in imported_modules(path), f"{path} imports torch"
     for path in (ROOT / "framework").rglob("*.py"):
         tree = ast.parse(path.read_text())
         top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
-        assert ".torch_backend" not in {f".{m}" for m in top_level if m} and "torch_backend" not in top_level, (
-            f"{path} imports the torch runner at module level"
-        )
+        for runner in ("torch_backend", "torch_ops"):
+            assert f".{runner}" not in {f".{m}" for m in top_level if m} and runner not in top_level, (
+                f"{path} imports the torch runner at module level"
+            )
+    for path in (ROOT / "framework").rglob("*.py"):
+        if path.name != "torch_backend.py":
+            assert not {m for m in framework_imports(path) if m.endswith("torch_ops")}, f"{path} imports torch_ops"
 
 
 # ----------------------------------------------------------------------------------------

@@ -8,9 +8,11 @@ Files, in the direction of their imports:
 
 * ``model_spec``: a Triton model config's tensors and the dynamic batching done on them
   (numpy arrays or torch tensors), without a server;
-* ``onnx_backend``, ``torch_backend``, ``python_backend``: the ONNX (onnxruntime) and
-  TorchScript (torch, GPU) runners and the framework's Triton Python-backend model that
-  picks one (lazily); they run inside the server's Python and import nothing else of the
+* ``onnx_backend``, ``torch_ops``, ``torch_backend``, ``python_backend``: the ONNX
+  (onnxruntime) and TorchScript (torch, GPU) runners, the compiled extensions' operators
+  (``torch_scatter``, ``torch_sparse``) that the torch runner registers in pure torch
+  before it loads a file, and the framework's Triton Python-backend model that picks a
+  runner (lazily); they run inside the server's Python and import nothing else of the
   framework (the direct producers of ``framework.inference`` use the ONNX runner in-process);
 * ``_installation``: the ``tritonserver`` binary of the ``nvidia-pytriton`` wheel, its
   Python-backend folder, the server's environment;

@@ -5,7 +5,9 @@ Used by :class:`framework.serving.python_backend.TritonPythonModel` when ``runne
 ``cmstriton``'s ``device = gpu``), and for every ``pytorch_libtorch`` model (CMS's
 ``particlenet_PT``, say). The model file is a TorchScript file: CMS's, or the one that
 ``scripts/build_models.py`` writes beside each stand-in's ``model.onnx`` (``model.pt``, the
-same weights, traced with a dynamic batch axis).
+same weights, traced with a dynamic batch axis). Operators of compiled PyTorch extensions
+that such a file calls (``torch_scatter``, ``torch_sparse``: CMS's ``gat_test``) are
+registered first in pure torch (:mod:`framework.serving.torch_ops`).
 
 Tensors cross the stub boundary through DLPack, never numpy (the recipe verified on the
 GPU machine, ``shared/gpu/README.md``): a request's input arrives in CPU memory
@@ -110,6 +112,38 @@ def set_tf32(torch: Any, allow: bool) -> None:
     torch.set_float32_matmul_precision("high" if allow else "highest")
 
 
+def load_torchscript(model: str, path: str, device: Any) -> Any:
+    """The TorchScript module in ``path``, loaded with ``map_location=device``, in eval mode.
+
+    First registers the compiled extension operators that :mod:`~framework.serving.torch_ops`
+    provides in pure torch (``torch_scatter``, ``torch_sparse``: PyTorch Geometric's models,
+    CMS's ``gat_test``), which ``torch.jit.load`` resolves while it loads the file.
+
+    Raises:
+        RuntimeError: the file calls an operator that neither torch, a loaded library nor
+            those operators provide (one line naming the model and the operator).
+        Exception: torch's own error, the file is missing or is not TorchScript.
+    """
+    import torch
+
+    from .torch_ops import OPERATORS, register_extension_ops, unknown_operator
+
+    register_extension_ops()
+    try:
+        module = torch.jit.load(path, map_location=device)  # type: ignore[no-untyped-call]  # torch.jit.load is unannotated
+    except RuntimeError as exc:
+        operator = unknown_operator(exc)
+        if operator is None:
+            raise
+        provided = " and ".join(OPERATORS)
+        raise RuntimeError(
+            f"model {model!r}: its TorchScript calls the operator {operator}, which nothing here provides "
+            f"(torch, the libraries loaded in the server's Python, pysonic's pure-torch operators of {provided}); "
+            f"install the library that defines it where the server runs"
+        ) from None
+    return module.eval()
+
+
 class TorchRunner:
     """``runner(inputs) -> outputs`` on CPU torch tensors; the model runs on ``device``.
 
@@ -126,7 +160,8 @@ class TorchRunner:
 
     Raises:
         RuntimeError: ``device`` is a CUDA device but torch sees none (torch built
-            without CUDA, or no GPU visible to the server).
+            without CUDA, or no GPU visible to the server); or the file calls an operator
+            nobody provides (:func:`load_torchscript`).
         Exception: torch's own error, the file is missing or is not TorchScript.
     """
 
@@ -147,7 +182,7 @@ class TorchRunner:
         self._torch = torch
         self.device = torch.device(device)
         self.path = path
-        self.module = torch.jit.load(path, map_location=self.device).eval()  # type: ignore[no-untyped-call]  # torch.jit.load is unannotated
+        self.module = load_torchscript(spec.name, path, self.device)
         self.ops = TorchOps()
         self._input_names = ordered_by_index(t.name for t in spec.inputs)
         self._output_names = ordered_by_index(t.name for t in spec.outputs)

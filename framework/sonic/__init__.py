@@ -37,7 +37,8 @@ Files, in the direction of their imports: each imports only files listed before 
 * ``_request``: :class:`TritonRequest`, one event's inference in the three modes; sees its
   client through the ``RequestClient`` interface;
 * ``_client``: :class:`TritonClient`: model metadata, options, counters, retry policy;
-* ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter`;
+* ``_producer``: :class:`SonicEDProducer` / :class:`SonicEDFilter` /
+  :class:`SonicEDAnalyzer` / :class:`SonicOneEDAnalyzer`;
 * ``_pool``: the configured servers as a pool that changes during the job: surveys (READY
   models, Triton's queue time and executions) and saturation (queue time per execution);
 * ``_health``: :class:`ServerBook`, the records of the job's servers: what each serves
@@ -68,8 +69,10 @@ from ._health import ServerBook as ServerBook
 from ._health import ServerHealth as ServerHealth
 from ._oip import unimplemented as unimplemented
 from ._pool import DiscoveryParameters as DiscoveryParameters
+from ._producer import SonicEDAnalyzer as SonicEDAnalyzer
 from ._producer import SonicEDFilter as SonicEDFilter
 from ._producer import SonicEDProducer as SonicEDProducer
+from ._producer import SonicOneEDAnalyzer as SonicOneEDAnalyzer
 from ._request import TritonRequest as TritonRequest
 from ._retry import DEFAULT_RETRIES as DEFAULT_RETRIES
 from ._retry import RECOMMENDED_RETRIES as RECOMMENDED_RETRIES

@@ -1,7 +1,9 @@
 """SONIC module bases: the module author fills inputs and reads outputs, never the client.
 
-CMSSW counterparts: ``SonicEDProducer`` / ``SonicEDFilter`` (HeterogeneousCore/SonicCore)
-with ``TritonEDProducer`` / ``TritonEDFilter``. A subclass writes::
+CMSSW counterparts: ``SonicEDProducer`` / ``SonicEDFilter`` / ``SonicOneEDAnalyzer``
+(HeterogeneousCore/SonicCore) with ``TritonEDProducer`` / ``TritonEDFilter`` /
+``TritonOneEDAnalyzer``; :class:`SonicEDAnalyzer` (an analyzer in any mode) is pysonic's.
+A subclass writes::
 
     class MyTagger(SonicEDProducer):
         @classmethod
@@ -33,20 +35,23 @@ as ``modules/`` does); the request itself never blocks the trio thread except in
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import framework.config as cms
-from framework.core import EDFilter, EDProducer, Event, ExternalWork, WaitingTaskHolder, get_service
+from framework.core import EDAnalyzer, EDFilter, EDProducer, Event, ExternalWork, WaitingTaskHolder, get_service
 
 from ._client import TritonClient, client_description
 from ._data import TritonInputMap, TritonOutputMap
 from ._request import TritonRequest
 
-__all__ = ["SonicEDFilter", "SonicEDProducer"]
+__all__ = ["SonicEDAnalyzer", "SonicEDFilter", "SonicEDProducer", "SonicOneEDAnalyzer"]
+
+logger = logging.getLogger("pysonic.sonic")
 
 
 class _Sonic(ExternalWork):
-    """What SonicEDProducer and SonicEDFilter share: the client and the three modes."""
+    """What the SONIC module bases share: the client and the three modes."""
 
     thread_safe = False  # acquire must run on the trio thread (see the module docstring)
     client: TritonClient
@@ -110,3 +115,38 @@ class SonicEDFilter(_Sonic, EDFilter):
     def filter(self, event: Event, output: TritonOutputMap) -> bool:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
         """Decide from ``output["<name>"].from_server()``. Synchronous."""
         raise NotImplementedError(f"{type(self).__name__} must implement filter(event, output)")
+
+
+class SonicEDAnalyzer(_Sonic, EDAnalyzer):
+    """An EDAnalyzer reading a Triton inference: implement ``acquire`` and ``analyze``.
+
+    ``analyze(event, output)`` reads ``output[name].from_server()`` and puts nothing (fill
+    histograms, write a tree). The client runs in any of the three modes, as a producer's:
+    in ``Async`` other events run while the request is in flight. A pysonic extension:
+    CMSSW has no stream analyzer with ExternalWork, only :class:`SonicOneEDAnalyzer`.
+    """
+
+    def _fw_complete(self, event: Event, request: TritonRequest) -> None:
+        self.analyze(event, request.output)
+
+    def analyze(self, event: Event, output: TritonOutputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map), as in CMSSW
+        """Read ``output["<name>"].from_server()``; put nothing. Synchronous."""
+        raise NotImplementedError(f"{type(self).__name__} must implement analyze(event, output)")
+
+
+class SonicOneEDAnalyzer(SonicEDAnalyzer):
+    """CMSSW's ``SonicOneEDAnalyzer``: an analyzer whose client is always ``Sync``.
+
+    CMSSW's one-modules cannot use ExternalWork, so its ``SonicOneEDAnalyzer`` resets any
+    other ``Client.mode`` to ``Sync`` with a warning ("Resetting client mode to Sync for
+    SonicOneEDAnalyzer", category ResetClientMode), and the request blocks the analyzer's
+    ``analyze`` call: here it blocks the trio thread, and no other event runs meanwhile.
+    Implement ``acquire`` and ``analyze`` as for :class:`SonicEDAnalyzer`.
+    """
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        if self.client.mode != "Sync":
+            label = getattr(self, "label", type(self).__name__)
+            logger.warning("%s: Resetting client mode to Sync for SonicOneEDAnalyzer (was %s)", label, self.client.mode)
+            self.client.mode = "Sync"

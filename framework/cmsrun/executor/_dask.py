@@ -323,20 +323,25 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
 
 
 def _uses_triton(process: Any) -> bool:
-    """Whether a module of the config is a SONIC module (found by type, as the builder does)."""
+    """Whether a module of the config is a SONIC module (found by type, as the builder does):
+    a producer, filter or analyzer, or any case of a SwitchProducer (the case the job chooses
+    is known once it is built; a case that does not run registers no model)."""
     from framework.core import find_type
-    from framework.sonic import SonicEDFilter, SonicEDProducer
+    from framework.sonic import SonicEDAnalyzer, SonicEDFilter, SonicEDProducer, SonicOneEDAnalyzer
 
     if "TritonService" in process.services_():
         return True
-    for group in (process.producers_(), process.filters_()):
-        for module in group.values():
-            try:
-                cls = find_type(module.type_())
-            except Exception:  # noqa: BLE001 - the build names an unknown type
-                continue
-            if isinstance(cls, type) and issubclass(cls, (SonicEDProducer, SonicEDFilter)):
-                return True
+    modules = [*process.producers_().values(), *process.filters_().values(), *process.analyzers_().values()]
+    for switch in process.switchProducers_().values():
+        modules += [case for case in switch.parameters_().values() if hasattr(case, "type_")]
+    sonic = (SonicEDProducer, SonicEDFilter, SonicEDAnalyzer, SonicOneEDAnalyzer)
+    for module in modules:
+        try:
+            cls = find_type(module.type_())
+        except Exception:  # noqa: BLE001 - the build names an unknown type
+            continue
+        if isinstance(cls, type) and issubclass(cls, sonic):
+            return True
     return False
 
 
