@@ -17,34 +17,15 @@ import framework.config as cms
 from framework import EDProducer
 from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
-from .particlenet_inputs import PARTICLENET_CLASSES, PARTICLENET_N_CONSTITUENTS, build_particlenet_inputs
+from .particlenet_inputs import (
+    CONSTITUENT_BRANCHES,
+    JET_BRANCHES,
+    PARTICLENET_CLASSES,
+    PARTICLENET_N_CONSTITUENTS,
+    PFCAND_BRANCHES,
+    build_particlenet_inputs,
+)
 
-_JET_FIELDS = ["pt", "eta", "phi", "mass"]
-_JETPFCAND_FIELDS = [
-    "jetIdx",
-    "pFCandsIdx",
-    "btagEtaRel",
-    "btagPtRatio",
-    "btagPParRatio",
-    "btagSip3dVal",
-    "btagSip3dSig",
-    "btagJetDistVal",
-]
-_PFCAND_FIELDS = [
-    "pt",
-    "eta",
-    "phi",
-    "mass",
-    "charge",
-    "pdgId",
-    "pvAssocQuality",
-    "lostInnerHits",
-    "d0",
-    "d0Err",
-    "dz",
-    "dzErr",
-    "puppiWeight",
-]
 INPUT_NAMES = ("pf_points", "pf_features", "pf_mask")
 
 
@@ -66,9 +47,9 @@ class ParticleNetInputProducer(EDProducer):
         desc.add("nConstituents", cms.uint32(PARTICLENET_N_CONSTITUENTS), "constituent slots per jet (the model's P)")
 
     def __init__(self, params: cms.ParameterSet) -> None:
-        self.jets = self.consumes(params.jets, branches=_JET_FIELDS)
-        self.jet_pfcands = self.consumes(params.jetPFCands, branches=_JETPFCAND_FIELDS)
-        self.pfcands = self.consumes(params.pfCands, branches=_PFCAND_FIELDS)
+        self.jets = self.consumes(params.jets, branches=JET_BRANCHES)
+        self.jet_pfcands = self.consumes(params.jetPFCands, branches=CONSTITUENT_BRANCHES)
+        self.pfcands = self.consumes(params.pfCands, branches=PFCAND_BRANCHES)
         self.n_constituents = params.nConstituents
         self.produces(doc="particlenet_ak4 inputs per jet")
 

@@ -34,6 +34,7 @@ from framework import ConfigurationError, EDAnalyzer, EDProducer
 from framework.inference import ModelConversion, OnnxDirectProducer, SonicConversionProducer
 
 from .particlenet_ak8_inputs import PreprocessParams, build_tag_infos
+from .particlenet_inputs import CONSTITUENT_BRANCHES, JET_BRANCHES, PFCAND_BRANCHES
 
 __all__ = [
     "BTagProbabilityToDiscriminator",
@@ -46,34 +47,8 @@ __all__ = [
 
 log = logging.getLogger("pysonic.particlenet")
 
-_FATJET_FIELDS = ["pt", "eta", "phi", "mass"]
-_LINK_FIELDS = [
-    "jetIdx",
-    "pFCandsIdx",
-    "btagEtaRel",
-    "btagPtRatio",
-    "btagPParRatio",
-    "btagSip3dVal",
-    "btagSip3dSig",
-    "btagJetDistVal",
-]
-_PFCAND_FIELDS = [
-    "pt",
-    "eta",
-    "phi",
-    "mass",
-    "charge",
-    "pdgId",
-    "pvAssocQuality",
-    "lostInnerHits",
-    "trkQuality",
-    "trkChi2",
-    "d0",
-    "d0Err",
-    "dz",
-    "dzErr",
-    "puppiWeight",
-]
+# PFCands: the AK4 builder's fields and the track quality (trkChi2 == -1: no track details).
+_PFCAND_FIELDS = (*PFCAND_BRANCHES, "trkQuality", "trkChi2")
 _SV_LINK_FIELDS = [
     "jetIdx",
     "sVIdx",
@@ -131,8 +106,8 @@ class DeepBoostedJetTagInfoProducer(EDProducer):
     def __init__(self, params: cms.ParameterSet) -> None:
         if params.sort_by_sip2dsig:
             raise ConfigurationError(f"module '{self.label}': sort_by_sip2dsig = True needs sip2d, which PFNano lacks")
-        self.jets = self.consumes(params.jets, branches=_FATJET_FIELDS)
-        self.links = self.consumes(params.fatJetPFCands, branches=_LINK_FIELDS)
+        self.jets = self.consumes(params.jets, branches=JET_BRANCHES)
+        self.links = self.consumes(params.fatJetPFCands, branches=CONSTITUENT_BRANCHES)
         self.pfcands = self.consumes(params.pf_candidates, branches=_PFCAND_FIELDS)
         self.sv_links = self.consumes(params.fatJetSVs, branches=_SV_LINK_FIELDS)
         self.svs = self.consumes(params.secondary_vertices, branches=["eta"])

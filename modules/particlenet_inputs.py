@@ -55,6 +55,39 @@ PARTICLENET_FEATURES = [
 ]
 """Rows of ``pf_features`` (F = 25), in order."""
 
+JET_BRANCHES = ("pt", "eta", "phi", "mass")
+"""Fields read from the jet collection (``Jet``; the AK8 chain's ``FatJet`` too)."""
+
+CONSTITUENT_BRANCHES = (
+    "jetIdx",
+    "pFCandsIdx",
+    "btagEtaRel",
+    "btagPtRatio",
+    "btagPParRatio",
+    "btagSip3dVal",
+    "btagSip3dSig",
+    "btagJetDistVal",
+)
+"""Fields read from PFNano's jet-constituent links (``JetPFCands``; the AK8 chain's
+``FatJetPFCands`` too): the jet and candidate indices and the b-tagging track variables."""
+
+PFCAND_BRANCHES = (
+    "pt",
+    "eta",
+    "phi",
+    "mass",
+    "charge",
+    "pdgId",
+    "pvAssocQuality",
+    "lostInnerHits",
+    "d0",
+    "d0Err",
+    "dz",
+    "dzErr",
+    "puppiWeight",
+)
+"""Fields read from ``PFCands`` (the AK8 chain reads ``trkQuality`` and ``trkChi2`` as well)."""
+
 _SIG_CLIP = 20.0
 
 
