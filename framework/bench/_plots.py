@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 DPI = 80  # small files: they are committed under docs/performance/
@@ -47,19 +47,27 @@ def _latency(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
+def _grouped_bars(
+    ax: Any, labels: list[str], series: dict[str, list[float]], width: float | None = None, tick_size: float | None = 8
+) -> None:
+    """Bars on ``ax``: one group per label (its tick), one bar per series side by side, in order;
+    ``width`` of one bar (default: a group fills 0.8 of a label's slot)."""
+    import numpy as np
+
+    x = np.arange(len(labels))
+    width = width or 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+    ax.set_xticks(x, labels, fontsize=tick_size)
+
+
 def _bars(
     labels: list[str], series: dict[str, list[float]], ylabel: str, title: str, plt: Any, reference: float | None = None
 ) -> Any:
-    import numpy as np
-
     fig, ax = plt.subplots(figsize=(8, 4))
-    x = np.arange(len(labels))
-    width = 0.8 / max(len(series), 1)
-    for i, (name, values) in enumerate(series.items()):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+    _grouped_bars(ax, labels, series)
     if reference is not None:
         ax.axhline(reference, color="k", lw=1, ls="--")
-    ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
@@ -111,13 +119,12 @@ def _direct(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     fig, (ax_ms, ax_ratio) = plt.subplots(1, 2, figsize=(11, 4))
     labels = [r["model"] for r in rows]
-    import numpy as np
-
-    x = np.arange(len(rows))
-    ax_ms.bar(x - 0.27, [r["direct_ms"] for r in rows], 0.27, label="direct (here)")
-    ax_ms.bar(x, [r["sonic_ms"] for r in rows], 0.27, label="SONIC, local (here)")
-    ax_ms.bar(x + 0.27, [r["seed_ms"] or 0 for r in rows], 0.27, label="CMS MiniAOD, seed 001")
-    ax_ms.set_xticks(x, labels)
+    series = {
+        "direct (here)": [r["direct_ms"] for r in rows],
+        "SONIC, local (here)": [r["sonic_ms"] for r in rows],
+        "CMS MiniAOD, seed 001": [r["seed_ms"] or 0 for r in rows],
+    }
+    _grouped_bars(ax_ms, labels, series, width=0.27, tick_size=None)
     ax_ms.set_ylabel("ms per event")
     ax_ms.set_yscale("log")
     ax_ms.legend(fontsize=8)
@@ -204,20 +211,42 @@ def _gpu_direct(result: dict[str, Any], plt: Any) -> Any:
     return fig
 
 
-def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
-    rows = result["rows"]
-    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
+def _in_flight_sweep(
+    rows: list[dict[str, Any]],
+    left: tuple[str, str],
+    right: Sequence[tuple[str, str | None, str]],
+    plt: Any,
+    reference: tuple[float, str] | None = None,
+) -> tuple[Any, Any, Any]:
+    """Two panels of a bare-client sweep against the requests in flight (log2 axis), one line per
+    batching setting (on: solid, off: dashed) and figure: ``left`` = (key, label) on the left
+    panel, each (key, line style or None for the setting's, label) of ``right`` on the right
+    one; ``{batching}`` in a label is the setting. ``reference`` = (value, label): a dotted
+    grey line across the left panel. Returns (figure, left axes, right axes)."""
+    fig, (ax_left, ax_right) = plt.subplots(1, 2, figsize=(11, 4))
     for batching, style in (("on", "-o"), ("off", "--s")):
         pts = sorted((r for r in rows if r["batching"] == batching), key=lambda r: r["in_flight"])
         n = [r["in_flight"] for r in pts]
-        ax_t.plot(n, [r["throughput"] for r in pts], style, label=f"dynamic batching {batching}")
-        ax_l.plot(n, [r["p99_ms"] for r in pts], style, label=f"p99, batching {batching}")
-        ax_l.plot(n, [r["p50_ms"] for r in pts], ":", label=f"p50, batching {batching}")
-    for ax in (ax_t, ax_l):
+        ax_left.plot(n, [r[left[0]] for r in pts], style, label=left[1].format(batching=batching))
+        for key, own_style, label in right:
+            ax_right.plot(n, [r[key] for r in pts], own_style or style, label=label.format(batching=batching))
+    if reference is not None:
+        ax_left.axhline(reference[0], color="grey", ls=":", label=reference[1])
+    for ax in (ax_left, ax_right):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("requests in flight")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    return fig, ax_left, ax_right
+
+
+def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
+    fig, ax_t, ax_l = _in_flight_sweep(
+        result["rows"],
+        ("throughput", "dynamic batching {batching}"),
+        [("p99_ms", None, "p99, batching {batching}"), ("p50_ms", ":", "p50, batching {batching}")],
+        plt,
+    )
     ax_t.set_ylabel("events / s")
     ax_l.set_ylabel("latency [ms]")
     ax_l.set_yscale("log")
@@ -225,20 +254,13 @@ def _gpu_batching(result: dict[str, Any], plt: Any) -> Any:
 
 
 def _gpu_ak8(result: dict[str, Any], plt: Any) -> Any:
-    rows = result["rows"]
-    fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
-    for batching, style in (("on", "-o"), ("off", "--s")):
-        pts = sorted((r for r in rows if r["batching"] == batching), key=lambda r: r["in_flight"])
-        n = [r["in_flight"] for r in pts]
-        ax_t.plot(n, [r["jets_per_s"] for r in pts], style, label=f"dynamic batching {batching}")
-        ax_c.plot(n, [r["client_cpu_ms_per_request"] for r in pts], style, label=f"batching {batching}")
-    ort = result["settings"]["onnxruntime_1_thread_jets_per_s"]
-    ax_t.axhline(ort, color="grey", ls=":", label="onnxruntime, 1 CPU thread")
-    for ax in (ax_t, ax_c):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("requests in flight")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    fig, ax_t, ax_c = _in_flight_sweep(
+        result["rows"],
+        ("jets_per_s", "dynamic batching {batching}"),
+        [("client_cpu_ms_per_request", None, "batching {batching}")],
+        plt,
+        reference=(result["settings"]["onnxruntime_1_thread_jets_per_s"], "onnxruntime, 1 CPU thread"),
+    )
     ax_t.set_ylabel("jets / s")
     ax_t.set_yscale("log")
     ax_c.set_ylabel("client CPU per request [ms]")
@@ -351,10 +373,11 @@ def _wrapper(result: dict[str, Any], plt: Any) -> Any:
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(7, 4))
     labels = [f"{r['model']}\nN = {r['in_flight']}" for r in rows]
-    x = list(range(len(rows)))
-    ax.bar([i - 0.2 for i in x], [r["generated_per_s"] for r in rows], 0.4, label="generated wrapper")
-    ax.bar([i + 0.2 for i in x], [r["model_py_per_s"] for r in rows], 0.4, label="former model.py")
-    ax.set_xticks(x, labels, fontsize=8)
+    series = {
+        "generated wrapper": [r["generated_per_s"] for r in rows],
+        "former model.py": [r["model_py_per_s"] for r in rows],
+    }
+    _grouped_bars(ax, labels, series)
     ax.set_ylabel("served requests/s")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
