@@ -18,8 +18,9 @@ copyright = "pysonic developers"  # Sphinx's setting name
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
 
 # The site's pages are docs/*.md; the README stays the repository's front page (it links
-# here) and is not part of the site. performance/ holds the benchmarks' JSON and figures.
-exclude_patterns = ["_build", "performance/*.json", "performance/**/*.json"]
+# here) and is not part of the site. performance/ holds the figures the pages show; the
+# benchmarks' runs behind them are in ../bench-results/, outside the site.
+exclude_patterns = ["_build"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 

@@ -1,13 +1,16 @@
 """Where a SONIC request's CPU goes: py-spy samples of a job, attributed to the client's stages.
 
-    python scripts/profile_client.py record --server 127.0.0.1:8001 --out docs/performance/profile-after
-    python scripts/profile_client.py table docs/performance/profile-before docs/performance/profile-after
+    python scripts/profile_client.py record --server 127.0.0.1:8001 --out bench-results/profile-after \
+        --figures docs/performance/profile-after
+    python scripts/profile_client.py table bench-results/profile-before bench-results/profile-after
 
 ``record`` runs ``framework/bench/configs/models_cfg.py`` (the four models, 4 streams, 1
 thread, gRPC payloads) twice under py-spy (``pip install py-spy``; a tool of this script,
 not a dependency of pysonic): the SONIC job and the same job with a null consumer
 (``backend=noinference``: the same input producers, zeros instead of inference), each
-once as raw collapsed stacks (``<name>.txt``) and once as a flame graph (``<name>.svg``).
+once as raw collapsed stacks (``<name>.txt``, with ``settings.json``: what ``table`` reads)
+and once as a flame graph (``<name>.svg``, into ``--figures``: the docs show those; default:
+``--out``).
 The job is pinned to CPU 0 (the server should be on the others: ``taskset``).
 
 ``table`` attributes every sample to one stage, by the innermost frame that names one
@@ -101,10 +104,11 @@ def attribute(raw: pathlib.Path) -> collections.Counter[str]:
     return counts
 
 
-def record(server: str, out: pathlib.Path, events: int) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def record(server: str, out: pathlib.Path, events: int, figures: pathlib.Path) -> None:
+    for folder in (out, figures):
+        folder.mkdir(parents=True, exist_ok=True)
     for backend in ("sonic", "noinference"):
-        for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):
+        for fmt, folder, suffix in (("raw", out, "txt"), ("flamegraph", figures, "svg")):
             job = [
                 sys.executable,
                 "-m",
@@ -131,7 +135,7 @@ def record(server: str, out: pathlib.Path, events: int) -> None:
                 fmt,
                 "--nonblocking",
                 "-o",
-                str(out / f"{backend}.{suffix}"),
+                str(folder / f"{backend}.{suffix}"),
                 "--",
                 *job,
             ]
@@ -164,13 +168,14 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--server", required=True)
-    rec.add_argument("--out", type=pathlib.Path, required=True)
+    rec.add_argument("--out", type=pathlib.Path, required=True, help="raw stacks and settings")
+    rec.add_argument("--figures", type=pathlib.Path, default=None, help="flame graphs (default: --out)")
     rec.add_argument("--events", type=int, default=610)
     tab = sub.add_parser("table")
     tab.add_argument("folders", type=pathlib.Path, nargs="+")
     ns = parser.parse_args()
     if ns.command == "record":
-        record(ns.server, ns.out, ns.events)
+        record(ns.server, ns.out, ns.events, ns.figures or ns.out)
     else:
         print(table(ns.folders))
 
