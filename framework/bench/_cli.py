@@ -177,6 +177,7 @@ def run_experiment(name: str, quick: bool, repeat: int, out: pathlib.Path, conso
     before = machine()
     t0 = time.perf_counter()
     result = experiments(out)[name](quick, repeat)
+    result["settings"].update(quick=quick, repeat=repeat)  # how it ran, in every saved result
     result["duration_s"] = time.perf_counter() - t0
     result["machine"] = {**before, "loadavg_after": list(os.getloadavg())}
     (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))

@@ -46,7 +46,7 @@ import numpy as np
 from framework.serving.testing import write_edited_repository
 
 from ._children import child_env, run_cmsruns_together, start_pinned
-from ._harness import CONFIGS, median_of, model_seconds, run_config, temporary_folder
+from ._harness import CONFIGS, MODEL_TIME_COLUMNS, MODELS, median_of, model_seconds, run_config, temporary_folder
 from ._load import load_requests
 
 MS = 1e3
@@ -54,7 +54,6 @@ DEVICE_ENV = "PYSONIC_BENCH_DEVICE"
 RUNNER_ENV = "PYSONIC_BENCH_RUNNER"
 SERVER_CORES = 2  # cores left to tritonserver and its backend stubs
 RAW_LIMIT = {"particlenet_ak4": 22121.0}  # events/s, torch eager fp32, 512 events per call (shared/gpu/README.md)
-MODELS = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
 
 
 def bench_device() -> str:
@@ -63,9 +62,10 @@ def bench_device() -> str:
 
 
 def bench_runner() -> str:
-    """``$PYSONIC_BENCH_RUNNER``: the models' ``runner`` parameter (``onnx``, ``torch``);
+    """``$PYSONIC_BENCH_RUNNER``: the stand-ins' ``runner`` parameter (``onnx``, ``torch``);
     unset or empty keeps the configs' ``auto`` (torch on GPU instances, ONNX on CPU ones).
-    ``torch`` on a CPU-only machine rehearses the GPU path (DLPack, TorchScript)."""
+    ``torch`` on a CPU-only machine rehearses the GPU path (DLPack, TorchScript). CMS's
+    models (``gpu-ak8``) keep their own: each has one model file."""
     return os.environ.get(RUNNER_ENV, "")
 
 
@@ -79,32 +79,44 @@ def client_cores() -> list[int]:
 # Servers and their counters
 
 
-def _variant_repository(
-    folder: pathlib.Path, variants: dict[str, tuple[str, Callable[[Any], None] | None]]
-) -> pathlib.Path:
-    """Models of ``data/models`` under new names: ``{new name: (model, edit(config) or None)}``;
-    every copy also gets :func:`bench_runner`'s ``runner`` when it is set."""
+Variants = dict[str, tuple[str, Callable[[Any], None] | None]]
+"""Models to serve: ``{served name: (model, edit(config) or None)}``."""
+
+
+def _variant_repository(folder: pathlib.Path, variants: Variants, source: pathlib.Path | None) -> pathlib.Path:
+    """Models of ``source`` under new names (:data:`Variants`); ``source`` None: the stand-ins of
+    ``data/models``, each copy with :func:`bench_runner`'s ``runner`` when it is set."""
 
     def edited(config: Any, edit: Callable[[Any], None] | None) -> None:
-        if bench_runner():
+        if source is None and bench_runner():
             config.parameters["runner"].string_value = bench_runner()
         if edit is not None:
             edit(config)
 
     for name, (model, edit) in variants.items():
-        write_edited_repository(folder, {name: model}, functools.partial(edited, edit=edit))
+        write_edited_repository(folder, {name: model}, functools.partial(edited, edit=edit), source=source)
     return folder
 
 
+def _no_batching(config: Any) -> None:
+    config.ClearField("dynamic_batching")
+
+
+def with_and_without_batching(served: dict[str, str], model: str) -> Variants:
+    """The variants of ``served`` (``{"on": name, "off": name}``): ``model`` as its config has
+    it, and without dynamic batching."""
+    return {served["on"]: (model, None), served["off"]: (model, _no_batching)}
+
+
 @contextlib.contextmanager
-def gpu_server(variants: dict[str, tuple[str, Callable[[Any], None] | None]], instances: int) -> Iterator[Any]:
-    """A started server of ``variants`` (see :func:`_variant_repository`) on :func:`bench_device`,
-    ``instances`` instances per model."""
+def gpu_server(variants: Variants, instances: int, source: pathlib.Path | None = None) -> Iterator[Any]:
+    """A started server of ``variants`` of ``source``'s models (see :func:`_variant_repository`)
+    on :func:`bench_device`, ``instances`` instances per model."""
     from framework.serving import LocalTritonServer
 
     with temporary_folder("gpu") as folder:
         server = LocalTritonServer(
-            _variant_repository(folder / "models", variants),
+            _variant_repository(folder / "models", variants, source),
             device=bench_device(),
             instances=instances,
             work_dir=folder / "work",
@@ -325,14 +337,10 @@ def gpu_direct(quick: bool, repeat: int) -> dict[str, Any]:
             "threads": 1,
             "server_device": server.device,
             "instances": 1,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
-            ("model", "model", "s"),
-            ("direct_ms", "direct [ms]", ".2f"),
-            ("sonic_ms", "SONIC [ms]", ".2f"),
+            *MODEL_TIME_COLUMNS,
             ("speedup", "direct/SONIC", ".2f"),
             ("server_ms", "server [ms]", ".2f"),
             ("transfer_ms", "outside server [ms]", ".2f"),
@@ -353,45 +361,78 @@ def gpu_direct(quick: bool, repeat: int) -> dict[str, Any]:
 # gpu-batching and gpu-peak
 
 
-def _no_batching(config: Any) -> None:
-    config.ClearField("dynamic_batching")
+def sweep_in_flight(
+    address: str,
+    served: dict[str, str],
+    inputs: pathlib.Path,
+    concurrency: Sequence[int],
+    seconds: float,
+    folder: pathlib.Path,
+    repeat: int,
+    figures: Callable[[dict[str, Any], dict[str, float]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Bare clients against each model of ``served`` (``{"on": name, "off": name}``, the same
+    model with dynamic batching and without), ``c`` requests in flight for each ``c`` of
+    ``concurrency``, shared by up to 8 load processes (:func:`run_load_processes`).
+
+    Returns:
+        One row per point: ``{"batching", "in_flight"`` (the processes' requests, ``c``
+        rounded down to a multiple of the processes), ``**figures(load, counters)}``: the
+        load processes' result and the change of the model's :func:`server_counters`,
+        each figure the median of ``repeat`` runs.
+    """
+    processes_max = len(client_cores())
+    rows = []
+    for batching, model in served.items():
+        for c in concurrency:
+            processes = min(c, processes_max, 8)
+            per_process = max(1, c // processes)
+
+            def measure(
+                model: str = model, processes: int = processes, per_process: int = per_process
+            ) -> dict[str, Any]:
+                before = server_counters(address, model)
+                load = run_load_processes(address, model, inputs, per_process, processes, seconds, folder)
+                counters = _delta(server_counters(address, model), before)
+                return {"in_flight": per_process * processes, **figures(load, counters)}
+
+            rows.append({"batching": batching, **median_of(repeat, measure)})
+    return rows
+
+
+def _per_execution(counters: dict[str, float], key: str) -> float:
+    """``counters[key]`` per execution of the model (0 when it ran none)."""
+    return counters[key] / counters["executions"] if counters["executions"] else 0.0
+
+
+BATCHING_VARIANTS = {"on": "particlenet_ak4", "off": "particlenet_ak4_nobatching"}
+"""Server variants of ``gpu-batching`` and ``gpu-clients``: dynamic batching on and off."""
+
+
+def _batching_figures(load: dict[str, Any], counters: dict[str, float]) -> dict[str, Any]:
+    return {
+        "throughput": load["throughput"],
+        "p50_ms": load["p50_ms"],
+        "p99_ms": load["p99_ms"],
+        "errors": load["errors"],
+        "requests_per_execution": _per_execution(counters, "requests"),
+        "rows_per_execution": _per_execution(counters, "inferences"),
+        "exec_ms": _per_execution(counters, "exec_s") * MS,
+    }
 
 
 def gpu_batching(quick: bool, repeat: int) -> dict[str, Any]:
     """ParticleNet on one GPU instance: bare clients, concurrency 1 ... 256, batching on vs off."""
     concurrency = (1, 4) if quick else (1, 2, 4, 8, 16, 32, 64, 128, 256)
     seconds = 0.5 if quick else 2.5
-    variants = {"on": "particlenet_ak4", "off": "particlenet_ak4_nobatching"}
-    rows = []
     with temporary_folder("batching") as folder:
         inputs = real_requests(folder)
         jets_per_event = float(np.mean([len(r["pf_mask"]) for r in load_requests(inputs)]))
-        with gpu_server(
-            {variants["on"]: ("particlenet_ak4", None), variants["off"]: ("particlenet_ak4", _no_batching)}, instances=1
-        ) as server:
-            processes_max = len(client_cores())
-            for batching, model in variants.items():
-                for c in concurrency:
-                    processes = min(c, processes_max, 8)
-
-                    def measure(model: str = model, c: int = c, processes: int = processes) -> dict[str, Any]:
-                        before = server_counters(server.grpc_address, model)
-                        load = run_load_processes(
-                            server.grpc_address, model, inputs, max(1, c // processes), processes, seconds, folder
-                        )
-                        d = _delta(server_counters(server.grpc_address, model), before)
-                        return {
-                            "in_flight": max(1, c // processes) * processes,
-                            "throughput": load["throughput"],
-                            "p50_ms": load["p50_ms"],
-                            "p99_ms": load["p99_ms"],
-                            "errors": load["errors"],
-                            "requests_per_execution": d["requests"] / d["executions"] if d["executions"] else 0.0,
-                            "rows_per_execution": d["inferences"] / d["executions"] if d["executions"] else 0.0,
-                            "exec_ms": d["exec_s"] / d["executions"] * MS if d["executions"] else 0.0,
-                        }
-
-                    rows.append({"batching": batching, **median_of(repeat, measure)})
+        variants = with_and_without_batching(BATCHING_VARIANTS, "particlenet_ak4")
+        with gpu_server(variants, instances=1) as server:
+            rows = sweep_in_flight(
+                server.grpc_address, BATCHING_VARIANTS, inputs, concurrency, seconds, folder, repeat, _batching_figures
+            )
     for r in rows:
         off = next(o for o in rows if o["batching"] == "off" and o["in_flight"] == r["in_flight"])
         r["gain"] = r["throughput"] / off["throughput"] if off["throughput"] else 0.0
@@ -407,8 +448,6 @@ def gpu_batching(quick: bool, repeat: int) -> dict[str, Any]:
             "jets_per_event": jets_per_event,
             "server_device": server.device,
             "max_queue_delay_us": 100,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -486,8 +525,6 @@ def gpu_peak(quick: bool, repeat: int) -> dict[str, Any]:
             "seconds": seconds,
             "server_device": server.device,
             "raw_limit": limit,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -542,10 +579,6 @@ def client_cpu_per_event(address: str, folder: pathlib.Path, small: int, large: 
     return {"cpu_s_per_event": difference, "rate": b["throughput"]}
 
 
-CLIENT_VARIANTS = {"on": "particlenet_ak4", "off": "particlenet_ak4_nobatching"}
-"""Server variants of ``gpu-clients`` (dynamic batching on/off), as in ``gpu-batching``."""
-
-
 def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
     """N cmsrun jobs (ParticleNet as a service, 4 streams, 1 thread, one core each) against one
     GPU instance, with Triton's dynamic batching on and off."""
@@ -557,18 +590,12 @@ def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
     rows = []
     with (
         temporary_folder("clients") as folder,
-        gpu_server(
-            {
-                CLIENT_VARIANTS["on"]: ("particlenet_ak4", None),
-                CLIENT_VARIANTS["off"]: ("particlenet_ak4", _no_batching),
-            },
-            instances=1,
-        ) as server,
+        gpu_server(with_and_without_batching(BATCHING_VARIANTS, "particlenet_ak4"), instances=1) as server,
     ):
         cpu = client_cpu_per_event(server.grpc_address, folder, 2, 4 if quick else 40)
         seconds = 1.0 if quick else 7.0
         copies = max(2, round(seconds * cpu["rate"] / 10))  # pfnano.root holds 10 events
-        for batching, model in CLIENT_VARIANTS.items():
+        for batching, model in BATCHING_VARIANTS.items():
             for n in counts[batching]:
 
                 def measure(model: str = model, n: int = n) -> dict[str, Any]:
@@ -583,13 +610,13 @@ def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
                         "per_client": float(np.mean(rates)),
                         "p50_ms": float(np.median([s["latency"]["p50"] for s in summaries])) * MS,
                         "p99_ms": float(np.max([s["latency"]["p99"] for s in summaries])) * MS,
-                        "requests_per_execution": d["requests"] / d["executions"] if d["executions"] else 0.0,
+                        "requests_per_execution": _per_execution(d, "requests"),
                         "client_cpu_ms_per_event": float(np.mean([s["cpu_s"] / s["events"] for s in summaries])) * MS,
                     }
 
                 rows.append({"batching": batching, "clients": n, **median_of(repeat, measure)})
     targets = []
-    for batching in CLIENT_VARIANTS:
+    for batching in BATCHING_VARIANTS:
         pts = [r for r in rows if r["batching"] == batching]
         for r in pts:
             r["per_client_ratio"] = r["per_client"] / pts[0]["per_client"]
@@ -614,8 +641,6 @@ def gpu_clients(quick: bool, repeat: int) -> dict[str, Any]:
             "instances": 1,
             "server_device": server.device,
             "client_cpu_s_per_event": cpu["cpu_s_per_event"],
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -715,7 +740,7 @@ def plan(quick: bool, repeat: int, results: pathlib.Path | None = None) -> dict[
     clients = json.loads((folder / "gpu-clients.json").read_text())
     c = clients["settings"]["client_cpu_s_per_event"]
     rows, targets = [], []
-    for variant in CLIENT_VARIANTS:
+    for variant in BATCHING_VARIANTS:
         points = [r for r in batching["rows"] if r["batching"] == variant]
         prediction = capacity_plan(c, points, batching["settings"]["instances"], clients["settings"]["streams"])
         measured = [r for r in clients["rows"] if r["batching"] == variant]
@@ -752,8 +777,6 @@ def plan(quick: bool, repeat: int, results: pathlib.Path | None = None) -> dict[
             "from": ["gpu-batching.json", "gpu-clients.json"],
             "instances": batching["settings"]["instances"],
             "streams": clients["settings"]["streams"],
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -832,8 +855,6 @@ def gpu_miniaod(quick: bool, repeat: int) -> dict[str, Any]:
             "streams": 2,
             "threads": 1,
             "server_device": server.device,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

@@ -22,15 +22,13 @@ jets, 2.4 on average here). On a machine without a GPU the same code runs on the
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ._exp_gpu import MS, _delta, bench_device, client_cores, run_load_processes, server_counters
+from ._exp_gpu import MS, _per_execution, gpu_server, sweep_in_flight, with_and_without_batching
 from ._harness import median_of, temporary_folder
 from ._load import save_requests
 
@@ -93,27 +91,20 @@ def onnxruntime_jets_per_s(requests: list[dict[str, np.ndarray]], seconds: float
     return jets / (time.perf_counter() - t0)
 
 
-def _no_batching(config: Any) -> None:
-    config.ClearField("dynamic_batching")
+VARIANTS = {"on": "particlenet_PT", "off": "particlenet_PT_nobatching"}
+"""The served models: CMS's config (dynamic batching, preferred batch 80) and the same without batching."""
 
 
-@contextlib.contextmanager
-def ak8_server(folder: pathlib.Path) -> Iterator[Any]:
-    """A started server of ``particlenet_PT`` (CMS's config) and ``particlenet_PT_nobatching``
-    on :func:`~._exp_gpu.bench_device`, one instance each."""
-    from framework.serving import LocalTritonServer
-    from framework.serving.testing import write_edited_repository
-
-    models = cms_file(TORCHSCRIPT).parent.parent
-    repository = folder / "models"
-    write_edited_repository(repository, ["particlenet_PT"], source=models)
-    write_edited_repository(repository, {"particlenet_PT_nobatching": "particlenet_PT"}, _no_batching, source=models)
-    server = LocalTritonServer(repository, device=bench_device(), instances=1, work_dir=folder / "work")
-    server.start(300.0)
-    try:
-        yield server
-    finally:
-        server.stop()
+def _figures(load: dict[str, Any], counters: dict[str, float]) -> dict[str, Any]:
+    return {
+        "jets_per_s": load["throughput"] * JETS_PER_REQUEST,
+        "client_cpu_ms_per_request": load["cpu_s"] / max(load["requests"], 1) * MS,
+        "p50_ms": load["p50_ms"],
+        "p99_ms": load["p99_ms"],
+        "errors": load["errors"],
+        "requests_per_execution": _per_execution(counters, "requests"),
+        "exec_ms": _per_execution(counters, "exec_s") * MS,
+    }
 
 
 def gpu_ak8(quick: bool, repeat: int) -> dict[str, Any]:
@@ -123,37 +114,15 @@ def gpu_ak8(quick: bool, repeat: int) -> dict[str, Any]:
     # complete requests inside the measured window
     concurrency = (2,) if quick else (1, 2, 4, 8, 16, 32, 64, 128, 256)
     seconds = 1.5 if quick else 2.5
-    variants = {"on": "particlenet_PT", "off": "particlenet_PT_nobatching"}
     jets = real_jets()
     requests = as_requests(jets, JETS_PER_REQUEST)
-    rows = []
     with temporary_folder("ak8") as folder:
         inputs = save_requests(folder / "ak8_inputs.npz", requests)
-        with ak8_server(folder) as server:
-            processes_max = len(client_cores())
-            for batching, model in variants.items():
-                for c in concurrency:
-                    processes = min(c, processes_max, 8)
-
-                    def measure(model: str = model, c: int = c, processes: int = processes) -> dict[str, Any]:
-                        before = server_counters(server.grpc_address, model)
-                        per_process = max(1, c // processes)
-                        load = run_load_processes(
-                            server.grpc_address, model, inputs, per_process, processes, seconds, folder
-                        )
-                        d = _delta(server_counters(server.grpc_address, model), before)
-                        return {
-                            "in_flight": per_process * processes,
-                            "jets_per_s": load["throughput"] * JETS_PER_REQUEST,
-                            "client_cpu_ms_per_request": load["cpu_s"] / max(load["requests"], 1) * MS,
-                            "p50_ms": load["p50_ms"],
-                            "p99_ms": load["p99_ms"],
-                            "errors": load["errors"],
-                            "requests_per_execution": d["requests"] / d["executions"] if d["executions"] else 0.0,
-                            "exec_ms": d["exec_s"] / d["executions"] * MS if d["executions"] else 0.0,
-                        }
-
-                    rows.append({"batching": batching, **median_of(repeat, measure)})
+        variants = with_and_without_batching(VARIANTS, "particlenet_PT")
+        with gpu_server(variants, instances=1, source=cms_file(TORCHSCRIPT).parent.parent) as server:
+            rows = sweep_in_flight(
+                server.grpc_address, VARIANTS, inputs, concurrency, seconds, folder, repeat, _figures
+            )
     ort_rate = median_of(repeat, lambda: {"jets_per_s": onnxruntime_jets_per_s(requests, 0.3 if quick else 3.0)})
     best = max(rows, key=lambda r: r["jets_per_s"])
     device = server.device.upper()
@@ -171,8 +140,6 @@ def gpu_ak8(quick: bool, repeat: int) -> dict[str, Any]:
             "instances": 1,
             "server_device": server.device,
             "onnxruntime_1_thread_jets_per_s": ort_rate["jets_per_s"],
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

@@ -15,13 +15,21 @@ import trio
 import framework.config as cms
 from framework.core import build_job
 
-from ._harness import CONFIGS, SERVERS, config_args, median_of, model_seconds, run_config, run_records
+from ._harness import (
+    CONFIGS,
+    MODEL_TIME_COLUMNS,
+    MODELS,
+    SERVERS,
+    config_args,
+    median_of,
+    model_seconds,
+    run_config,
+    run_records,
+)
 from ._proxy import DelayProxy
 
 MS = 1e3
 
-MODELS = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
-"""benchmark name -> Triton model name."""
 SEEDS: dict[str, dict[str, Any]] = {
     "particlenet": {"label": "PN-AK4", "ms": 42.4, "mb": 0.04},
     "deepmet": {"label": "DeepMET", "ms": 13.2, "mb": 0.33},
@@ -71,8 +79,6 @@ def framework_overhead(quick: bool, repeat: int) -> dict[str, Any]:
             "modules": [0, 10, 50],
             "streams": [1, 8],
             "threads": 1,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -274,8 +280,6 @@ def source_throughput(quick: bool, repeat: int) -> dict[str, Any]:
             "copies": [1 if quick else s[3] for s in SOURCE_SAMPLES],
             "threads": 1,
             "streams": 1,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -354,14 +358,10 @@ def direct_vs_service(quick: bool, repeat: int) -> dict[str, Any]:
             "input": "pfnano.root",
             "streams": 1,
             "threads": 1,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
-            ("model", "model", "s"),
-            ("direct_ms", "direct [ms]", ".2f"),
-            ("sonic_ms", "SONIC [ms]", ".2f"),
+            *MODEL_TIME_COLUMNS,
             ("latency_ratio", "SONIC/direct", ".2f"),
             ("throughput_ratio", "thr. ratio", ".2f"),
             ("sonic_grpc_ms", "SONIC gRPC [ms]", ".2f"),
@@ -453,8 +453,6 @@ def miniaod(quick: bool, repeat: int) -> dict[str, Any]:
             "threads": threads,
             "events": 10 * copies,
             "rtt_ms": rtt_ms,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

@@ -127,8 +127,6 @@ def servers_per_model(quick: bool, repeat: int) -> dict[str, Any]:
             "variants": [f"{w} {s * MS:g} ms" for w, s in variants],
             "threads": 1,
             "batching": "off (one request per event)",
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

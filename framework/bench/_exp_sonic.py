@@ -183,8 +183,6 @@ def _latency_targets(
             "cpu_ms_nominal": cpu_ms,
             "threads": 1,
             "c_ms_measured": c * MS,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -301,8 +299,6 @@ def client_overhead(quick: bool, repeat: int) -> dict[str, Any]:
             "events": events,
             "model": "tiny",
             "batching": "maxRows 64, maxDelay 200 us",
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -411,8 +407,6 @@ def dynamic_batching(quick: bool, repeat: int) -> dict[str, Any]:
             "rows_per_event": list(rows_per_event),
             "streams": streams,
             "threads": 2,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [
@@ -502,8 +496,6 @@ def clients_per_server(quick: bool, repeat: int) -> dict[str, Any]:
             "events_per_client": events,
             "client_cpu": "20 ms sleep",
             "rows_per_event": 4000,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

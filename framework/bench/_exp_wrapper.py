@@ -144,8 +144,6 @@ def generated_vs_model_py(quick: bool, repeat: int) -> dict[str, Any]:
             "in_flight": list(IN_FLIGHT),
             "calls": calls,
             "rows": ROWS,
-            "quick": quick,
-            "repeat": repeat,
         },
         "rows": rows,
         "columns": [

@@ -30,6 +30,11 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = pathlib.Path(__file__).resolve().parent / "configs"
 """The benchmarks' jobs (package data of ``framework.bench``); they name their module
 types ``framework.bench._modules:Class``, so no entry point is needed."""
+MODELS = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
+"""The models of ``configs/models_cfg.py`` (its ``models`` option) -> their Triton model names."""
+MODEL_TIME_COLUMNS = [("model", "model", "s"), ("direct_ms", "direct [ms]", ".2f"), ("sonic_ms", "SONIC [ms]", ".2f")]
+"""The first columns of the per-model comparisons (``direct``, ``gpu-direct``): a model's time
+per event in the job, direct and as a service."""
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
