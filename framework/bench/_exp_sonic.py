@@ -2,9 +2,10 @@
 clients per server.
 
 Each experiment is a function ``(quick, repeat) -> dict`` with keys ``experiment``,
-``settings``, ``rows`` (one dict per measured point), ``columns`` (how the CLI prints
-rows), ``targets`` (``{"name", "value", "target", "met", "note"}``) and ``notes``. Every
-gain is a ratio of two numbers measured in the same run against the same server.
+``settings`` (the CLI adds ``quick`` and ``repeat`` when it saves the result), ``rows``
+(one dict per measured point), ``columns`` (how the CLI prints rows), ``targets``
+(``{"name", "value", "target", "met", "note"}``) and ``notes``. Every gain is a ratio of
+two numbers measured in the same run against the same server.
 """
 
 from __future__ import annotations
@@ -111,11 +112,11 @@ def latency_hiding(quick: bool, repeat: int) -> dict[str, Any]:
                             "runs": run_records(result, "events_per_s", "latency"),
                         }
                     )
-    return _latency_targets(rows, rtts, streams, cpu_ms, quick, repeat)
+    return _latency_targets(rows, rtts, streams, cpu_ms)
 
 
 def _latency_targets(
-    rows: list[dict[str, Any]], rtts: tuple[int, ...], streams: tuple[int, ...], cpu_ms: float, quick: bool, repeat: int
+    rows: list[dict[str, Any]], rtts: tuple[int, ...], streams: tuple[int, ...], cpu_ms: float
 ) -> dict[str, Any]:
     def find(rtt: int, mode: str, n: int) -> dict[str, Any]:
         return next(r for r in rows if r["rtt_ms"] == rtt and r["mode"] == mode and r["streams"] == n)
