@@ -24,7 +24,8 @@ close them there, so that each unit writes its own part.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._bridge import WaitingTaskHolder
@@ -33,6 +34,8 @@ from ._event import Event, product_key
 
 if TYPE_CHECKING:
     from .config import ParameterSet, ParameterSetDescription
+
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 __all__ = [
     "EDModule",
@@ -78,6 +81,9 @@ class EDModule:
     Set by the framework before ``__init__`` runs:
         label: the module label in the config (``process.<label> = ...``).
         type_name: the registered type name (``cms.EDProducer("<type_name>", ...)``).
+
+    Set by the framework before ``begin_job`` and before each ``begin_unit``:
+        metadata: the dataset the job runs on (see :attr:`metadata`).
     """
 
     kind: ClassVar[str] = "EDModule"
@@ -92,6 +98,22 @@ class EDModule:
         self.type_name = type_name
         self._fw_consumes: list[Consumed] = []
         self._fw_produces: dict[str, str] = {}
+        self._fw_metadata: Mapping[str, Any] = _NO_METADATA
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The dataset this job runs on (read-only): ``{"dataset": name, **its metadata}``.
+
+        With ``cmsrun --dataset FILESET`` (sequential or ``--executor dask``), ``dataset``
+        is the fileset's key and the other keys are the dataset's fileset ``metadata`` as
+        given (coffea's ``isMC``, ``xsec``, ...: whatever the fileset holds). Empty for a
+        job without a fileset (a config's own ``fileNames``). Valid from ``begin_job`` on
+        (not in ``__init__``) and constant for a job: a job runs on one dataset (cmsrun
+        builds one per dataset; a Dask worker one per dataset, for all of its units). Read
+        it in ``begin_job`` or ``begin_unit``; per event, ``event.metadata`` adds the
+        event's file and entry range (:attr:`framework.Event.metadata`).
+        """
+        return getattr(self, "_fw_metadata", _NO_METADATA)
 
     @classmethod
     def fill_descriptions(cls, desc: ParameterSetDescription) -> None:

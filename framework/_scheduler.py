@@ -36,7 +36,7 @@ import trio
 from ._builder import Job, PathSpec
 from ._errors import EventProcessingError, FrameworkError
 from ._event import EventPrincipal
-from ._source_base import SourceEvent
+from ._source_base import NO_METADATA, SourceEvent
 from ._worker import Worker
 
 __all__ = ["JobReport", "run_job", "begin_job", "process_events", "end_job", "abort_job", "first_error"]
@@ -282,7 +282,7 @@ class _Scheduler:
     async def _process(self, src: SourceEvent, stream: int, index: int) -> None:
         t0 = trio.current_time()
         p0 = time.perf_counter()
-        principal = EventPrincipal(src.id, stream, index, src.collections)
+        principal = EventPrincipal(src.id, stream, index, src.collections, src.metadata)
         run = _EventRun(self, principal)
         await run.run_paths(self.job.paths)
         await run.run_paths(self.job.endpaths)
@@ -347,6 +347,7 @@ async def begin_job(job: Job) -> None:
         # abandon_on_cancel: opening the first file may wait for a remote server; a
         # stopped job must not wait with it (the source bounds that wait on its own).
         job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
+        _bind_metadata(job)
         for module in job.modules:
             module.begin_job()
             job.begun.append(module)
@@ -377,6 +378,7 @@ async def process_events(
     scheduler = _Scheduler(job, on_event, report)
     opened: list[Any] = []
     try:
+        _bind_metadata(job)  # the source's input may have changed since begin_job (set_units)
         for module in job.modules:
             module.begin_unit()
             opened.append(module)
@@ -399,6 +401,14 @@ async def process_events(
                 module.abort_unit()
         _raise_leaf(exc, error)
     return report
+
+
+def _bind_metadata(job: Job) -> None:
+    """Give every module the source's dataset metadata (``EDModule.metadata``)."""
+    # Duck-typed sources (the builder takes any class with the protocol) may lack metadata().
+    metadata = job.source.metadata() if hasattr(job.source, "metadata") else NO_METADATA
+    for module in job.modules:
+        module._fw_metadata = metadata
 
 
 async def end_job(job: Job, report: JobReport | None = None) -> None:
