@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import awkward as ak
 import numpy as np
@@ -52,7 +53,7 @@ def tiny_repository(tmp_path_factory):
     return write_tiny_repository(tmp_path_factory.mktemp("repository"))
 
 
-def write_fileset(folder: pathlib.Path, datasets: dict[str, list[str]]) -> pathlib.Path:
+def write_fileset(folder: pathlib.Path, datasets: dict[str, Any]) -> pathlib.Path:
     path = folder / "fileset.json"
     path.write_text(json.dumps(datasets))
     return path
@@ -85,7 +86,9 @@ def files_under(folder: pathlib.Path) -> list[pathlib.Path]:
 
 def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypatch):
     dy, dimuon, tt = local_sample("nano_dy.root"), local_sample("nano_dimuon.root"), local_sample("nano_tt_v12.root")
-    fileset = write_fileset(tmp_path, {"DY": [dy, dimuon], "Mixed": [dimuon, tt, dy]})  # two files in both
+    # Two files in both; DY's metadata weighs its events (XsecWeightProducer, on the workers too).
+    meta = {"isMC": True, "xsec": 6077.22, "sumw": 80}
+    fileset = write_fileset(tmp_path, {"DY": {"files": [dy, dimuon], "metadata": meta}, "Mixed": [dimuon, tt, dy]})
     common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
     assert (
         run(
@@ -107,6 +110,8 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
         single = read_tree(tmp_path / "single" / f"dataset_{dataset}.root")
         assert len(merged) == events and set(merged.fields) >= {*ID, "Jet_pt", "jetHT"}
         assert_same_rows(merged, single)  # ids in the same order, same products
+        weight = 6077.22 * 1000.0 / 80 if dataset == "DY" else 1.0  # configs/dataset_cfg.py's lumi: 1000 pb^-1
+        assert merged.weight.to_list() == [weight] * events
         ids = list(zip(*(merged[b].to_list() for b in ID), strict=True))
         assert len(set(ids)) == len(ids)  # every event exactly once
         assert hists_of(tmp_path / "dask" / f"dataset_hists_{dataset}.root") == hists_of(
