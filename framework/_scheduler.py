@@ -53,7 +53,12 @@ class JobReport:
         passed: events accepted by at least one Path (all events if there is no Path).
         events_with_errors: events in which a module failed under TryToContinue or
             IgnoreCompletely (``process.options``).
-        wall_time: seconds from the first event request to the end (``time.perf_counter``).
+        wall_time: seconds from the first event request to the end (``time.perf_counter``):
+            the event loop (CMSSW's "Total loop").
+        job_wall_time: seconds from ``build_job``'s start to the end of :func:`end_job`
+            (the services' ``end_job`` included): the whole job, its construction, the
+            first file's opening and a fallback server's start and stop included (CMSSW's
+            "Total job"); 0 until ``end_job`` ran.
         latencies: per-event latency in seconds, source to end of EndPaths, in completion
             order (``trio.current_time`` clock); ``array("d")``, compact for long jobs.
         completion_times: ``trio.current_time()`` at which each event finished.
@@ -71,6 +76,7 @@ class JobReport:
     passed: int = 0
     events_with_errors: int = 0
     wall_time: float = 0.0
+    job_wall_time: float = 0.0
     latencies: array[float] = field(default_factory=lambda: array("d"))
     completion_times: array[float] = field(default_factory=lambda: array("d"))
     cpu_time: float = 0.0
@@ -425,6 +431,7 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
         await _abort(job, exc)
     await _end_services(job)
     if report is not None:
+        report.job_wall_time = time.perf_counter() - job.created
         # After every end_job, so that services' end-of-job numbers are in (CMSSW's postEndJob).
         job.activity.post_end_job(job, report)
 

@@ -100,7 +100,7 @@ def test_no_config_is_a_usage_error(capsys):
 
 
 CONFIG_ARGUMENTS = {
-    "unknown name": (["nosuch=3"], "unknown argument 'nosuch' (valid: inputFiles, outputFile, histFile, streams)"),
+    "unknown name": (["nosuch=3"], "unknown argument 'nosuch' (valid: inputFiles, outputFile, histFile, streams, lumi)"),
     "near name": (["outputFil=o.root"], "'outputFil' (did you mean 'outputFile' or 'inputFiles'?); valid: "),
     "not name=value": (["--nosuch"], "argument '--nosuch' is not of the form name=value"),
     "wrong type": (["streams=abc"], "argument 'streams=abc': expected int, got 'abc'"),

@@ -119,6 +119,10 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
         )
     summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
     assert summary["events"] == 360 and summary["paths"][0]["visited"] == 360
+    # What the workers' jobs ran with (streams=1; numberOfThreads: CMSSW's default 1), and
+    # the whole run's wall time beside that of its units and merge.
+    assert (summary["streams"], summary["threads"]) == (1, 1)
+    assert summary["job_wall_time"] > summary["wall_time"] > 0
     assert summary["units"]["done"] == summary["units"]["total"] == 18 and not summary["units"]["skipped"]
     assert sum(w["events"] for w in summary["workers"].values()) == 360
     assert summary["latency"]["p50"] > 0 and summary["modules"]["jetHT"]["calls"] == 360
@@ -431,3 +435,20 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     fileset = write_fileset(tmp_path, {"A": [local_sample("nano_dy.root")]})
     assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
     assert "--max-events is not supported with --executor dask" in capsys.readouterr().err
+
+
+def test_a_run_summary_without_units_applies_the_builders_rule():
+    """No unit ran: streams and threads are the builder's (0 threads: this machine's cores;
+    0 streams: as many as threads), never the config's 0."""
+    import framework.config as cms
+    from framework._builder import available_cores
+    from framework.executor._report import run_summary
+    from framework.executor._unit_task import JobSpec
+
+    process = cms.Process("X")
+    process.options.numberOfThreads = 0
+    process.options.numberOfStreams = 0
+    spec = JobSpec("cfg.py", (), None, None, "/")
+    summary = run_summary(process, spec, [], {}, [], {}, [], 1.0, {}, job_wall_time=2.0)
+    assert summary["streams"] == summary["threads"] == available_cores()
+    assert (summary["wall_time"], summary["job_wall_time"]) == (1.0, 2.0)
