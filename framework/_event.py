@@ -116,7 +116,7 @@ class Event:
         ``metadata`` keys as given (``isMC``, ``xsec``, ...; a key of the fileset with one of
         those names takes precedence, as in coffea). From a config's own ``fileNames``: the
         file keys only, no ``dataset``; from EmptySource: empty. The dataset's keys alone,
-        constant for a job, are the module's :attr:`~framework.EDAnalyzer.metadata`.
+        constant for a job, are the module's :attr:`~framework._module.EDModule.metadata`.
         """
         return self._principal.metadata
 

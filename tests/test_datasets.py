@@ -352,3 +352,44 @@ def test_a_simulated_dataset_without_its_weight_metadata_fails_naming_it(tmp_pat
         "metadata (got None)" in capsys.readouterr().err
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.preprocessed.json", "fs.yaml"]  # no output left
+
+
+DOCS = ROOT / "docs" / "writing-modules.md"
+
+
+def test_the_analysis_of_writing_modules_runs_as_documented(tmp_path, monkeypatch, capsys):
+    """docs/writing-modules.md's producer, filter, ExternalWork, weight producer and analyzer,
+    taken from the page as they are, run on a fileset with metadata: the yields it logs are
+    the weights of the dataset (simulation) and 1 per event (data)."""
+    import re
+
+    for name in ("nano_dy.root", "nano_dimuon.root"):
+        local_sample(name)
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    classes = [b for b in blocks if "\nclass " in "\n" + b and "process." not in b]
+    classes = [b for b in classes if not re.search(r"class (HcalEnergySonicProducer|MyWriter|MySonic)", b)]
+    package = tmp_path / "docpackage"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "analysis.py").write_text("\n\n".join(classes))
+    (tmp_path / "doc_cfg.py").write_text(
+        "import framework.config as cms\n"
+        "process = cms.Process('DOC')\n"
+        "process.source = cms.Source('PoolSource', fileNames=cms.untracked.vstring())\n"
+        "process.options.numberOfThreads = 2\n"
+        "process.jetHT = cms.EDProducer('docpackage.analysis:JetHTProducer')\n"
+        "process.slow = cms.EDProducer('docpackage.analysis:SlowSum')\n"
+        "process.weight = cms.EDProducer('docpackage.analysis:XsecWeightProducer', lumi=cms.double(1000.0))\n"
+        "process.dimuon = cms.EDFilter('docpackage.analysis:DimuonFilter')\n"
+        "process.yields = cms.EDAnalyzer('docpackage.analysis:YieldAnalyzer')\n"
+        "process.p = cms.Path(process.jetHT * process.slow * process.weight * process.dimuon * process.yields)\n"
+    )
+    [fileset] = re.findall(r"```yaml\n(DYJets:.*?)```", DOCS.read_text(), re.S)
+    (tmp_path / "fs.yaml").write_text(fileset)
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(tmp_path / "doc_cfg.py"), "--dataset", "fs.yaml", "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    dy = re.search(r"yields: (\d+) events, yield ([\d.]+) \(dataset DYJets\)", err)
+    assert dy and float(dy[2]) == pytest.approx(int(dy[1]) * 6077.22 * 1000.0 / 40)
+    data = re.search(r"yields: (\d+) events, yield ([\d.]+) \(dataset DoubleMuon\)", err)
+    assert data and int(data[1]) > 0 and float(data[2]) == int(data[1])

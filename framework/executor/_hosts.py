@@ -104,7 +104,7 @@ class SimulatedHost:
         shared: the folder every host sees at the same path (outputs, configs, inputs).
         environment: more environment variables for its processes (a marker to find them).
         keep: more folders every host sees at the same path (the checkout and virtualenv
-            are kept anyway: :func:`kept_folders`).
+            are kept anyway: ``kept_folders``).
 
     Raises:
         RuntimeError: the namespaces could not be made (the anchor's error line).

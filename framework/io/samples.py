@@ -170,7 +170,7 @@ def _fetch(name: str, cache: Path) -> Path:
             extract_from_sdist(sdist, {s: f"coffea-{COFFEA_VERSION}/tests/samples/{s}" for s in COFFEA_SAMPLES}, cache)
         return cache / name
     try:
-        import skhep_testdata  # type: ignore[import-not-found]  # optional, used where installed
+        import skhep_testdata  # optional (the test extra installs it)
     except ImportError:
         raise FileOpenError(
             f"sample '{name}' is not on this machine; it comes with the package scikit-hep-testdata "
