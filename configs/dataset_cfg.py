@@ -1,11 +1,14 @@
-"""A CPU-only job for datasets: jets, HT, a selection, histograms and a slim NanoAOD output.
+"""A CPU-only job for datasets: jets, HT, an event weight from the dataset's metadata, a
+selection, histograms and a slim NanoAOD output.
 
     cmsrun configs/dataset_cfg.py --dataset configs/datasets/nano_fileset.yaml [--chunk-size N]
     cmsrun configs/dataset_cfg.py inputFiles=a.root,b.root      # without a fileset
 
 With ``--dataset``, every output gets the dataset's name (``dataset.root`` ->
 ``dataset_DYJets.root``, ``dataset_hists_DYJets.root``) and the fileset's files replace
-``fileNames``. No Triton: this is the config the dataset and scale-out tests run on.
+``fileNames``. Each event's ``weight`` is ``xsec * lumi / sumw`` for a dataset whose
+fileset metadata says ``isMC: true`` (``XsecWeightProducer``), 1 otherwise. No Triton:
+this is the config the dataset and scale-out tests run on.
 """
 
 import framework.config as cms
@@ -16,6 +19,7 @@ options.register("inputFiles", [], V.multiplicity.list, V.varType.string, "input
 options.register("outputFile", "dataset.root", V.multiplicity.singleton, V.varType.string, "NanoAOD output")
 options.register("histFile", "dataset_hists.root", V.multiplicity.singleton, V.varType.string, "histogram output")
 options.register("streams", 2, V.multiplicity.singleton, V.varType.int, "numberOfStreams")
+options.register("lumi", 1000.0, V.multiplicity.singleton, V.varType.float, "luminosity of the weights [pb^-1]")
 options.parseArguments()
 
 files = options.inputFiles
@@ -30,6 +34,7 @@ process.options.numberOfStreams = options.streams
 process.options.wantSummary = True  # TrigReport / TimeReport (with --executor dask: one for the whole run)
 
 process.jetHT = cms.EDProducer("JetHTProducer", minPt=cms.double(30.0))
+process.weight = cms.EDProducer("XsecWeightProducer", lumi=cms.double(options.lumi))
 process.twoJets = cms.EDFilter("JetMultiplicityFilter", minNumber=cms.uint32(2), minPt=cms.double(30.0))
 process.hists = cms.EDAnalyzer(
     "HistogramAnalyzer",
@@ -58,8 +63,8 @@ process.out = cms.OutputModule(
     "NanoAODOutputModule",
     fileName=cms.untracked.string(options.outputFile),
     # Branches every NanoAOD version has (v15 renamed MET to PFMET).
-    outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep Jet_eta", "keep jetHT"),
+    outputCommands=cms.untracked.vstring("drop *", "keep Jet_pt", "keep Jet_eta", "keep jetHT", "keep weight"),
 )
 
-process.p = cms.Path(process.jetHT * process.twoJets * process.hists)
+process.p = cms.Path(process.jetHT * process.weight * process.twoJets * process.hists)
 process.e = cms.EndPath(process.out)

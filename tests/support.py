@@ -17,8 +17,9 @@ on EmptySource events, a SONIC ``double`` model (y = 2x) behind the doubler. A t
 Registered by name as ``testGate``, ``testDoubler``, ``testRecorder``.
 
 :data:`CMS_MODELS` is where CMS's own models are, in CMSSW's data layout (for
-``CMSSW_SEARCH_PATH``): ``$PYSONIC_CMS_MODELS``, else ``../shared/models`` beside the
-checkout (as CI lays it out); :func:`cms_models` gives it or skips the test.
+``CMSSW_SEARCH_PATH``): ``$PYSONIC_CMS_MODELS``, else ``models/`` of the project's shared
+folder (``framework.io.samples.shared_folder``: ``../shared`` beside the checkout, as CI lays
+it out; ``PYSONIC_SHARED=`` hides it); :func:`cms_models` gives it or skips the test.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ import trio
 
 import framework
 from framework import EDAnalyzer, EDFilter, ExternalWork
+from framework.io.samples import shared_folder
 from framework.sonic import SonicEDProducer
 
 CMS_MODELS = pathlib.Path(
-    os.environ.get("PYSONIC_CMS_MODELS", pathlib.Path(__file__).resolve().parents[2] / "shared" / "models")
+    os.environ.get("PYSONIC_CMS_MODELS") or (shared_folder() or pathlib.Path("/nonexistent")) / "models"
 )
 
 

@@ -1,7 +1,7 @@
 """Bad output paths: found when the job is built, before the first event, and nothing written.
 
 The job is ``configs/dataset_cfg.py`` on a copy of a real NanoAOD file (``nano_dy.root``
-from ``../shared/data``): its NanoAOD output (``outputFile``), its histograms
+from ``framework.io.samples``): its NanoAOD output (``outputFile``), its histograms
 (``histFile``), ``--summary-json``, and a FastTimerService trace added by a small config
 that loads it. Each case asserts exit code 1, one line naming the parameter and path, no
 event processed, the input's bytes unchanged and nothing else in the folder.

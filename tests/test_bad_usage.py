@@ -7,9 +7,9 @@ it, no traceback, and nothing written in the folder. Values CMSSW gives a meanin
 one thread per core, ``-j 0`` as many streams as threads, ``-n 0``, ``-n -1``) run, and
 their outputs hold every event of the input once.
 
-Inputs are real files from ``../shared/data`` (``framework.io.samples``) and damaged copies;
-everything runs in-process (``cmsrun`` fixture of ``test_bad_inputs``) except the
-``cmstriton`` cases, which call its ``main`` in-process too.
+Inputs are real samples (``framework.io.samples``: located, or fetched from the packages that
+ship them) and damaged copies; everything runs in-process (``cmsrun`` fixture of
+``test_bad_inputs``) except the ``cmstriton`` cases, which call its ``main`` in-process too.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_no_config_is_a_usage_error(capsys):
 
 
 CONFIG_ARGUMENTS = {
-    "unknown name": (["nosuch=3"], "unknown argument 'nosuch' (valid: inputFiles, outputFile, histFile, streams)"),
+    "unknown name": (["nosuch=3"], "unknown argument 'nosuch' (valid: inputFiles, outputFile, histFile, streams, "),
     "near name": (["outputFil=o.root"], "'outputFil' (did you mean 'outputFile' or 'inputFiles'?); valid: "),
     "not name=value": (["--nosuch"], "argument '--nosuch' is not of the form name=value"),
     "wrong type": (["streams=abc"], "argument 'streams=abc': expected int, got 'abc'"),
@@ -210,8 +210,8 @@ def damaged(folder: pathlib.Path, name: str) -> tuple[str, str]:
     if name == "empty copy":
         path.write_bytes(b"")
         return "in.root", "input file 'in.root' is empty (0 bytes)"
-    if name == "RNTuple (CMS open data)":
-        path.write_bytes(locate_sample("Run2012BC_DoubleMuParked_Muons_1000evts_rntuple_v1-0-0-0.root").read_bytes())
+    if name == "RNTuple (coffea's nano_dy_rntuple)":
+        path.write_bytes(locate_sample("nano_dy_rntuple.root").read_bytes())
         return "in.root", "'Events' in input file 'in.root' is a ROOT::RNTuple, not a TTree"
     if name == "no Events tree (uproot's HZZ)":
         path.write_bytes(locate_sample("uproot-HZZ.root").read_bytes())
@@ -228,7 +228,7 @@ def damaged(folder: pathlib.Path, name: str) -> tuple[str, str]:
         "truncated copy",
         "header zeroed",
         "empty copy",
-        "RNTuple (CMS open data)",
+        "RNTuple (coffea's nano_dy_rntuple)",
         "no Events tree (uproot's HZZ)",
         "a folder named .root",
     ],

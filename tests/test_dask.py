@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import awkward as ak
 import numpy as np
@@ -52,7 +53,7 @@ def tiny_repository(tmp_path_factory):
     return write_tiny_repository(tmp_path_factory.mktemp("repository"))
 
 
-def write_fileset(folder: pathlib.Path, datasets: dict[str, list[str]]) -> pathlib.Path:
+def write_fileset(folder: pathlib.Path, datasets: dict[str, Any]) -> pathlib.Path:
     path = folder / "fileset.json"
     path.write_text(json.dumps(datasets))
     return path
@@ -85,7 +86,9 @@ def files_under(folder: pathlib.Path) -> list[pathlib.Path]:
 
 def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypatch):
     dy, dimuon, tt = local_sample("nano_dy.root"), local_sample("nano_dimuon.root"), local_sample("nano_tt_v12.root")
-    fileset = write_fileset(tmp_path, {"DY": [dy, dimuon], "Mixed": [dimuon, tt, dy]})  # two files in both
+    # Two files in both; DY's metadata weighs its events (XsecWeightProducer, on the workers too).
+    meta = {"isMC": True, "xsec": 6077.22, "sumw": 80}
+    fileset = write_fileset(tmp_path, {"DY": {"files": [dy, dimuon], "metadata": meta}, "Mixed": [dimuon, tt, dy]})
     common = [str(DATASET_CFG), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
     assert (
         run(
@@ -107,6 +110,8 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
         single = read_tree(tmp_path / "single" / f"dataset_{dataset}.root")
         assert len(merged) == events and set(merged.fields) >= {*ID, "Jet_pt", "jetHT"}
         assert_same_rows(merged, single)  # ids in the same order, same products
+        weight = 6077.22 * 1000.0 / 80 if dataset == "DY" else 1.0  # configs/dataset_cfg.py's lumi: 1000 pb^-1
+        assert merged.weight.to_list() == [weight] * events
         ids = list(zip(*(merged[b].to_list() for b in ID), strict=True))
         assert len(set(ids)) == len(ids)  # every event exactly once
         assert hists_of(tmp_path / "dask" / f"dataset_hists_{dataset}.root") == hists_of(
@@ -114,6 +119,10 @@ def test_merged_outputs_equal_the_single_process_run(cluster, tmp_path, monkeypa
         )
     summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
     assert summary["events"] == 360 and summary["paths"][0]["visited"] == 360
+    # What the workers' jobs ran with (streams=1; numberOfThreads: CMSSW's default 1), and
+    # the whole run's wall time beside that of its units and merge.
+    assert (summary["streams"], summary["threads"]) == (1, 1)
+    assert summary["job_wall_time"] > summary["wall_time"] > 0
     assert summary["units"]["done"] == summary["units"]["total"] == 18 and not summary["units"]["skipped"]
     assert sum(w["events"] for w in summary["workers"].values()) == 360
     assert summary["latency"]["p50"] > 0 and summary["modules"]["jetHT"]["calls"] == 360
@@ -446,3 +455,20 @@ def test_the_driver_finds_sonic_modules_among_analyzers_and_switch_cases():
     plain = cms.Process("PLAIN")
     plain.hists = cms.EDAnalyzer("HistogramAnalyzer")
     assert _uses_triton(switched) and _uses_triton(analyzed) and not _uses_triton(plain)
+
+
+def test_a_run_summary_without_units_applies_the_builders_rule():
+    """No unit ran: streams and threads are the builder's (0 threads: this machine's cores;
+    0 streams: as many as threads), never the config's 0."""
+    import framework.config as cms
+    from framework.cmsrun.executor import JobSpec
+    from framework.cmsrun.executor._report import run_summary
+    from framework.core import available_cores
+
+    process = cms.Process("X")
+    process.options.numberOfThreads = 0
+    process.options.numberOfStreams = 0
+    spec = JobSpec("cfg.py", (), None, None, "/")
+    summary = run_summary(process, spec, [], {}, [], {}, [], 1.0, {}, job_wall_time=2.0)
+    assert summary["streams"] == summary["threads"] == available_cores()
+    assert (summary["wall_time"], summary["job_wall_time"]) == (1.0, 2.0)

@@ -16,13 +16,15 @@ from pathlib import Path
 import awkward as ak
 import numpy as np
 import pytest
+import trio
 import uproot
 import yaml
 
 import framework.config as cms
-from framework import FileOpenError, FileReadError
+from framework import EDAnalyzer, FileOpenError, FileReadError, register_type
 from framework.cmsrun import main as cmsrun_main
 from framework.cmsrun import plan_datasets, run_unit
+from framework.core import build_job, run_job
 from framework.io import (
     WorkUnit,
     dataset_output_path,
@@ -35,38 +37,31 @@ from framework.io import (
 )
 from framework.io.samples import locate_sample
 
+from support import local_sample
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "dataset_cfg.py"
 EXAMPLE = ROOT / "configs" / "datasets" / "nano_fileset.yaml"
 ID = ["run", "luminosityBlock", "event"]
+# XsecWeightProducer's weight per dataset of the example (xsec [pb] * 1000 pb^-1 / sumw; 1: data)
+WEIGHTS = {"DYJets": 6077.22 * 1000.0 / 40, "TTbar": 831.76 * 1000.0 / 400, "DoubleMuon": 1.0}
 
 
 @pytest.fixture
 def fileset(tmp_path):
-    """The example fileset, its paths replaced by the located samples (as relative paths)."""
+    """The example fileset (its files named ``sample:NAME``), as JSON, where its samples are
+    on this machine (never fetched here: the test is skipped, saying which is missing)."""
     data = yaml.safe_load(EXAMPLE.read_text())
-    folder = tmp_path / "filesets"
-    folder.mkdir()
-    samples = folder / "samples"
-    samples.mkdir()
-
-    def local(path):
-        name = Path(path.split(":")[0]).name
-        try:
-            target = locate_sample(name, fetch=False)
-        except FileOpenError as exc:
-            pytest.skip(f"no local {name} ({exc})")
-        link = samples / name
-        if not link.exists():
-            link.symlink_to(target)
-        return f"samples/{name}" + (path[path.index(".root:") + 5 :] if ".root:" in path else "")
-
     for value in data.values():
         files = value if isinstance(value, list) else value["files"]
-        if isinstance(files, dict):
-            value["files"] = {local(k): v for k, v in files.items()}
-        else:
-            files[:] = [local(f) for f in files]
+        for path in files:
+            name = path.removeprefix("sample:").split(":")[0]
+            try:
+                locate_sample(name, fetch=False)
+            except FileOpenError as exc:
+                pytest.skip(f"no local {name} ({exc})")
+    folder = tmp_path / "filesets"
+    folder.mkdir()
     path = folder / "nano.json"
     path.write_text(json.dumps(data))
     return path
@@ -82,9 +77,10 @@ def by_id(arrays):
     return arrays[order]
 
 
-def assert_same_events(a, b):
-    assert a.fields == b.fields
-    assert ak.to_list(a) == ak.to_list(b)
+def assert_same_events(a, b, *, but=()):
+    fields = [f for f in a.fields if f not in but]
+    assert fields == [f for f in b.fields if f not in but]
+    assert ak.to_list(a[fields]) == ak.to_list(b[fields])
 
 
 def hists_of(path):
@@ -128,7 +124,9 @@ def test_cmsrun_dataset_writes_one_output_per_dataset(fileset, tmp_path, monkeyp
         monkeypatch.chdir(single)
         assert cmsrun_main([str(CONFIG), f"inputFiles={files}", "--no-progress"]) == 0
         monkeypatch.chdir(work)
-        assert_same_events(by_id(out), by_id(read_tree(single / "dataset.root")))
+        # The events' weights are their dataset's (the files alone belong to no dataset: 1).
+        assert_same_events(by_id(out), by_id(read_tree(single / "dataset.root")), but=["weight"])
+        assert out.weight.to_list() == [WEIGHTS[dataset]] * len(out)
         assert hists_of(work / f"dataset_hists_{dataset}.root") == hists_of(single / "dataset_hists.root")
         assert json.loads((work / f"summary_{dataset}.json").read_text())["events"] == len(out)
     # The preprocessing is cached next to the output; a second run reads no file for it.
@@ -143,7 +141,7 @@ def test_parts_merged_equal_one_full_run(fileset, tmp_path, monkeypatch):
     plan = dict((d.name, units) for d, units in plan_datasets(process, fileset, 60))
     units = plan["TTbar"]
     assert len(units) > 4 and {u.file for u in units} == {
-        str(fileset.parent / "samples" / n) for n in ("nano_tt_v12.root", "nano_tt_v15.root")
+        str(locate_sample(n)) for n in ("nano_tt_v12.root", "nano_tt_v15.root")
     }
     results = [run_unit(process, u) for u in units]
     for r in results:
@@ -169,7 +167,8 @@ def test_parts_merged_equal_one_full_run(fileset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     merged, single = read_tree("dataset_TTbar.root"), read_tree(full / "dataset.root")
     assert len(merged) == 400 and set(merged.fields) >= {"nJet", "Jet_pt", "Jet_eta", "jetHT", *ID}
-    assert_same_events(merged, single)  # row by row, in input order
+    assert_same_events(merged, single, but=["weight"])  # row by row, in input order
+    assert set(merged.weight.to_list()) == {WEIGHTS["TTbar"]} and set(single.weight.to_list()) == {1.0}
     with uproot.open("dataset_TTbar.root") as a, uproot.open(full / "dataset.root") as b:
         assert {k: v.typename for k, v in a["Events"].items()} == {k: v.typename for k, v in b["Events"].items()}
     assert hists_of("dataset_hists_TTbar.root") == hists_of(full / "dataset_hists.root")
@@ -177,7 +176,7 @@ def test_parts_merged_equal_one_full_run(fileset, tmp_path, monkeypatch):
     # Merging again removes the parts and their folders.
     merge_unit_parts([r.parts for r in results])
     assert not parts_folder("dataset_TTbar.root").exists() and not parts_folder("dataset_hists_TTbar.root").exists()
-    assert_same_events(read_tree("dataset_TTbar.root"), single)
+    assert_same_events(read_tree("dataset_TTbar.root"), single, but=["weight"])
 
 
 def test_a_unit_of_a_corrupt_file_names_file_and_range(tmp_path, monkeypatch):
@@ -277,3 +276,119 @@ def test_run_folders_of_a_killed_driver_are_removed_by_the_next_run(tmp_path, ca
         assert remove_stale_runs(final) == [dead]
     assert not dead.exists() and alive.exists() and other_host.exists() and untagged.exists()
     assert "removed 1 parts folder(s) left by runs whose driver is gone" in caplog.text
+
+
+class MetadataRecorder(EDAnalyzer):
+    """Records the metadata a module reads: its own at each transition, the event's per event."""
+
+    seen: list = []
+
+    def begin_job(self):
+        self.seen.append(("begin_job", dict(self.metadata)))
+
+    def begin_unit(self):
+        self.seen.append(("begin_unit", dict(self.metadata)))
+
+    def analyze(self, event):
+        self.seen.append((str(event.id), dict(event.metadata)))
+
+
+register_type("testMetadataRecorder", MetadataRecorder)
+
+
+def recorder_process(files=()):
+    process = cms.Process("META")
+    process.source = cms.Source("PoolSource", fileNames=cms.untracked.vstring(*files))
+    process.options.numberOfStreams = 2
+    process.rec = cms.EDAnalyzer("testMetadataRecorder")
+    process.p = cms.Path(process.rec)
+    return process
+
+
+def test_modules_read_the_dataset_metadata_per_unit_and_per_event(tmp_path, monkeypatch):
+    """``self.metadata``: the dataset's name and fileset metadata from begin_job on;
+    ``event.metadata``: coffea's per-chunk keys (file, tree, the unit's entry range) with
+    them, the fileset's keys taking precedence as in coffea. Without a fileset: the file's
+    keys only."""
+    dy = local_sample("nano_dy.root")
+    monkeypatch.chdir(tmp_path)
+    meta = {"isMC": True, "xsec": 6077.22, "era": "2016", "treename": "overridden"}
+    fs = tmp_path / "fs.json"
+    fs.write_text(json.dumps({"DY": {"files": [dy], "metadata": meta}}))
+    process = recorder_process()
+    [(dataset, units)] = plan_datasets(process, fs, 15)
+    assert [(u.entry_start, u.entry_stop) for u in units] == [(0, 14), (14, 28), (28, 40)]
+    MetadataRecorder.seen = []
+    for unit in units[1:]:  # one job per unit, as run_unit builds it
+        run_unit(process, unit)
+    dataset_keys = {"dataset": "DY", **meta}
+    transitions = [m for what, m in MetadataRecorder.seen if what.startswith("begin")]
+    assert transitions == [dataset_keys] * 4  # begin_job and begin_unit of each job
+    events = [m for what, m in MetadataRecorder.seen if not what.startswith("begin")]
+    ranges = [(m["entrystart"], m["entrystop"]) for m in events]
+    assert ranges == [(14, 28)] * 14 + [(28, 40)] * 12
+    assert all(
+        m == {"dataset": "DY", "filename": dy, **meta} | {"entrystart": m["entrystart"], "entrystop": m["entrystop"]}
+        for m in events
+    )
+
+    # A job over a config's own fileNames belongs to no dataset.
+    MetadataRecorder.seen = []
+    job = build_job(recorder_process([dy]), max_events=3)
+    trio.run(run_job, job)
+    assert MetadataRecorder.seen[0] == ("begin_job", {})
+    assert MetadataRecorder.seen[-1][1] == {"filename": dy, "treename": "Events", "entrystart": 0, "entrystop": 40}
+
+
+def test_a_simulated_dataset_without_its_weight_metadata_fails_naming_it(tmp_path, monkeypatch, capsys):
+    local_sample("nano_dy.root")
+    monkeypatch.chdir(tmp_path)
+    fs = tmp_path / "fs.yaml"
+    fs.write_text("DY:\n  files: [sample:nano_dy.root]\n  metadata: {isMC: true, xsec: 6077.22}\n")
+    assert cmsrun_main([str(CONFIG), "--dataset", str(fs), "--no-progress"]) == 1
+    assert (
+        "module 'weight' (XsecWeightProducer): dataset 'DY' has isMC: true but no numeric 'sumw' in its fileset "
+        "metadata (got None)" in capsys.readouterr().err
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.preprocessed.json", "fs.yaml"]  # no output left
+
+
+DOCS = ROOT / "docs" / "writing-modules.md"
+
+
+def test_the_analysis_of_writing_modules_runs_as_documented(tmp_path, monkeypatch, capsys):
+    """docs/writing-modules.md's producer, filter, ExternalWork, weight producer and analyzer,
+    taken from the page as they are, run on a fileset with metadata: the yields it logs are
+    the weights of the dataset (simulation) and 1 per event (data)."""
+    import re
+
+    for name in ("nano_dy.root", "nano_dimuon.root"):
+        local_sample(name)
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    classes = [b for b in blocks if "\nclass " in "\n" + b and "process." not in b]
+    classes = [b for b in classes if not re.search(r"class (HcalEnergySonicProducer|MyWriter|MySonic)", b)]
+    package = tmp_path / "docpackage"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "analysis.py").write_text("\n\n".join(classes))
+    (tmp_path / "doc_cfg.py").write_text(
+        "import framework.config as cms\n"
+        "process = cms.Process('DOC')\n"
+        "process.source = cms.Source('PoolSource', fileNames=cms.untracked.vstring())\n"
+        "process.options.numberOfThreads = 2\n"
+        "process.jetHT = cms.EDProducer('docpackage.analysis:JetHTProducer')\n"
+        "process.slow = cms.EDProducer('docpackage.analysis:SlowSum')\n"
+        "process.weight = cms.EDProducer('docpackage.analysis:XsecWeightProducer', lumi=cms.double(1000.0))\n"
+        "process.dimuon = cms.EDFilter('docpackage.analysis:DimuonFilter')\n"
+        "process.yields = cms.EDAnalyzer('docpackage.analysis:YieldAnalyzer')\n"
+        "process.p = cms.Path(process.jetHT * process.slow * process.weight * process.dimuon * process.yields)\n"
+    )
+    [fileset] = re.findall(r"```yaml\n(DYJets:.*?)```", DOCS.read_text(), re.S)
+    (tmp_path / "fs.yaml").write_text(fileset)
+    monkeypatch.chdir(tmp_path)
+    assert cmsrun_main([str(tmp_path / "doc_cfg.py"), "--dataset", "fs.yaml", "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    dy = re.search(r"yields: (\d+) events, yield ([\d.]+) \(dataset DYJets\)", err)
+    assert dy and float(dy[2]) == pytest.approx(int(dy[1]) * 6077.22 * 1000.0 / 40)
+    data = re.search(r"yields: (\d+) events, yield ([\d.]+) \(dataset DoubleMuon\)", err)
+    assert data and int(data[1]) > 0 and float(data[2]) == int(data[1])

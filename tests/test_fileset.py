@@ -105,6 +105,17 @@ def test_preprocessed_coffea_fileset_keeps_its_steps(tmp_path):
     assert ds.files == (FileSpec("/d/a.root", "Events", ((0, 20), (20, 40)), 40, "u-1"),)
 
 
+def test_sample_names_are_located(tmp_path):
+    """``sample:NAME`` is the project's verified copy of a sample, wherever it lies; a tree
+    after it as for any path. (Not fetched here: skipped where the sample is not local.)"""
+    dy = sample("nano_dy.root")
+    fileset = write(
+        tmp_path / "fs.yaml", "A:\n  files: {sample:nano_dy.root: Events}\nB: [sample:nano_dy.root:Events]\n"
+    )
+    a, b = load_fileset(fileset)
+    assert a.files == b.files == (FileSpec(str(dy), "Events"),)
+
+
 def test_dataset_names_become_safe_file_tags():
     assert (
         dataset_file_tag("/DYJetsToLL_M-50/RunIISummer20UL18NanoAODv9-v1/NANOAODSIM")
@@ -145,6 +156,10 @@ def test_dataset_names_become_safe_file_tags():
             "dataset 'DY': key 'files' item 0: pattern 'nothing*.root' matches no file",
         ),
         ('{"DY": {"files": ["a.root"]', "fileset '{f}' is not valid JSON: Expecting ',' delimiter at line 1 column 28"),
+        (
+            '{"DY": {"files": ["sample:nano_dy.rot"]}}',
+            "dataset 'DY': key 'files' item 0: unknown sample 'nano_dy.rot' (known: ",
+        ),
     ],
 )
 def test_bad_json_filesets_name_file_dataset_and_key(tmp_path, content, message):

@@ -70,6 +70,11 @@ def test_main_job_succeeds_with_summary(main_job):
         assert heading in log
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events"] == 10 and summary["streams"] == 4
+    # The event loop's wall time and the whole job's (the fallback server's start and stop
+    # included), each named for what it covers.
+    assert summary["job_wall_time"] > summary["wall_time"] > 0
+    assert "Total loop: event loop, wall time [s]" in log and "Total job: build to end_job" in log
+    assert f"events processed in {summary['wall_time']:.2f} s (event loop; the whole job: " in log
     assert summary["modules"]["particleNetAK4"]["calls"] == 10
     assert summary["modules"]["deepMET"]["external_work"] is True
     # CPU over the event loop: every thread's, and the trio thread's share of it
@@ -201,3 +206,75 @@ def test_configuration_error_names_label_and_parameter(tmp_path):
     assert result.returncode == 1
     message = " ".join(result.stderr.split())
     assert "'jets'" in message and "minPT" in message and "minPt" in message  # nearest valid name
+
+
+# ------------------------------------------------------------------ CMSSW's habits at the command line
+
+
+def test_cmsRun_is_cmsrun_and_config_help_lists_the_configs_options(tmp_path):  # noqa: N802 - the command's name
+    """``cmsRun`` is a console script too; ``cmsRun CONFIG --help`` prints the config's own
+    options (its VarParsing), as under CMSSW, and ``cmsrun --help`` says so."""
+    script = Path(sys.executable).parent / "cmsRun"
+    assert script.is_file(), "the cmsRun console script is not installed (pip install -e .)"
+    result = subprocess.run(
+        [str(script), str(ROOT / "configs" / "dataset_cfg.py"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "lumi (float) = 1000.0: luminosity of the weights [pb^-1]" in result.stdout
+    assert "usage: cmsrun" not in result.stdout
+    own = cmsrun("--help", cwd=tmp_path)
+    assert own.returncode == 0 and "usage: cmsrun" in own.stdout
+    assert "'cmsrun CONFIG --help' (or 'help') lists the config's own options" in " ".join(own.stdout.split())
+
+
+def test_list_types_shows_kind_and_package(capsys):
+    from framework.cmsrun import main
+
+    assert main(["--list-types"]) == 0
+    lines = {line.split()[0]: line.split(None, 2)[1:] for line in capsys.readouterr().out.splitlines()}
+    assert lines["HistogramAnalyzer"] == ["EDAnalyzer", "pysonic (modules.histograms:HistogramAnalyzer)"]
+    assert lines["JetMultiplicityFilter"][0] == "EDFilter" and lines["JetHTProducer"][0] == "EDProducer"
+    assert lines["NanoAODOutputModule"][0] == "OutputModule"
+    assert lines["PoolSource"] == ["Source", "pysonic (built in: framework.io:PoolSource)"]
+    assert lines["TritonService"][0] == "Service"
+
+
+@pytest.fixture
+def two_packages(tmp_path, monkeypatch):
+    """Two installed distributions (their ``.dist-info`` as pip writes it) that both provide
+    the module type ``MyProducer`` through the ``pysonic.modules`` entry point."""
+    from framework.core import _registry
+
+    for dist in ("alpha", "beta"):
+        info = tmp_path / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[pysonic.modules]\nMyProducer = {dist}_jets:MyProducer\n")
+        (tmp_path / f"{dist}_jets.py").write_text(
+            "from framework import EDProducer\nclass MyProducer(EDProducer): pass\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _registry._entry_points.cache_clear()
+    yield tmp_path
+    _registry._entry_points.cache_clear()
+
+
+def test_a_type_name_two_packages_provide_is_one_error_naming_both(two_packages, capsys):
+    from framework import ConfigurationError
+    from framework.cmsrun import main
+    from framework.core import find_type
+
+    with pytest.raises(ConfigurationError) as info:
+        find_type("MyProducer", context="EDProducer 'mine'")
+    assert (
+        "EDProducer 'mine': module type 'MyProducer' is provided twice: entry point 'MyProducer = "
+        "alpha_jets:MyProducer' of package 'alpha' and entry point 'MyProducer = beta_jets:MyProducer' of "
+        "package 'beta' (as CMSSW's plugin manager" in str(info.value)
+    )
+    assert main(["--list-types"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("MyProducer ")]
+    assert "alpha (alpha_jets:MyProducer), beta (beta_jets:MyProducer)  ! " in line and "provided twice" in line

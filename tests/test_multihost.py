@@ -3,7 +3,8 @@
 Each "host" is a UTS and mount namespace of its own (``unshare -u -m --propagation
 private``, as root): its own host name, a private tmpfs on ``/dev/shm`` and on ``/tmp``
 (the run's shared folder, pytest's base temp, is bound back into it: the cluster's shared
-file system), and one Dask worker (with its nanny) bound to its own ``127.0.0.N``
+file system; so are the checkout and its virtualenv when they lie under ``/tmp``), and one
+Dask worker (with its nanny) bound to its own ``127.0.0.N``
 (``framework/cmsrun/executor/_hosts.py``, which ``cmsbench scale`` uses too). The scheduler and
 cmsrun run here, on 127.0.0.1; all traffic is over loopback. The test reads a host's
 ``/tmp`` and ``/dev/shm`` through ``/proc/<anchor>/root`` and starts processes there with
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -69,6 +71,38 @@ def hosts(tmp_path_factory):
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_with(marker) == []  # no worker, nanny or server left
+
+
+def test_a_host_keeps_the_folders_under_tmp_it_needs(tmp_path):
+    """A host's /tmp is its own, but a folder under /tmp that it is given (as the checkout
+    and virtualenv are when they lie there: a clone in /tmp) stays visible at its path, and
+    is not taken for a leftover of pysonic's; the host's Python imports this checkout."""
+    reason = namespaces_missing()
+    if reason:
+        pytest.skip(reason)
+    kept = pathlib.Path("/tmp") / f"pysonic-kept-{uuid.uuid4().hex}"
+    hidden = pathlib.Path("/tmp") / f"pysonic-hidden-{uuid.uuid4().hex}"
+    (kept / "inner").mkdir(parents=True)
+    (kept / "inner" / "file.txt").write_text("seen")
+    hidden.write_text("this machine's /tmp only")
+    host = SimulatedHost(1, tmp_path, keep=(kept / "inner",))
+    try:
+        assert kept / "inner" in host.kept
+        assert (host.root / kept.relative_to("/") / "inner" / "file.txt").read_text() == "seen"
+        assert not (host.root / hidden.relative_to("/")).exists()  # the rest of /tmp is not the host's
+        assert host.leftovers() == []
+        probe = host.popen(
+            [sys.executable, "-c", "import framework, os; print(framework.__file__, os.uname().nodename)"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        out, _ = probe.communicate(timeout=120)
+        assert probe.returncode == 0
+        assert out.split() == [str(ROOT / "framework" / "__init__.py"), host.name]
+    finally:
+        host.close()
+        shutil.rmtree(kept)
+        hidden.unlink()
 
 
 @pytest.fixture(scope="module")

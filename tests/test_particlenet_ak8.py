@@ -34,14 +34,14 @@ import framework.config as cms
 from framework.cmsrun import summary_dict
 from framework.core import build_job
 from framework.core import run_job as run_built_job
-from framework.io.samples import locate_sample
+from framework.io.samples import locate_sample, shared_folder
 from modules.particlenet_ak8_inputs import PreprocessParams, build_tag_infos
 
 from support import processes_with_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "particlenet_ak8_cfg.py"
-CMS_MODELS = Path(os.environ.get("PYSONIC_CMS_MODELS", ROOT.parent / "shared" / "models"))
+CMS_MODELS = Path(os.environ.get("PYSONIC_CMS_MODELS") or (shared_folder() or Path("/nonexistent")) / "models")
 COMBINED = "RecoBTag/Combined/data"
 MODELS = ("particlenet", "particlenet_AK8_MD-2prong")
 SCORES = [f"particleNet_{n}" for n in ("QCD", "TvsQCD", "WvsQCD", "ZvsQCD", "HbbvsQCD", "HccvsQCD", "H4qvsQCD")] + [

@@ -21,6 +21,7 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from framework.io.samples import shared_folder
 from framework.serving import LocalTritonServer, ModelChecksumError, ModelRepositoryError, read_model_config
 from framework.serving._repository import generate_model, translate_config
 from framework.serving.model_spec import parse_model_config, run_ragged
@@ -29,9 +30,8 @@ from framework.serving.torch_backend import ordered_by_index
 from framework.sonic import TritonClient, client_description
 from framework.utilities import ExternalFailure
 
-SHARED_MODELS = (
-    pathlib.Path(__file__).resolve().parents[2] / "shared" / "models"
-)  # ../shared/models beside the checkout
+# ../shared/models beside the checkout (framework.io.samples.shared_folder; PYSONIC_SHARED= hides it)
+SHARED_MODELS = (shared_folder() or pathlib.Path("/nonexistent")) / "models"
 SEARCH_PATH = [pathlib.Path(p) for p in os.environ.get("CMSSW_SEARCH_PATH", str(SHARED_MODELS)).split(":") if p]
 
 

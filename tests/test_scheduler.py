@@ -9,6 +9,7 @@ what is parked where. Module types are registered at run time with
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import trio
@@ -16,7 +17,7 @@ import trio.testing
 
 import framework
 import framework.config as cms
-from framework import EDAnalyzer, EDFilter, EDProducer, ExternalWork
+from framework import EDAnalyzer, EDFilter, EDProducer, EventProcessingError, ExternalWork
 from framework.core import build_job, run_job
 
 LATENCY = 1.0  # seconds of virtual time per external call
@@ -85,6 +86,41 @@ class ThreadedWork(ExternalWork, EDProducer):
     def acquire(self, event, holder):
         n = event.id.event
         threading.Thread(target=lambda: holder.done_waiting(n * 10)).start()
+
+    def produce(self, event, result):
+        event.put(result)
+
+
+class LateWork(ExternalWork, EDProducer):
+    """acquire returns first; a thread finishes the work a little later (a pool's task)."""
+
+    def __init__(self, params):
+        self.produces()
+
+    def acquire(self, event, holder):
+        n = event.id.event
+
+        def later():
+            time.sleep(0.05)
+            holder.done_waiting(n * 10)
+
+        threading.Thread(target=later).start()
+
+    def produce(self, event, result):
+        event.put(result)
+
+
+class ForgetfulWork(ExternalWork, EDProducer):
+    """acquire starts nothing, or a thread that ends without calling done_waiting."""
+
+    thread_safe = False
+
+    def __init__(self, params):
+        self.produces()
+
+    def acquire(self, event, holder):
+        if event.id.event == 2:
+            threading.Thread(target=lambda: holder and None).start()  # holds it, then drops it
 
     def produce(self, event, result):
         event.put(result)
@@ -165,7 +201,18 @@ class ThreadSafeWork(EDProducer):
         event.put(1)
 
 
-for _cls in (Sleeper, GatedWork, ThreadedWork, OddFilter, Counted, Reader, Boom, ThreadSafeWork):
+for _cls in (
+    Sleeper,
+    GatedWork,
+    ThreadedWork,
+    LateWork,
+    ForgetfulWork,
+    OddFilter,
+    Counted,
+    Reader,
+    Boom,
+    ThreadSafeWork,
+):
     framework.register_type("test" + _cls.__name__, _cls)
 
 
@@ -234,6 +281,31 @@ async def test_done_waiting_from_a_foreign_thread():
     process.e = cms.EndPath(process.read)
     await run(process)
     assert sorted(Counter.calls["read"]) == [(n, 10 * n) for n in range(1, 7)]
+
+
+async def test_done_waiting_may_come_after_acquire_returned():
+    """The thread that finishes the work keeps the holder: acquire returning first is no error."""
+    process = make_process(4, streams=2)
+    process.ext = cms.EDProducer("testLateWork")
+    process.read = cms.EDAnalyzer("testReader", src=cms.string("ext"))
+    process.p = cms.Path(process.ext)
+    process.e = cms.EndPath(process.read)
+    await run(process)
+    assert sorted(Counter.calls["read"]) == [(n, 10 * n) for n in range(1, 5)]
+
+
+@pytest.mark.parametrize("threads, thread_safe", [(1, False), (2, True)])
+async def test_a_holder_dropped_unused_fails_the_event_instead_of_hanging(threads, thread_safe, monkeypatch):
+    monkeypatch.setattr(ForgetfulWork, "thread_safe", thread_safe)
+    for event in (1, 2):  # nothing started; a thread that held the holder and ended
+        process = make_process(1, threads=threads)
+        process.source.firstEvent = cms.untracked.uint32(event)
+        process.ext = cms.EDProducer("testForgetfulWork")
+        process.p = cms.Path(process.ext)
+        with trio.fail_after(30), pytest.raises(EventProcessingError) as info:
+            await run(process)
+        assert f"EDProducer 'ext' (type testForgetfulWork) on path 'p' failed for event 1:1:{event}" in str(info.value)
+        assert "holder was dropped without done_waiting or run_async" in str(info.value)
 
 
 async def test_filter_ends_its_path_and_trigreport_counts(autojump_clock):

@@ -50,7 +50,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from framework import config as cms
-from framework.core import JobReport, available_types, build_job, find_type, run_job
+from framework.core import JobReport, build_job, find_type, run_job, type_catalog
 from framework.io import (
     DEFAULT_CHUNK_SIZE,
     atomic_write,
@@ -70,6 +70,7 @@ from ._summary import print_summary
 log = logging.getLogger("pysonic")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HELP_FLAGS = ("-h", "--help")  # after the config's name: the config's own help
 
 
 class JobStopped(KeyboardInterrupt):
@@ -122,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="cmsrun",
         description="Run a pysonic (CMSSW-style) configuration file.",
         epilog="Arguments after CONFIG that are not cmsrun's options are the config's sys.argv[1:] (its VarParsing "
-        "or argparse); after '--' all are the config's.",
+        "or argparse); after '--' all are the config's. 'cmsrun CONFIG --help' (or 'help') lists the config's own "
+        "options.",
     )
     p.add_argument("config", nargs="?", help="configuration file (*_cfg.py) defining 'process'")
     p.add_argument("args", nargs="*", metavar="ARG", help="the config's arguments (name=value, --option ...)")
@@ -176,9 +178,23 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the loaded config as Python in CMSSW's layout (CMSSW's edmConfigDump) and exit",
     )
-    p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
+    p.add_argument(
+        "--list-types",
+        action="store_true",
+        help="list the registered types (module, source, service) with their kind and package, and exit",
+    )
     p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
+
+
+def _list_types() -> None:
+    """``--list-types``: one line per type: name, kind, the package providing it (stdout)."""
+    catalog = type_catalog()
+    width = max(len(t.name) for t in catalog)
+    kinds = max(len(t.kind) for t in catalog)
+    for t in catalog:
+        line = f"{t.name:<{width}}  {t.kind:<{kinds}}  {t.provider}"
+        print(f"{line}  ! {t.problem}" if t.problem else line)
 
 
 def _describe(type_name: str, console: Console) -> None:
@@ -242,7 +258,8 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         summary = run_on_dask(process, options, console)
         console.print(
             f"[green]cmsrun: {process.name_()}: {summary['events']} events processed in "
-            f"{summary['wall_time']:.2f} s on Dask ({len(summary['workers'])} worker(s))[/green]"
+            f"{summary['wall_time']:.2f} s on Dask ({len(summary['workers'])} worker(s); preprocessing, units and "
+            f"merge; the whole run: {summary['job_wall_time']:.2f} s)[/green]"
         )
         return 0
     from ._datasets import plan_datasets
@@ -312,7 +329,10 @@ def _run_job(
 
         with atomic_write(Path(summary_json)) as temp:
             temp.write_text(json.dumps(summary_dict(job, report), indent=2))
-    console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
+    console.print(
+        f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s (event loop; "
+        f"the whole job: {report.job_wall_time:.2f} s)[/green]"
+    )
     return report
 
 
@@ -333,7 +353,9 @@ def _split_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[
         if config_seen and token == "--":
             config_args += argv[i + 1 :]
             break
-        if name in actions and token.startswith("-"):
+        if config_seen and token in HELP_FLAGS:
+            config_args.append(token)  # cmsRun's habit: the config's help (VarParsing's, argparse's)
+        elif name in actions and token.startswith("-"):
             own.append(token)
             if actions[name].nargs != 0 and "=" not in token and i + 1 < len(argv):
                 own.append(argv[i + 1])
@@ -369,8 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         force=True,
     )
     if ns.list_types:
-        for name in available_types():
-            print(name)
+        _list_types()
         return 0
     try:
         if ns.describe:

@@ -140,18 +140,29 @@ def _path_dict(spec: PathSpec) -> dict[str, Any]:
     }
 
 
+# What the two wall times cover, as the Event Summary names them (CMSSW's Timing service
+# reports "Total loop" and "Total job"): a plain job's, and a Dask run's (executor/_report.py).
+SPANS = {
+    "": ("event loop", "build to end_job, servers' start and stop incl."),
+    "dask": ("preprocessing, units and merge", "cluster start to merge end"),
+}
+
+
 def summary_dict(job: Job, report: JobReport) -> dict[str, Any]:
     """The summary as plain data (JSON-ready), computed once per report (``report.summary``). Times in seconds.
 
-    Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time``, ``throughput``
-    (events/s), ``cpu`` (CPU seconds over the same span as ``wall_time``: ``process``, every
-    thread; ``event_loop``, the thread that ran the events; ``other_threads``, the
-    difference), ``latency`` (mean/p50/p90/p99/max of per-event latency), ``paths``,
-    ``endpaths`` (TrigReport counters), ``modules`` (label -> calls, errors, skipped,
-    mean_cpu, mean_acquire, mean_wait, mean_run, and percentiles of ``own`` (acquire +
-    produce), ``acquire``, ``wait`` (ExternalWork) and ``run`` (produce/filter/...)),
-    ``streams``, ``threads``, ``services`` (type name ->
-    the service's ``statistics()``, e.g. Triton's per-model server-side numbers), ``source``
+    Keys: ``events``, ``passed``, ``events_with_errors``, ``wall_time`` (the event loop:
+    CMSSW's "Total loop"), ``job_wall_time`` (the whole job, from ``build_job`` to the end
+    of ``end_job``, servers' start and stop included: CMSSW's "Total job"; 0 for a run of
+    events without ``end_job``), ``throughput`` (events/s over the event loop), ``cpu`` (CPU
+    seconds over the same span as ``wall_time``: ``process``, every thread; ``event_loop``,
+    the thread that ran the events; ``other_threads``, the difference), ``latency``
+    (mean/p50/p90/p99/max of per-event latency), ``paths``, ``endpaths`` (TrigReport
+    counters), ``modules`` (label -> calls, errors, skipped, mean_cpu, mean_acquire,
+    mean_wait, mean_run, and percentiles of ``own`` (acquire + produce), ``acquire``,
+    ``wait`` (ExternalWork) and ``run`` (produce/filter/...)), ``streams``, ``threads`` (as
+    ``framework.core.concurrency`` computed them), ``services`` (type name -> the
+    service's ``statistics()``, e.g. Triton's per-model server-side numbers), ``source``
     (the source's ``statistics()``: files opened and where, entries read, read retries).
     """
     if report.summary is None:
@@ -194,6 +205,7 @@ def _summary(job: Job, report: JobReport) -> dict[str, Any]:
         "passed": report.passed,
         "events_with_errors": report.events_with_errors,
         "wall_time": report.wall_time,
+        "job_wall_time": report.job_wall_time,
         "throughput": report.events / report.wall_time if report.wall_time > 0 else 0.0,
         "cpu": {
             "process": report.cpu_time,
@@ -392,7 +404,10 @@ def _time_tables(summary: dict[str, Any]) -> list[Table]:
     ev.add_row("events", str(summary["events"]))
     ev.add_row("events with errors", str(summary["events_with_errors"]))
     ev.add_row("streams / threads", f"{summary['streams']} / {summary['threads']}")
-    ev.add_row(Text("wall time [s]"), f"{summary['wall_time']:.3f}")
+    loop, job = SPANS[summary.get("executor", "")]
+    ev.add_row(Text(f"Total loop: {loop}, wall time [s]"), f"{summary['wall_time']:.3f}")
+    if summary.get("job_wall_time"):
+        ev.add_row(Text(f"Total job: {job}, wall time [s]"), f"{summary['job_wall_time']:.3f}")
     ev.add_row(Text("throughput [events/s]"), f"{summary['throughput']:.2f}")
     for key in ("mean", "p50", "p90", "p99", "max"):
         ev.add_row(Text(f"event latency {key} [ms]"), f"{lat[key] * ms:.2f}")

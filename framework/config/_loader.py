@@ -92,6 +92,11 @@ def load_config(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Proce
     if not isinstance(process, Process):
         raise ConfigurationError(f"{filename}: 'process' is a {type(process).__name__}, expected a cms.Process")
     if arguments.args and not arguments.parsed and not argv.read:
+        if set(arguments.args) & {"help", "--help", "-h"}:
+            raise UsageError(
+                f"config {filename} has no options of its own (it reads neither VarParsing nor sys.argv); "
+                "'cmsrun --help' lists cmsrun's"
+            )
         raise ConfigurationError(
             f"config {filename} does not take arguments (it reads neither VarParsing nor sys.argv): "
             f"{' '.join(arguments.args)}"

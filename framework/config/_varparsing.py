@@ -52,7 +52,9 @@ class VarParsing:
       older ``"standard"`` preset ``maxEvents``, ``files``, ``secondaryFiles``, ``output``
       (tagged as ``outputFile``) and ``secondaryOutput``.
     - Booleans read ``true/false/t/f/1/0/yes/no/on/off`` (any case); ints also ``0x..``.
-    - The arguments ``print`` (print the options) and ``help`` (print them and exit);
+    - The arguments ``print`` or ``--print`` (print the options) and ``help`` or ``--help``
+      (print them and exit), as CMSSW's; ``-h`` too (a pysonic extension), so that
+      ``cmsrun cfg.py -h`` lists the config's options as ``--help`` does;
       ``name_clear`` empties a list option and ``name_load=FILE`` adds the lines of FILE.
 
     Raises:
@@ -186,9 +188,9 @@ class VarParsing:
             self._apply(arg, given)
 
     def _apply(self, arg: str, given: set[str]) -> None:
-        if arg in ("print", "help"):
+        if arg in ("print", "--print", "help", "--help", "-h"):
             print(self)
-            if arg == "help":
+            if "help" in arg or arg == "-h":
                 raise SystemExit(0)
             return
         name, sep, text = arg.partition("=")

@@ -36,7 +36,9 @@ from ._builder import Job as Job
 from ._builder import PathSpec as PathSpec
 from ._builder import ProductDescription as ProductDescription
 from ._builder import ProductRegistry as ProductRegistry
+from ._builder import available_cores as available_cores
 from ._builder import build_job as build_job
+from ._builder import concurrency as concurrency
 from ._event import Event as Event
 from ._event import EventID as EventID
 from ._event import EventPrincipal as EventPrincipal
@@ -48,9 +50,11 @@ from ._module import EDModule as EDModule
 from ._module import EDProducer as EDProducer
 from ._module import ExternalWork as ExternalWork
 from ._module import OutputModule as OutputModule
+from ._registry import TypeInfo as TypeInfo
 from ._registry import available_types as available_types
 from ._registry import find_type as find_type
 from ._registry import register_type as register_type
+from ._registry import type_catalog as type_catalog
 from ._scheduler import JobReport as JobReport
 from ._scheduler import abort_job as abort_job
 from ._scheduler import begin_job as begin_job
@@ -59,5 +63,6 @@ from ._scheduler import process_events as process_events
 from ._scheduler import run_job as run_job
 from ._services import Service as Service
 from ._services import get_service as get_service
+from ._source_base import NO_METADATA as NO_METADATA
 from ._source_base import Source as Source
 from ._source_base import SourceEvent as SourceEvent

@@ -152,6 +152,30 @@ def _run_inbox() -> _Inbox:
         return inbox
 
 
+class _Completion:
+    """The framework's side of a :class:`WaitingTaskHolder`: what the event's task awaits.
+
+    Kept apart from the holder so that the framework drops its reference to the holder once
+    ``acquire`` has returned: the holder then lives exactly as long as the module keeps it
+    (a thread, a pool task, a callback), and when the last reference goes without
+    ``done_waiting`` the event fails instead of waiting forever (CMSSW: the
+    ``WaitingTaskWithArenaHolder``'s last copy runs the waiting task when it is destroyed).
+    """
+
+    __slots__ = ("future", "async_fn", "on_cancel", "used")
+
+    def __init__(self) -> None:
+        self.future = ThreadSafeFuture()
+        self.async_fn: Callable[[], Awaitable[Any]] | None = None
+        self.on_cancel: Callable[[], object] | None = None
+        self.used = False
+
+    async def wait(self) -> Any:
+        if self.async_fn is not None:
+            return await self.async_fn()
+        return await self.future.wait(self.on_cancel)
+
+
 class WaitingTaskHolder:
     """What ``acquire(event, holder)`` of an ExternalWork module receives.
 
@@ -162,14 +186,17 @@ class WaitingTaskHolder:
     framework with :meth:`run_async` instead: the event's own task awaits it in place of
     the ``done_waiting`` signal, and its return value becomes the result.
 
-    Exactly one of ``done_waiting`` or ``run_async`` must be used per acquire.
+    Exactly one of ``done_waiting`` or ``run_async`` must be used per acquire. ``acquire``
+    may return before: whatever finishes the work (a thread, a pool's task) keeps the
+    holder until it calls ``done_waiting``. A holder dropped without either (``acquire``
+    kept no reference, or the task that held it ended without calling) fails its event with
+    a RuntimeError naming the module, as CMSSW's holder does when its last copy is destroyed.
     """
 
+    __slots__ = ("_completion",)
+
     def __init__(self) -> None:
-        self._future = ThreadSafeFuture()
-        self._async_fn: Callable[[], Awaitable[Any]] | None = None
-        self._on_cancel: Callable[[], object] | None = None
-        self._used = False
+        self._completion = _Completion()
 
     def done_waiting(self, result: Any = None, exception: BaseException | None = None) -> None:
         """Report that the external work is over (CMSSW ``doneWaiting``). Any thread.
@@ -180,9 +207,9 @@ class WaitingTaskHolder:
         """
         self._claim("done_waiting")
         if exception is not None:
-            self._future.set_exception(exception)
+            self._completion.future.set_exception(exception)
         else:
-            self._future.set_result(result)
+            self._completion.future.set_result(result)
 
     def run_async(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Make ``await async_fn(*args)`` this event's external work; its return is the result.
@@ -193,24 +220,35 @@ class WaitingTaskHolder:
         cancels it there. Call it from ``acquire``.
         """
         self._claim("run_async")
-        self._async_fn = lambda: async_fn(*args)
+        self._completion.async_fn = lambda: async_fn(*args)
 
     def on_cancel(self, fn: Callable[[], object]) -> None:
         """Register ``fn`` to abort the external work if the event is cancelled while waiting."""
-        self._on_cancel = fn
+        self._completion.on_cancel = fn
 
     def _claim(self, how: str) -> None:
-        if self._used:
+        if self._completion.used:
             raise RuntimeError(f"WaitingTaskHolder.{how}: the holder was already completed")
-        self._used = True
+        self._completion.used = True
 
     @property
     def used(self) -> bool:
         """True once ``done_waiting`` or ``run_async`` was called."""
-        return self._used
+        return self._completion.used
 
     async def wait(self) -> Any:
         """Framework side: wait for the external work and return its result."""
-        if self._async_fn is not None:
-            return await self._async_fn()
-        return await self._future.wait(self._on_cancel)
+        return await self._completion.wait()
+
+    def __del__(self) -> None:
+        # The last reference is gone (any thread): work that was never finished fails its
+        # event now rather than leaving it waiting for good. Never raises.
+        completion = self._completion
+        if not completion.used:
+            completion.used = True
+            completion.future.set_exception(
+                RuntimeError(
+                    "the ExternalWork holder was dropped without done_waiting or run_async (acquire() "
+                    "started no work, or what it started ended without calling holder.done_waiting)"
+                )
+            )

@@ -9,6 +9,7 @@ naming the module label and type.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from ._services import ServiceRegistry, _current
 from ._source_base import Source
 from ._worker import Worker
 
-__all__ = ["Job", "PathSpec", "ProductDescription", "ProductRegistry", "build_job"]
+__all__ = ["Job", "PathSpec", "ProductDescription", "ProductRegistry", "build_job", "concurrency"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Job:
     exception_actions: dict[str, str] = field(default_factory=dict)
     activity: ActivityRegistry = field(default_factory=ActivityRegistry)
     begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
+    # time.perf_counter() when build_job began: the start of the job's total wall time
+    created: float = field(default_factory=time.perf_counter)
 
     def declared_outputs(self) -> list[tuple[str, str]]:
         """Every file the job's modules and services write, as configured:
@@ -255,18 +258,11 @@ def build_job(
     Raises:
         ConfigurationError: anything wrong with the configuration.
     """
+    created = time.perf_counter()
+    if max_events is not None and max_events < -1:
+        raise ConfigurationError(f"build_job: max_events {max_events} must be >= -1 (-1: all)")
+    streams, threads = concurrency(process.options_(), streams, threads)
     options = process.options_()
-    threads = threads if threads is not None else options["numberOfThreads"]
-    streams = streams if streams is not None else options["numberOfStreams"]
-    if threads < 0 or streams < 0 or (max_events is not None and max_events < -1):
-        raise ConfigurationError(
-            f"build_job: threads {threads} and streams {streams} must be >= 0 (0: CMSSW's default), "
-            f"max_events {max_events} >= -1 (-1: all)"
-        )
-    if threads == 0:  # CMSSW's cmsRun: numberOfThreads 0 = one thread per available core
-        threads = available_cores()
-    if streams == 0:  # CMSSW's EventProcessor: numberOfStreams 0 = as many streams as threads
-        streams = threads
     limiter = trio.CapacityLimiter(threads) if threads > 1 else None
     process.checkRunnable_()  # a looper, SubProcess, SecSource: loaded and dumped, not run here
     accelerators = process.selectAccelerators_()  # before the Services: it may customize them
@@ -312,12 +308,41 @@ def build_job(
         bool(options["wantSummary"]),
         limiter,
         _exception_actions(options),
+        created=created,
     )
     for worker in workers.values():
         worker.activity = job.activity
     for service in registry.services.values():
         service.subscribe(job.activity)
     return job
+
+
+def concurrency(options: Any, streams: int | None = None, threads: int | None = None) -> tuple[int, int]:
+    """``(streams, threads)`` of a job: the one place where CMSSW's rule is applied.
+
+    Args:
+        options: ``process.options_()`` (``numberOfStreams``, ``numberOfThreads``).
+        streams, threads: command-line overrides (``-j``/``-t``; None: the config's).
+
+    Returns:
+        The numbers the job runs with: ``numberOfThreads`` 0 is one thread per core this
+        process may use (cmsRun's rule), ``numberOfStreams`` 0 as many streams as threads
+        (CMSSW's EventProcessor).
+
+    Raises:
+        ConfigurationError: a negative number.
+    """
+    threads = threads if threads is not None else int(options["numberOfThreads"])
+    streams = streams if streams is not None else int(options["numberOfStreams"])
+    if threads < 0 or streams < 0:
+        raise ConfigurationError(
+            f"build_job: threads {threads} and streams {streams} must be >= 0 (0: CMSSW's default)"
+        )
+    if threads == 0:  # CMSSW's cmsRun: numberOfThreads 0 = one thread per available core
+        threads = available_cores()
+    if streams == 0:  # CMSSW's EventProcessor: numberOfStreams 0 = as many streams as threads
+        streams = threads
+    return streams, threads
 
 
 def available_cores() -> int:

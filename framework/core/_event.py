@@ -10,11 +10,14 @@ event run at the same time.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from framework.utilities import ProductNotFound
 
 __all__ = ["EventID", "Event", "EventPrincipal", "product_key"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class EventID(NamedTuple):
@@ -55,15 +58,24 @@ class EventPrincipal:
             ``SelectEvents`` read it (CMSSW's ``TriggerResults``). A Path that met a
             module failure under TryToContinue counts as not passed.
         errors: the module failures this event survived (TryToContinue, IgnoreCompletely).
+        metadata: the source's metadata of the event's input (``Event.metadata``).
     """
 
-    __slots__ = ("id", "stream", "index", "source", "products", "path_results", "errors")
+    __slots__ = ("id", "stream", "index", "source", "products", "path_results", "errors", "metadata")
 
-    def __init__(self, id: EventID, stream: int, index: int, source: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        id: EventID,
+        stream: int,
+        index: int,
+        source: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         self.id = id
         self.stream = stream
         self.index = index
         self.source = source
+        self.metadata: Mapping[str, Any] = _EMPTY if metadata is None else metadata
         self.products: dict[tuple[str, str], Any] = {}
         self.path_results: dict[str, bool] = {}
         self.errors: list[Exception] = []
@@ -93,6 +105,20 @@ class Event:
     def stream(self) -> int:
         """Index of the stream processing this event."""
         return self._principal.stream
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """What the event's input is, as coffea's ``events.metadata`` (read-only).
+
+        From a fileset (``cmsrun --dataset``, on Dask too): ``dataset`` (the fileset key),
+        ``filename``, ``treename``, ``entrystart`` and ``entrystop`` (the event's work unit:
+        entries [entrystart, entrystop) of that file), then the dataset's fileset
+        ``metadata`` keys as given (``isMC``, ``xsec``, ...; a key of the fileset with one of
+        those names takes precedence, as in coffea). From a config's own ``fileNames``: the
+        file keys only, no ``dataset``; from EmptySource: empty. The dataset's keys alone,
+        constant for a job, are the module's :attr:`~framework.core.EDModule.metadata`.
+        """
+        return self._principal.metadata
 
     def get(self, tag: Any) -> Any:
         """Return a product or source collection.

@@ -37,7 +37,7 @@ from framework.utilities import EventProcessingError, FrameworkError
 
 from ._builder import Job, PathSpec
 from ._event import EventPrincipal
-from ._source_base import SourceEvent
+from ._source_base import NO_METADATA, SourceEvent
 from ._worker import Worker
 
 __all__ = ["JobReport", "run_job", "begin_job", "process_events", "end_job", "abort_job", "first_error"]
@@ -54,7 +54,12 @@ class JobReport:
         passed: events accepted by at least one Path (all events if there is no Path).
         events_with_errors: events in which a module failed under TryToContinue or
             IgnoreCompletely (``process.options``).
-        wall_time: seconds from the first event request to the end (``time.perf_counter``).
+        wall_time: seconds from the first event request to the end (``time.perf_counter``):
+            the event loop (CMSSW's "Total loop").
+        job_wall_time: seconds from ``build_job``'s start to the end of :func:`end_job`
+            (the services' ``end_job`` included): the whole job, its construction, the
+            first file's opening and a fallback server's start and stop included (CMSSW's
+            "Total job"); 0 until ``end_job`` ran.
         latencies: per-event latency in seconds, source to end of EndPaths, in completion
             order (``trio.current_time`` clock); ``array("d")``, compact for long jobs.
         completion_times: ``trio.current_time()`` at which each event finished.
@@ -72,6 +77,7 @@ class JobReport:
     passed: int = 0
     events_with_errors: int = 0
     wall_time: float = 0.0
+    job_wall_time: float = 0.0
     latencies: array[float] = field(default_factory=lambda: array("d"))
     completion_times: array[float] = field(default_factory=lambda: array("d"))
     cpu_time: float = 0.0
@@ -283,7 +289,7 @@ class _Scheduler:
     async def _process(self, src: SourceEvent, stream: int, index: int) -> None:
         t0 = trio.current_time()
         p0 = time.perf_counter()
-        principal = EventPrincipal(src.id, stream, index, src.collections)
+        principal = EventPrincipal(src.id, stream, index, src.collections, src.metadata)
         run = _EventRun(self, principal)
         await run.run_paths(self.job.paths)
         await run.run_paths(self.job.endpaths)
@@ -348,6 +354,7 @@ async def begin_job(job: Job) -> None:
         # abandon_on_cancel: opening the first file may wait for a remote server; a
         # stopped job must not wait with it (the source bounds that wait on its own).
         job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
+        _bind_metadata(job)
         for module in job.modules:
             module.begin_job()
             job.begun.append(module)
@@ -378,6 +385,7 @@ async def process_events(
     scheduler = _Scheduler(job, on_event, report)
     opened: list[Any] = []
     try:
+        _bind_metadata(job)  # the source's input may have changed since begin_job (set_units)
         for module in job.modules:
             module.begin_unit()
             opened.append(module)
@@ -402,6 +410,14 @@ async def process_events(
     return report
 
 
+def _bind_metadata(job: Job) -> None:
+    """Give every module the source's dataset metadata (``EDModule.metadata``)."""
+    # Duck-typed sources (the builder takes any class with the protocol) may lack metadata().
+    metadata = job.source.metadata() if hasattr(job.source, "metadata") else NO_METADATA
+    for module in job.modules:
+        module._fw_metadata = metadata
+
+
 async def end_job(job: Job, report: JobReport | None = None) -> None:
     """The job's end transitions: modules' ``end_job``, services' ``end_job`` (a fallback
     server stops), the source closed; then ``post_end_job(job, report)`` if ``report``.
@@ -416,6 +432,7 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
         await _abort(job, exc)
     await _end_services(job)
     if report is not None:
+        report.job_wall_time = time.perf_counter() - job.created
         # After every end_job, so that services' end-of-job numbers are in (CMSSW's postEndJob).
         job.activity.post_end_job(job, report)
 

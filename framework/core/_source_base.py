@@ -13,18 +13,26 @@ with the validated parameters. The scheduler then calls, in order:
    :class:`SourceEvent` per event, in input order, closing the channel at the end.
    Blocking I/O goes to worker threads so that reading overlaps processing.
 4. ``close()``: release files (also after a failure).
+
+``metadata()`` says which dataset the current input belongs to (modules read it as
+``EDModule.metadata``, before ``begin_job`` and each ``begin_unit``); each
+:class:`SourceEvent` carries the metadata of its own input (``Event.metadata``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import trio
 
 from ._event import EventID
 
-__all__ = ["Source", "SourceEvent", "EmptySource"]
+__all__ = ["Source", "SourceEvent", "EmptySource", "NO_METADATA"]
+
+#: The metadata of an event or a job that belongs to no dataset: empty, read-only.
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
 class SourceEvent:
@@ -36,15 +44,26 @@ class SourceEvent:
             jets as an awkward record array). May be lazy.
         file_name: the file the event came from ("" for generated events).
         entry: the entry number in that file's tree (0-based).
+        metadata: what modules read as ``event.metadata`` (coffea's ``events.metadata``):
+            one read-only mapping shared by the events of one input range, never copied
+            per event.
     """
 
-    __slots__ = ("id", "collections", "file_name", "entry")
+    __slots__ = ("id", "collections", "file_name", "entry", "metadata")
 
-    def __init__(self, id: EventID, collections: Mapping[str, Any], file_name: str = "", entry: int = 0):
+    def __init__(
+        self,
+        id: EventID,
+        collections: Mapping[str, Any],
+        file_name: str = "",
+        entry: int = 0,
+        metadata: Mapping[str, Any] = NO_METADATA,
+    ):
         self.id = id
         self.collections = collections
         self.file_name = file_name
         self.entry = entry
+        self.metadata = metadata
 
 
 class Source:
@@ -66,6 +85,12 @@ class Source:
 
     def set_branch_request(self, request: dict[str, set[str] | None]) -> None:
         pass
+
+    def metadata(self) -> Mapping[str, Any]:
+        """The dataset of the current input: ``{"dataset": name, **the fileset's metadata}``
+        (what modules read as ``EDModule.metadata``), read-only; empty when the input belongs
+        to no dataset (a config's own ``fileNames``, generated events). Default: empty."""
+        return NO_METADATA
 
     async def run(self, send_channel: trio.MemorySendChannel[SourceEvent], max_events: int) -> None:
         raise NotImplementedError

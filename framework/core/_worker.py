@@ -128,14 +128,13 @@ class Worker:
         try:
             if self.external:
                 holder = WaitingTaskHolder()
+                completion = holder._completion
                 _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]  # ExternalWork's
-                if not holder.used:
-                    raise RuntimeError(
-                        "acquire() returned without starting external work "
-                        "(call holder.done_waiting or holder.run_async)"
-                    )
+                # From here the holder lives as long as the module keeps it: dropped unused,
+                # it fails the event (WaitingTaskHolder.__del__) instead of a wait forever.
+                del holder
                 w0 = time.perf_counter()
-                result = await holder.wait()
+                result = await completion.wait()
                 w1 = time.perf_counter()
                 decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]  # ExternalWork's
                 times.acquire.append(a1 - a0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import awkward as ak
@@ -30,6 +31,8 @@ class Chunk:
     collections: dict[str, Any]
     ids: list[tuple[int, int, int]]  # per entry of the range
     kept: list[int] = field(default_factory=list)  # offsets in the range to deliver
+    # event.metadata of its events: the input range's, shared (set by the source)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class EventView(Mapping[str, Any]):

@@ -26,7 +26,10 @@ Paths: URLs (``root://``, ``https://``) are kept as they are; local paths expand
 and a relative path is relative to **the folder of the fileset file** (not the current
 directory), so a fileset and its files can move together. Local paths with glob
 characters (``*``, ``?``, ``[``) are expanded, sorted; a pattern matching nothing is an
-error. Datasets keep the order of the file.
+error. ``sample:NAME`` (a pysonic extension) is one of the project's real CMS samples
+(``framework.io.samples``: ``sample:nano_dy.root``), located or fetched and checksum-verified
+when the fileset is loaded, so that a fileset of samples runs on a fresh clone. Datasets
+keep the order of the file.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ def load_fileset(path: str | os.PathLike[str], *, default_tree: str = "Events") 
         The datasets in file order.
 
     Raises:
-        FileOpenError: the file cannot be read.
+        FileOpenError: the file cannot be read; a ``sample:`` file can be neither found
+            nor fetched.
         ConfigurationError: not valid JSON/YAML, or not a fileset; one line naming the
             file, the dataset and the key (and the line for syntax errors).
     """
@@ -141,6 +145,7 @@ def parse_fileset(data: Any, *, origin: str, base: Path | None = None, default_t
 
     Raises:
         ConfigurationError: one line naming ``origin``, the dataset and the key at fault.
+        FileOpenError: a ``sample:`` file can be neither found nor fetched.
     """
     if not isinstance(data, Mapping) or not data:
         what = "empty" if isinstance(data, Mapping) or data is None else f"a {type(data).__name__}"
@@ -239,10 +244,16 @@ def _steps(steps: Any, num_entries: int | None, where: str) -> tuple[tuple[int, 
     return result
 
 
+SAMPLE_PREFIX = "sample:"
+
+
 def _expand(path: str, base: Path | None, where: str) -> list[str]:
-    """A fileset path -> file paths: URLs kept, local ones absolute and glob-expanded."""
+    """A fileset path -> file paths: URLs kept, local ones absolute and glob-expanded,
+    ``sample:NAME`` located (:func:`framework.io.samples.locate_sample`)."""
     if "://" in path:
         return [path]
+    if path.startswith(SAMPLE_PREFIX):
+        return [_sample(path[len(SAMPLE_PREFIX) :], where)]
     local = path[len("file:") :] if path.startswith("file:") else path
     local = os.path.expanduser(local)
     if base is not None and not os.path.isabs(local):
@@ -253,6 +264,17 @@ def _expand(path: str, base: Path | None, where: str) -> list[str]:
     if not matches:
         raise ConfigurationError(f"{where}: pattern '{path}' matches no file")
     return matches
+
+
+def _sample(name: str, where: str) -> str:
+    from .samples import SHA256, locate_sample  # only filesets that name samples need it
+
+    if name not in SHA256:
+        raise ConfigurationError(f"{where}: unknown sample '{name}' (known: {', '.join(sorted(SHA256))})")
+    try:
+        return str(locate_sample(name))
+    except FileOpenError as exc:
+        raise FileOpenError(f"{where}: {exc}") from exc
 
 
 def expand_file_names(names: Sequence[str], context: str) -> list[str]:

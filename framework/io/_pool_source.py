@@ -31,14 +31,15 @@ view into its chunk, so nothing is copied per event.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
 import trio
 
-from framework.core import EventID, Source, SourceEvent
+from framework.core import NO_METADATA, EventID, Source, SourceEvent
 from framework.utilities import ConfigurationError, FileOpenError, FileReadError
 
 from ._chunks import Chunk, EventView, build_collections, common_entry_offsets
@@ -66,12 +67,22 @@ _MAX_DUPLICATE_WARNINGS = 5  # per job, then one line: a file listed twice gives
 
 
 class _Input(NamedTuple):
-    """Entries [start, stop) of tree ``tree`` in file ``name`` (stop None: to the end)."""
+    """Entries [start, stop) of tree ``tree`` in file ``name`` (stop None: to the end);
+    ``unit``: the work unit it comes from (None: a config's ``fileNames``)."""
 
     name: str
     tree: str
     start: int = 0
     stop: int | None = None
+    unit: WorkUnit | None = None
+
+    def metadata(self, stop: int) -> Mapping[str, Any]:
+        """``event.metadata`` of its events (coffea's keys, then the dataset's metadata)."""
+        found: dict[str, Any] = {} if self.unit is None else {"dataset": self.unit.dataset}
+        found.update(filename=self.name, treename=self.tree, entrystart=self.start, entrystop=stop)
+        if self.unit is not None:
+            found.update(self.unit.metadata)
+        return MappingProxyType(found)
 
 
 class _Handle:
@@ -199,6 +210,7 @@ class PoolSource(Source):
         self._opened: list[OpenedFile] = []
         self._retries: dict[str, int] = {}
         self._request: dict[str, Any] | None = None
+        self._metadata: Mapping[str, Any] = NO_METADATA
         self._set_inputs([_Input(name, self.tree_name) for name in self.file_names])
         self._files_opened: list[str] = []
         self._entries_read = 0
@@ -241,13 +253,28 @@ class PoolSource(Source):
         Files still open are closed. Call before :meth:`collections` for the units' first
         file to be the one whose layout output modules see.
 
+        The units' dataset and its metadata become :meth:`metadata`; each event's
+        ``metadata`` names its unit (file, tree, entry range) too.
+
         Raises:
-            ConfigurationError: no units.
+            ConfigurationError: no units, or units of several datasets.
         """
         if not units:
             raise ConfigurationError("PoolSource: no work units to read")
+        datasets = sorted({u.dataset for u in units})
+        if len(datasets) > 1:
+            raise ConfigurationError(
+                f"PoolSource: work units of {len(datasets)} datasets ({', '.join(map(repr, datasets))}): "
+                "a job reads one dataset"
+            )
         self.close()
-        self._set_inputs([_Input(u.file, u.tree, u.entry_start, u.entry_stop) for u in units])
+        self._set_inputs([_Input(u.file, u.tree, u.entry_start, u.entry_stop, u) for u in units])
+        self._metadata = MappingProxyType({"dataset": units[0].dataset, **units[0].metadata})
+
+    def metadata(self) -> Mapping[str, Any]:
+        """``{"dataset": name, **the fileset's metadata}`` of the units given to
+        :meth:`set_units`; empty while the source reads its ``fileNames``."""
+        return self._metadata
 
     def _set_inputs(self, inputs: list[_Input]) -> None:
         self._inputs = inputs
@@ -376,7 +403,11 @@ class PoolSource(Source):
     async def _send_chunk(self, chunk: Chunk, send_channel: trio.MemorySendChannel[SourceEvent]) -> bool:
         for i in chunk.kept:
             event = SourceEvent(
-                EventID(*chunk.ids[i]), EventView(chunk.collections, i), chunk.file_name, chunk.start + i
+                EventID(*chunk.ids[i]),
+                EventView(chunk.collections, i),
+                chunk.file_name,
+                chunk.start + i,
+                chunk.metadata,
             )
             try:
                 await send_channel.send(event)
@@ -404,6 +435,7 @@ class PoolSource(Source):
                         name,
                     )
                 start, stop = self._entry_range(source, handle.tree.num_entries)
+                metadata = source.metadata(stop)
                 skipped = min(to_skip, stop - start)
                 start, to_skip = start + skipped, to_skip - skipped
                 for lo, hi in self._ranges(handle.tree, branches, start, stop):
@@ -422,6 +454,7 @@ class PoolSource(Source):
                             has_ids,
                             abandon_on_cancel=True,
                         )
+                        chunk.metadata = metadata
                         planned += len(chunk.kept)
                         lo = stop
                         await chunk_send.send(chunk)

@@ -25,8 +25,8 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,10 @@ class WorkUnit:
     """Entries [entry_start, entry_stop) of one file of one dataset: what one task processes.
 
     ``id`` is stable across runs (it depends only on these five fields) and ``part_name``
-    is its file-system-safe form for part files.
+    is its file-system-safe form for part files. ``metadata`` is the dataset's fileset
+    ``metadata`` (coffea's ``WorkItem.usermeta``), carried so that a Dask worker's modules
+    can read it (``EDModule.metadata``, ``Event.metadata``); it takes no part in ``id``,
+    equality or hashing.
     """
 
     dataset: str
@@ -93,6 +96,7 @@ class WorkUnit:
     tree: str
     entry_start: int
     entry_stop: int
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_entries(self) -> int:
@@ -174,7 +178,11 @@ def _preprocess_file(path: str, tree: str, access: RemoteAccess | None) -> FileI
 
 
 def split_units(
-    dataset: str, info: FileInfo, chunk_size: int, steps: Sequence[tuple[int, int]] | None = None
+    dataset: str,
+    info: FileInfo,
+    chunk_size: int,
+    steps: Sequence[tuple[int, int]] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[WorkUnit]:
     """Split one file into units of about ``chunk_size`` entries at cluster boundaries.
 
@@ -194,6 +202,7 @@ def split_units(
         chunk_size: target entries per unit (>= 1).
         steps: entry ranges to use as they are (a preprocessed coffea fileset's ``steps``);
             None to split the whole file.
+        metadata: the dataset's fileset ``metadata``, given to every unit (None: none).
 
     Returns:
         Units in entry order, covering every entry of the file (or of ``steps``) exactly
@@ -204,6 +213,7 @@ def split_units(
     """
     if chunk_size < 1:
         raise ValueError(f"chunk size must be >= 1 event, got {chunk_size}")
+    meta = dict(metadata or {})
     n = info.num_entries
     if steps is not None:
         bad = [s for s in steps if not 0 <= s[0] <= s[1] <= n]
@@ -211,9 +221,9 @@ def split_units(
             raise ValueError(
                 f"steps {list(bad[0])} of file '{info.path}' are beyond its {n} entries (tree '{info.tree}')"
             )
-        return [WorkUnit(dataset, info.path, info.tree, a, b) for a, b in steps]
+        return [WorkUnit(dataset, info.path, info.tree, a, b, meta) for a, b in steps]
     if n == 0:
-        return [WorkUnit(dataset, info.path, info.tree, 0, 0)]
+        return [WorkUnit(dataset, info.path, info.tree, 0, 0, meta)]
     bounds: list[int] = [0]
     for lo, hi in zip(info.clusters, info.clusters[1:], strict=False):
         length = hi - lo
@@ -231,7 +241,7 @@ def split_units(
             starts.append(b)
     if starts[-1] != n:
         starts.append(n)
-    return [WorkUnit(dataset, info.path, info.tree, a, b) for a, b in zip(starts, starts[1:], strict=False)]
+    return [WorkUnit(dataset, info.path, info.tree, a, b, meta) for a, b in zip(starts, starts[1:], strict=False)]
 
 
 class PreprocessCache:
@@ -342,12 +352,12 @@ def preprocess(
         wanted.update(zip(missing, found, strict=True))
         store.store(found)
     return {
-        d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
+        d.name: [u for spec in d.files for u in _units_of(d, spec, wanted[(spec.path, spec.tree)], chunk_size)]
         for d in datasets
     }
 
 
-def _units_of(dataset: str, spec: FileSpec, info: Any, chunk_size: int) -> list[WorkUnit]:
+def _units_of(dataset: Dataset, spec: FileSpec, info: Any, chunk_size: int) -> list[WorkUnit]:
     steps = spec.steps
     if steps is not None and spec.uuid is not None and spec.uuid != info.uuid:
         # coffea recomputes the steps of a file whose UUID changed; so do we.
@@ -358,4 +368,4 @@ def _units_of(dataset: str, spec: FileSpec, info: Any, chunk_size: int) -> list[
             spec.uuid,
         )
         steps = None
-    return split_units(dataset, info, chunk_size, steps)
+    return split_units(dataset.name, info, chunk_size, steps, dataset.metadata)

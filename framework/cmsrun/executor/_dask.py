@@ -154,6 +154,7 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
     run: _Run | None = None
     try:
         with _signals_raise():
+            started = time.perf_counter()
             cluster, client = _open_cluster(options, console)
             tag, counters = _plan_triton(process, client, console)
             client.register_plugin(JobCache(), name=JobCache.name)
@@ -175,7 +176,16 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             _remove_parts(run)
             wall = time.perf_counter() - t0
             summary = run_summary(
-                process, spec, run.plan, run.outcomes, run.skipped, run.retried, merges, wall, _workers_of(client)
+                process,
+                spec,
+                run.plan,
+                run.outcomes,
+                run.skipped,
+                run.retried,
+                merges,
+                wall,
+                _workers_of(client),
+                job_wall_time=time.perf_counter() - started,
             )
             _server_statistics(client, tag, counters, summary)
             summary["units"]["skipped_files"] = bad_files

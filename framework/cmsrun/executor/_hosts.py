@@ -2,8 +2,10 @@
 
 Each :class:`SimulatedHost` is a UTS and mount namespace of its own (``unshare -u -m
 --propagation private``; root only): its own host name, a private tmpfs on ``/dev/shm``
-and on ``/tmp`` (with the shared folder, the cluster's shared file system, bound back into
-it through an open descriptor, since the new ``/tmp`` hides its path), and a Dask worker
+and on ``/tmp`` (with the folders under ``/tmp`` that every host must see bound back into
+it through open descriptors, since the new ``/tmp`` hides their paths: the shared folder,
+the cluster's shared file system, and the checkout and virtualenv the workers run from,
+when they lie there: :func:`kept_folders`), and a Dask worker
 (with its nanny) bound to its own ``127.0.0.N``. The network namespace is this machine's:
 all traffic goes over loopback, and ports are shared by the hosts. A small anchor process
 holds a host's namespaces; its files are read through ``/proc/<anchor>/root`` and
@@ -26,25 +28,53 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["SimulatedHost", "namespaces_missing", "simulated_cluster", "worker_pids"]
+__all__ = ["SimulatedHost", "kept_folders", "namespaces_missing", "simulated_cluster", "worker_pids"]
 
 START_TIMEOUT = 90.0  # seconds for the hosts' workers to join the scheduler (a loaded machine)
 CLOSE_TIMEOUT = 30.0  # seconds for a worker to close (its nanny's plugins' teardown) after SIGTERM
 
-# The anchor of a host: names it, gives it its own /dev/shm and /tmp, binds the shared folder
-# back into the new /tmp (from descriptor 3: mount must not resolve the path again), waits.
+# The anchor of a host: names it, gives it its own /dev/shm and /tmp, binds the kept folders
+# back into the new /tmp (each from a descriptor opened before: mount must not resolve the
+# path again, the new /tmp hides it), waits. {open}, {bind}: per kept folder, from _anchor().
 ANCHOR = """
 set -e
 hostname "$PYSONIC_HOST"
 mount -t tmpfs -o size=1g pysonic-shm /dev/shm
-exec 3< "$PYSONIC_SHARED"
+{open}
 mount -t tmpfs pysonic-tmp /tmp
-mkdir -p "$PYSONIC_SHARED"
-mount --no-canonicalize --bind /proc/self/fd/3 "$PYSONIC_SHARED"
-exec 3<&-
+{bind}
 echo ready
 exec sleep 86400
 """
+TMP = pathlib.Path("/tmp")
+
+
+def kept_folders(*folders: pathlib.Path) -> list[pathlib.Path]:
+    """The folders under ``/tmp`` a host must still see: ``folders`` (the shared one), this
+    checkout and this Python's environment (``sys.prefix``: a virtualenv), resolved;
+    without those nested in another. Folders elsewhere need no binding."""
+    candidates = [*folders, pathlib.Path(__file__).resolve().parents[2], pathlib.Path(sys.prefix)]
+    under = sorted({p for p in (c.resolve() for c in candidates) if p != TMP and p.is_relative_to(TMP)})
+    kept: list[pathlib.Path] = []
+    for path in under:  # sorted: a folder comes before what it holds
+        if not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _anchor(kept: list[pathlib.Path]) -> tuple[str, dict[str, str]]:
+    """The anchor's script and environment for ``kept`` (paths go through the environment:
+    no quoting of user paths in the script)."""
+    env = {f"PYSONIC_KEEP_{i}": str(path) for i, path in enumerate(kept)}
+    fd = [i + 3 for i in range(len(kept))]
+    opened = "\n".join(f'exec {fd[i]}< "$PYSONIC_KEEP_{i}"' for i in range(len(kept)))
+    bind = "\n".join(
+        f'mkdir -p "$PYSONIC_KEEP_{i}"\n'
+        f'mount --no-canonicalize --bind /proc/self/fd/{fd[i]} "$PYSONIC_KEEP_{i}"\n'
+        f"exec {fd[i]}<&-"
+        for i in range(len(kept))
+    )
+    return ANCHOR.format(open=opened, bind=bind), env
 
 
 def namespaces_missing() -> str:
@@ -73,18 +103,28 @@ class SimulatedHost:
         index: 1, 2, ...: the host is ``pysonic-host<index>`` at ``127.0.0.<index + 1>``.
         shared: the folder every host sees at the same path (outputs, configs, inputs).
         environment: more environment variables for its processes (a marker to find them).
+        keep: more folders every host sees at the same path (the checkout and virtualenv
+            are kept anyway: ``kept_folders``).
 
     Raises:
         RuntimeError: the namespaces could not be made (the anchor's error line).
     """
 
-    def __init__(self, index: int, shared: pathlib.Path, environment: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        shared: pathlib.Path,
+        environment: dict[str, str] | None = None,
+        keep: tuple[pathlib.Path, ...] = (),
+    ) -> None:
         self.name = f"pysonic-host{index}"
         self.address = f"127.0.0.{index + 1}"
         self.environment = dict(environment or {})
-        env = {**os.environ, "PYSONIC_HOST": self.name, "PYSONIC_SHARED": str(shared)}
+        self.kept = kept_folders(shared, *keep)
+        script, keep_env = _anchor(self.kept)
+        env = {**os.environ, **keep_env, "PYSONIC_HOST": self.name}
         self.anchor = subprocess.Popen(
-            ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", ANCHOR],
+            ["unshare", "-u", "-m", "--propagation", "private", "sh", "-c", script],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -116,12 +156,13 @@ class SimulatedHost:
 
     def leftovers(self) -> list[str]:
         """pysonic's files in the host's /tmp and /dev/shm (regions, state files, logs; Dask's
-        own semaphores live as long as its worker)."""
+        own semaphores live as long as its worker), not the folders bound into its /tmp."""
+        bound = {f"tmp/{p.relative_to(TMP).parts[0]}" for p in self.kept}
         return sorted(
-            f"{folder}/{p.name}"
+            name
             for folder in ("dev/shm", "tmp")
             for p in (self.root / folder).iterdir()
-            if p.name.startswith("pysonic")
+            if p.name.startswith("pysonic") and (name := f"{folder}/{p.name}") not in bound
         )
 
     def close(self) -> None:

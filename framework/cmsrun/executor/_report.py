@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from framework.core import concurrency
 from framework.io import Dataset, WorkUnit
 
 from .._summary import merge_records, print_summary_dict, summary_from_record
@@ -49,13 +50,19 @@ def run_summary(
     merges: list[dict[str, Any]],
     wall_time: float,
     workers: dict[str, dict[str, Any]],
+    job_wall_time: float = 0.0,
 ) -> dict[str, Any]:
     """The run's summary as plain data (JSON-ready): ``framework.cmsrun._summary``'s keys plus
-    ``executor``, ``datasets``, ``workers``, ``units``, ``merge`` (see the module docstring)."""
+    ``executor``, ``datasets``, ``workers``, ``units``, ``merge`` (see the module docstring).
+
+    ``wall_time`` is the run's (preprocessing, units and merge: the throughput's span),
+    ``job_wall_time`` the whole run's, from the cluster's start. ``streams`` and ``threads``
+    are what the workers' jobs ran with, as ``framework.core.concurrency`` computed them
+    on each worker (the largest, should workers differ: ``numberOfThreads`` 0 is each
+    worker's own cores); with no unit done, the same rule applied here."""
     done = list(outcomes.values())
-    options = process.options_()
-    streams = spec.streams or options["numberOfStreams"]
-    threads = spec.threads or options["numberOfThreads"]
+    ran = [(o.streams, o.threads) for o in done if o.threads]
+    streams, threads = max(ran) if ran else concurrency(process.options_(), spec.streams, spec.threads)
     records = [o.record for o in done if o.record is not None]
     if records:
         summary = summary_from_record(
@@ -82,6 +89,7 @@ def run_summary(
             "services": {},
         }
     summary["executor"] = "dask"
+    summary["job_wall_time"] = job_wall_time
     summary["datasets"] = {
         d.name: {
             "files": len(d.files),

@@ -118,6 +118,8 @@ class UnitOutcome:
         services: the services' ``statistics()`` after the unit (cumulative per worker job).
         discarded: the run was over (its parts folders removed) before the task began or
             before it ended: what it wrote is gone with the folders, ``parts`` is empty.
+        streams, threads: what the worker's job runs with (``framework.core.concurrency``
+            on the worker: ``numberOfThreads`` 0 is that worker's cores); 0 if no job ran.
     """
 
     unit: WorkUnit
@@ -133,6 +135,8 @@ class UnitOutcome:
     built: bool = False
     services: dict[str, Any] = field(default_factory=dict)
     discarded: bool = False
+    streams: int = 0
+    threads: int = 0
 
 
 class JobCache(WorkerPlugin):
@@ -240,6 +244,7 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit, run: RunFolder
         os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
     try:
         job, outcome.built = cache.take(spec, first, unit)
+        outcome.streams, outcome.threads = job.streams, job.threads
         job.reset_counters()
         job.source.set_units([unit])  # type: ignore[attr-defined]
         with output_naming(unit=unit, run=run.run if run is not None else None):  # trio.run copies this context
