@@ -12,17 +12,21 @@ HTTP frontend has no TLS of its own).
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 
 import numpy as np
 import pytest
 import trio
 
+from framework import ExternalFailure
 from framework.serving.testing import TensorConfig, write_python_model
-from framework.sonic import ServerInfo
+from framework.sonic import ServerInfo, SslOptions
 from framework.sonic._data import TensorSpec
-from framework.sonic._http import HttpEndpoint, HttpPlan, http_status
-from framework.sonic._transport import HttpCall, PayloadCall
+from framework.sonic._http import HttpEndpoint, HttpPlan, close_idle_connections, http_status
+from framework.sonic._transport import HttpCall, PayloadCall, ShmCall, TensorTransport
+
+from support import Relay
 
 IDENTITY_PY = textwrap.dedent("""
     import triton_python_backend_utils as pb_utils
@@ -168,6 +172,25 @@ def test_http_statuses_map_to_grpc_status_names():
 
 # ---------------------------------------------------------------------------- a real server
 
+_ENDPOINTS: list[HttpEndpoint] = []
+
+
+def _open(server: ServerInfo) -> HttpEndpoint:
+    """A new endpoint (its own connections and counts); its blocking connections are closed
+    after the test (trio's close with their run)."""
+    _ENDPOINTS.append(HttpEndpoint(server))
+    return _ENDPOINTS[-1]
+
+
+@pytest.fixture(autouse=True)
+def _close_endpoints():
+    """Triton waits for open HTTP connections up to its exit timeout (30 s) when stopped."""
+    yield
+    while _ENDPOINTS:
+        _ENDPOINTS.pop().close_idle()
+    close_idle_connections()  # the transports' (framework.sonic._http.http_endpoint)
+
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, start_server):
@@ -209,7 +232,7 @@ def _tritonclient_http(server, model: str, arrays: dict[str, np.ndarray]):
 
 def _call(server, arrays, model="identity", **extra) -> HttpCall:
     plan = HttpPlan(model, "", [(n, DTYPES[n][0]) for n in arrays], ())
-    return HttpCall.of_arrays(HttpEndpoint(_server_info(server, **extra)), plan, list(arrays.values()), model)
+    return HttpCall.of_arrays(_open(_server_info(server, **extra)), plan, list(arrays.values()), model)
 
 
 @pytest.mark.parametrize("blocking", [False, True])
@@ -256,7 +279,7 @@ def test_a_10_mb_tensor(server):
 
 def test_connections_are_kept_and_reused(server):
     """Eight requests, four in flight at a time: four connections, each used twice."""
-    endpoint = HttpEndpoint(_server_info(server))
+    endpoint = _open(_server_info(server))
     plan = HttpPlan("identity", "", [(n, DTYPES[n][0]) for n in DTYPES], ())
     results = []
 
@@ -274,3 +297,219 @@ def test_connections_are_kept_and_reused(server):
     trio.run(main)
     assert results == [True] * 8
     assert endpoint.opened == 4 and endpoint.reopened == 0
+
+
+def _double(rows: int = 2) -> dict[str, np.ndarray]:
+    return {"x": np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)}
+
+
+def _slow_call(endpoint: HttpEndpoint, rows: int = 2) -> HttpCall:
+    arrays = _double(rows)
+    return HttpCall.of_arrays(endpoint, HttpPlan("slow", "", [("x", "FP32")], ()), list(arrays.values()), "slow")
+
+
+def test_a_connection_the_server_closed_while_idle_is_reopened_once(server):
+    """A relay in front of the server closes the idle connection: the next request goes on
+    a new one within the same call (and the blocking pool does the same)."""
+    with Relay(server.http_address) as relay:
+        endpoint = _open(ServerInfo("relayed", server.grpc_address, http_address=relay.address))
+        arrays = _arrays(2, 3)
+        plan = HttpPlan("identity", "", [(n, DTYPES[n][0]) for n in arrays], ())
+
+        async def main():
+            for _ in range(3):
+                call = HttpCall.of_arrays(endpoint, plan, list(arrays.values()), "identity")
+                response = await call.exchange({"client_timeout": 30})
+                assert response.as_numpy("F").tobytes() == arrays["f"].tobytes()
+                relay.close_connections()
+                await trio.sleep(0.1)  # the close reaches the client's idle socket
+
+        trio.run(main)
+        assert (endpoint.opened, endpoint.reopened, relay.accepted) == (3, 2, 3)
+        for _ in range(2):
+            call = HttpCall.of_arrays(endpoint, plan, list(arrays.values()), "identity")
+            assert call.infer(None, "identity", {"client_timeout": 30}).as_numpy("F").shape == (2, 3)
+            relay.close_connections()
+        assert (endpoint.opened, endpoint.reopened) == (5, 3)
+
+
+def test_a_connection_closed_mid_request_is_an_error_not_a_retry(server):
+    """A fresh connection that the server closes before answering: UNAVAILABLE, retryable
+    (the retry policy decides), not silently sent again."""
+    with Relay(server.http_address) as relay:
+        endpoint = _open(ServerInfo("relayed", server.grpc_address, http_address=relay.address))
+
+        async def main():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, _close_after, relay, 0.3)
+                with pytest.raises(ExternalFailure) as info:
+                    await _slow_call(endpoint).exchange({"client_timeout": 30})
+            return info.value
+
+        failure = trio.run(main)
+        assert (failure.status, failure.retryable, failure.server) == ("UNAVAILABLE", True, "relayed")
+        assert endpoint.opened == 1 and endpoint.reopened == 0
+
+
+def _close_after(relay: Relay, seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+    relay.close_connections()
+
+
+def test_a_call_cancelled_mid_response_closes_its_connection(server):
+    """Cancelled while the server works on it: the connection is closed, never reused; the
+    next call opens a new one and gets its own answer."""
+    endpoint = _open(_server_info(server))
+
+    async def main():
+        with trio.move_on_after(0.3) as scope:
+            await _slow_call(endpoint).exchange({"client_timeout": 30})
+        assert scope.cancelled_caught
+        response = await _slow_call(endpoint, rows=4).exchange({"client_timeout": 30})
+        assert response.as_numpy("y").shape == (4, 3)  # its own answer, not the cancelled call's
+
+    trio.run(main)
+    assert endpoint.opened == 2
+
+
+def test_the_deadline_is_client_timeout(server):
+    endpoint = _open(_server_info(server))
+    with pytest.raises(ExternalFailure) as info:
+        trio.run(_slow_call(endpoint).exchange, {"client_timeout": 0.2})
+    assert (info.value.status, info.value.retryable) == ("DEADLINE_EXCEEDED", True)
+    with pytest.raises(ExternalFailure) as info:
+        _slow_call(endpoint).infer(None, "slow", {"client_timeout": 0.2})
+    assert info.value.status == "DEADLINE_EXCEEDED"
+
+
+@pytest.mark.parametrize(
+    ("model", "arrays", "http", "status", "retryable", "message"),
+    [
+        ("nonexistent", _double(), 404, "NOT_FOUND", False, "nonexistent"),
+        ("slow", {"x": np.ones((2, 3), np.int64)}, 400, "INVALID_ARGUMENT", False, "data-type"),
+        ("raising", _double(), 500, "INTERNAL", True, "this model always fails"),
+    ],
+)
+def test_server_errors_are_external_failures_with_the_servers_message(
+    server, model, arrays, http, status, retryable, message
+):
+    datatype = "INT64" if arrays["x"].dtype == np.int64 else "FP32"
+    plan = HttpPlan(model, "", [("x", datatype)], ())
+    endpoint = _open(_server_info(server))
+    for blocking in (False, True, True):
+        call = HttpCall.of_arrays(endpoint, plan, list(arrays.values()), model)
+        with pytest.raises(ExternalFailure) as info:
+            if blocking:
+                call.infer(None, model, {"client_timeout": 30})
+            else:
+                trio.run(call.exchange, {"client_timeout": 30})
+        failure = info.value
+        assert (failure.model, failure.server, failure.status, failure.retryable) == (model, "local", status, retryable)
+        assert failure.args[0].startswith(f"HTTP {http}: ") and message in failure.args[0]
+    assert endpoint.opened == 2  # a trio and a blocking one: an error answer leaves a connection usable
+
+
+@pytest.mark.parametrize("model", ["identity", "identity_fixed"])
+def test_shared_memory_over_http_answers_as_tritonclient(server, model):
+    """A local server: the inputs in a region registered once (gRPC's registration: the
+    server has one registry), the call over HTTP; outputs of fixed size come back in the
+    region, of open size in the response: bit for bit tritonclient.http's payload answer."""
+    import tritonclient.grpc as grpcclient
+
+    fixed = model == "identity_fixed"
+    arrays = _arrays(300, 130, seed=5)  # above SHM_MIN_BYTES
+    dims = (130,) if fixed else (-1,)
+    in_specs = {n: TensorSpec(n, t, np.dtype(d), dims, True) for n, (t, d) in DTYPES.items()}
+    out_specs = [TensorSpec(n.upper(), t, np.dtype(d), dims, True) for n, (t, d) in DTYPES.items()]
+    transport = TensorTransport(True, "httpShm", 30.0, model, "", "http")
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        for blocking in (False, True):
+            call = transport.call(_server_info(server), grpc_client, in_specs, out_specs, arrays, 300, True)
+            assert isinstance(call, ShmCall) and call.http is not None and call.request is None
+            options = {"client_timeout": 30}
+            response = call.infer(None, model, options) if blocking else trio.run(call.http.exchange, options)
+            reference = _tritonclient_http(server, model, arrays)
+            for name in ("F", "I", "H", "B"):
+                ours = call.as_numpy(response, name)
+                assert ours.shape == (300, 130)
+                assert ours.tobytes() == reference.as_numpy(name).tobytes() == arrays[name.lower()].tobytes()
+            assert bool(call._out_places) == fixed  # noqa: SLF001 - where the outputs travelled
+            call.done(True)
+        assert (transport.shm_calls, transport.http_calls, transport.payload_calls) == (2, 2, 0)
+        assert len(next(iter(transport.pools().values())).region_names()) == 1  # one region, reused
+    finally:
+        transport.close()
+        grpc_client.close()
+
+
+def test_auto_uses_http_where_the_server_has_it_and_http_requires_it(server):
+    import tritonclient.grpc as grpcclient
+
+    specs = {"x": TensorSpec("x", "FP32", np.dtype(np.float32), (-1,), True)}
+    grpc_only = ServerInfo("grpcOnly", server.grpc_address)
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        kinds = {}
+        for protocol in ("auto", "grpc", "http"):
+            transport = TensorTransport(False, "t", 30.0, "slow", "", protocol)
+            kinds[protocol] = type(transport.call(_server_info(server), grpc_client, specs, [], _double(), 2, True))
+            if protocol == "http":
+                with pytest.raises(ExternalFailure, match="no HTTP endpoint"):
+                    transport.call(grpc_only, grpc_client, specs, [], _double(), 2, True)
+            else:
+                assert (
+                    type(transport.call(grpc_only, grpc_client, specs, [], _double(), 2, True)).__name__ == "WireCall"
+                )
+        assert {k: v.__name__ for k, v in kinds.items()} == {"auto": "HttpCall", "grpc": "WireCall", "http": "HttpCall"}
+    finally:
+        grpc_client.close()
+
+
+def test_headers_and_bearer_token_go_with_every_request(server):
+    metadata = (("x-site", "T2_XY"), ("authorization", "Bearer s3cret-token"))
+    with Relay(server.http_address) as relay:
+        endpoint = _open(
+            ServerInfo("guarded", server.grpc_address, metadata=metadata, http_address=relay.address)
+        )
+        response = trio.run(_slow_call(endpoint).exchange, {"client_timeout": 30})
+        assert response.as_numpy("y").shape == (2, 3)
+    head = bytes(relay.received).split(b"\r\n\r\n", 1)[0]
+    assert b"\r\nx-site: T2_XY\r\n" in head and b"\r\nauthorization: Bearer s3cret-token\r\n" in head
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_with_a_client_certificate(server, tmp_path):
+    """TLS to a TLS-terminating relay in front of the server (Triton's HTTP frontend has no
+    TLS of its own), with CMSSW's certificate parameters: the server verified against
+    rootCertificates, a client certificate required (mutual TLS); a stranger CA fails."""
+    import ssl
+
+    from test_tls import make_ca, make_signed
+
+    make_ca(tmp_path, "ca")
+    make_ca(tmp_path, "other-ca")
+    make_signed(tmp_path, "server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+    make_signed(tmp_path, "client", "ca")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tmp_path / "ca.crt"))
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED
+    client_ssl = SslOptions(str(tmp_path / "ca.crt"), str(tmp_path / "client.key"), str(tmp_path / "client.crt"))
+    with Relay(server.http_address, ssl_context=context) as relay:
+        secure = ServerInfo("secure", server.grpc_address, client_ssl, http_address=relay.address)
+        arrays = _arrays(300, 130, seed=9)  # 0.6 MB: several TLS records each way
+        plan = HttpPlan("identity", "", [(n, DTYPES[n][0]) for n in arrays], ())
+        for blocking in (False, True):
+            call = HttpCall.of_arrays(_open(secure), plan, list(arrays.values()), "identity")
+            options = {"client_timeout": 30}
+            response = call.infer(None, "identity", options) if blocking else trio.run(call.exchange, options)
+            for name in ("F", "I", "H", "B"):
+                assert response.as_numpy(name).tobytes() == arrays[name.lower()].tobytes()
+        stranger = ServerInfo(
+            "stranger", server.grpc_address, SslOptions(str(tmp_path / "other-ca.crt")), http_address=relay.address
+        )
+        with pytest.raises(ExternalFailure) as info:
+            trio.run(_slow_call(_open(stranger)).exchange, {"client_timeout": 30})
+        assert info.value.status == "UNAVAILABLE" and "CERTIFICATE_VERIFY_FAILED" in info.value.args[0]

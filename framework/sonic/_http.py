@@ -391,7 +391,7 @@ class _TrioConnection:
     async def send(self, buffers: list[Any]) -> None:
         if self.sock is None:
             for data in buffers:
-                await self.stream.send_all(data)
+                await self.stream.send_all(_octets(data))
             return
         while buffers:
             sent = await self.sock.sendmsg(buffers)
@@ -432,7 +432,7 @@ class _BlockingConnection:
         sock.settimeout(_remaining(deadline))
         if isinstance(sock, ssl.SSLSocket):
             for data in buffers:
-                sock.sendall(data)
+                sock.sendall(_octets(data))
             return
         while buffers:
             buffers = _advance(buffers, sock.sendmsg(buffers))
@@ -459,6 +459,13 @@ def _remaining(deadline: float) -> float | None:
     return left
 
 
+def _octets(data: Any) -> memoryview:
+    """``data`` (bytes or a C-contiguous array) as a flat memoryview of bytes."""
+    if isinstance(data, np.ndarray):
+        data = data.reshape(-1).view(np.uint8)
+    return memoryview(data)
+
+
 def _advance(buffers: list[Any], sent: int) -> list[Any]:
     """What is left of ``buffers`` once ``sent`` bytes of them went."""
     for index, data in enumerate(buffers):
@@ -466,7 +473,7 @@ def _advance(buffers: list[Any], sent: int) -> list[Any]:
         if sent < size:
             rest = buffers[index:]
             if sent:
-                rest[0] = memoryview(data).cast("B")[sent:]
+                rest[0] = _octets(data)[sent:]
             return rest
         sent -= size
     return []
@@ -630,9 +637,21 @@ class HttpEndpoint:
             return status, headers, body
 
     def close_idle(self) -> None:
-        """Close the idle blocking connections (trio's close with their run). Never raises."""
+        """Close the idle connections: the blocking ones, and the current trio run's when
+        called on its thread (the others close with their run). Never raises.
+
+        Before a server the job started is stopped: Triton waits for its open HTTP
+        connections up to its exit timeout (30 s) before it exits."""
         with self._lock:
-            connections, self._blocking = self._blocking, []
+            connections: list[Any] = self._blocking
+            self._blocking = []
+        try:
+            idle = self._idle.get()
+        except (LookupError, RuntimeError):  # none in this run, or not in a trio run
+            pass
+        else:
+            connections += idle
+            idle.clear()
         for connection in connections:
             connection.close()
 
@@ -683,8 +702,11 @@ class HttpEndpoint:
             )
         if isinstance(exc, ValueError):  # a malformed response: the server's fault, not retried
             return ExternalFailure(f"a malformed HTTP response: {exc}", model=model, server=self.server.name)
+        detail = f"{type(exc).__name__}: {exc}"
+        if exc.__cause__ is not None:  # trio's BrokenResourceError wraps the OSError or SSLError
+            detail += f" ({type(exc.__cause__).__name__}: {exc.__cause__})"
         return ExternalFailure(
-            f"HTTP connection to {self.server.http_address} failed: {type(exc).__name__}: {exc}",
+            f"HTTP connection to {self.server.http_address} failed: {detail}",
             model=model,
             server=self.server.name,
             status="UNAVAILABLE",
@@ -728,7 +750,8 @@ def http_endpoint(server: ServerInfo) -> HttpEndpoint:
 
 
 def close_idle_connections() -> None:
-    """Close every idle blocking HTTP connection of this process (end of job). Never raises."""
+    """Close every idle HTTP connection of this process: the blocking ones and the current
+    trio run's (end of job, before the fallback server stops). Never raises."""
     with _endpoints_lock:
         endpoints = list(_endpoints.values())
     for endpoint in endpoints:
