@@ -191,7 +191,6 @@ def _close_endpoints():
     close_idle_connections()  # the transports' (framework.sonic._http.http_endpoint)
 
 
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, start_server):
     repo = tmp_path_factory.mktemp("models")
@@ -471,9 +470,7 @@ def test_auto_uses_http_where_the_server_has_it_and_http_requires_it(server):
 def test_headers_and_bearer_token_go_with_every_request(server):
     metadata = (("x-site", "T2_XY"), ("authorization", "Bearer s3cret-token"))
     with Relay(server.http_address) as relay:
-        endpoint = _open(
-            ServerInfo("guarded", server.grpc_address, metadata=metadata, http_address=relay.address)
-        )
+        endpoint = _open(ServerInfo("guarded", server.grpc_address, metadata=metadata, http_address=relay.address))
         response = trio.run(_slow_call(endpoint).exchange, {"client_timeout": 30})
         assert response.as_numpy("y").shape == (2, 3)
     head = bytes(relay.received).split(b"\r\n\r\n", 1)[0]
