@@ -39,7 +39,7 @@ from framework._errors import ConfigurationError, ExternalFailure
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
 from ._data import TensorSpec, spec_from_metadata
-from ._http import close_idle_connections
+from ._http import close_idle_connections, http_endpoint
 from ._model_config import check_io, check_versioning, read_local_config
 from ._oip import config_without_server_config, served_model_config
 from ._request import TritonRequest
@@ -317,6 +317,8 @@ class TritonClient:
             count_error=self.counters.add_error,
             failure=self._failure,
         )
+        if self.transport.protocol != "grpc" and server.http_address:  # MLServer: no binary tensors
+            http_endpoint(server).check_binary(self.timeout)
         try:
             metadata = grpc_client.get_model_metadata(
                 self.model_name, self.model_version, as_json=True, client_timeout=self.timeout

@@ -95,6 +95,9 @@ def http_status(code: int) -> str:
     return _STATUS.get(code, "INTERNAL" if code >= 500 else "UNKNOWN")
 
 
+_PARAMETERS = ',"parameters":{'
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -116,7 +119,7 @@ class HttpPlan:
         ValueError: a datatype not in ``RAW_DATATYPES``.
     """
 
-    __slots__ = ("path", "names", "_inputs", "_binary")
+    __slots__ = ("path", "names", "_inputs", "_binary", "_output_names")
 
     def __init__(
         self, model_name: str, model_version: str, inputs: Sequence[tuple[str, str]], outputs: Sequence[str]
@@ -132,6 +135,7 @@ class HttpPlan:
         self._inputs = [
             (f'{{"name":{_dumps(name)},"shape":[', f'],"datatype":{_dumps(dt)},"parameters":{{') for name, dt in inputs
         ]
+        self._output_names = tuple(outputs)
         binary = ",".join(f'{{"name":{_dumps(n)},"parameters":{{"binary_data":true}}}}' for n in outputs)
         self._binary = f'],"outputs":[{binary}]}}' if outputs else '],"parameters":{"binary_data_output":true}}'
 
@@ -145,6 +149,19 @@ class HttpPlan:
             parts += (head, ",".join(map(str, array.shape)), middle, f'"binary_data_size":{array.nbytes}}}}}')
         parts.append(self._binary)
         return "".join(parts).encode()
+
+    def json_body(self, arrays: Sequence[np.ndarray[Any, Any] | StackedRows]) -> bytes:
+        """The whole body of a call for a server without Triton's binary tensor extension
+        (Seldon MLServer): every input's values in its JSON (``data``, row-major), every
+        output asked for as JSON."""
+        inputs = []
+        for (head, middle), array in zip(self._inputs, arrays, strict=True):
+            values = array.join() if isinstance(array, StackedRows) else array
+            data = _dumps(values.reshape(-1).tolist())
+            datatype = middle.removesuffix(_PARAMETERS)  # '],"datatype":D'
+            inputs.append(f'{head}{",".join(map(str, array.shape))}{datatype},"data":{data}}}')
+        outputs = ",".join(f'{{"name":{_dumps(n)}}}' for n in self._output_names)
+        return f'{{"inputs":[{",".join(inputs)}],"outputs":[{outputs}]}}'.encode()
 
     def header_shared_memory(
         self,
@@ -223,13 +240,16 @@ class HttpResponse:
         at = self._start
         for output in self.header.get("outputs", ()):
             name, datatype, shape = output["name"], output["datatype"], tuple(output["shape"])
-            size = output.get("parameters", {}).get("binary_data_size")
-            if size is None:
-                if "data" in output:
-                    raise ValueError(f"output '{name}' came as JSON data, not binary (binary_data)")
-                views[name] = None  # in a shared-memory region
-                continue
+            size = (output.get("parameters") or {}).get("binary_data_size")
             dtype = RAW_DATATYPES.get(datatype)
+            if size is None:
+                if "data" in output and dtype is not None:  # a server without the binary extension
+                    values = np.array(output["data"], dtype).reshape(shape)
+                    values.flags.writeable = False
+                    views[name] = values
+                else:
+                    views[name] = None  # in a shared-memory region
+                continue
             count = math.prod(shape)
             if dtype is None or size != count * dtype.itemsize or at + size > len(data):
                 raise ValueError(f"output '{name}': {size} bytes of binary data for shape {list(shape)} of {datatype}")
@@ -513,6 +533,7 @@ class HttpEndpoint:
         self._idle: trio.lowlevel.RunVar[list[_TrioConnection]] = trio.lowlevel.RunVar(f"http {server.http_address}")
         self._blocking: list[_BlockingConnection] = []
         self._lock = threading.Lock()
+        self.binary = True  # the server has Triton's binary tensor extension (check_binary)
         self.opened = 0  # connections opened so far (trio and blocking)
         self.reopened = 0  # requests sent again on a new connection after an idle one was found closed
 
@@ -532,6 +553,30 @@ class HttpEndpoint:
             len(header),
             body_size,
         )
+
+    def json_head(self, plan: HttpPlan, body_size: int) -> bytes:
+        """The request line and headers of a call whose body is all JSON (:meth:`HttpPlan.json_body`)."""
+        head = self.request_head(plan, b"", body_size).replace(b"application/octet-stream", b"application/json")
+        return head.replace(b"Inference-Header-Content-Length: 0\r\n", b"")
+
+    def check_binary(self, timeout: float | None) -> bool:
+        """Ask the server (``GET /v2``, its metadata: blocking) whether it has Triton's binary
+        tensor extension (``extensions`` holds ``binary_tensor_data``); without it (Seldon
+        MLServer) calls carry their tensors as JSON. Kept in :attr:`binary`; a server that
+        does not answer keeps the default (True: Triton).
+
+        Returns:
+            :attr:`binary`.
+        """
+        head = f"GET /v2 HTTP/1.1\r\n{self._fixed.decode('latin-1')}\r\n".encode("latin-1")
+        deadline = time.monotonic() + (timeout or CONNECT_TIMEOUT)
+        try:
+            status, _headers, body = self.exchange_blocking([head], deadline)
+            if status == 200:
+                self.binary = "binary_tensor_data" in json.loads(body).get("extensions", ())
+        except Exception:  # noqa: BLE001 - no answer: the first call will tell
+            pass
+        return self.binary
 
     # -- trio --------------------------------------------------------------------------
 

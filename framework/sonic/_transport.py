@@ -310,6 +310,11 @@ class HttpCall:
         cls, endpoint: HttpEndpoint, plan: HttpPlan, arrays: Sequence[np.ndarray[Any, Any] | StackedRows], model: str
     ) -> HttpCall:
         """A call whose inputs travel in its body (binary data)."""
+        if not endpoint.binary:  # no binary tensor extension (MLServer): all JSON
+            body = plan.json_body(arrays)
+            call = cls(endpoint, plan, body, [], model)
+            call.buffers[0] = endpoint.json_head(plan, len(body))
+            return call
         parts: list[Any] = []
         for array in arrays:
             parts += array.parts if isinstance(array, StackedRows) else (array,)
