@@ -343,34 +343,48 @@ def test_wrapper_experiment_keeps_every_run_with_its_load(monkeypatch):
 
 
 def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
-    """cmsbench cpu --quick: the jobs' CPU from the OS, every run kept beside the medians."""
+    """cmsbench cpu --quick: the jobs' CPU from the OS, every transport side by side (gRPC and
+    HTTP, payloads and shared memory, beside a GIL-busy thread or not), every run kept."""
+    from framework.bench import _exp_cpu
+
     console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
-    _cli.run_experiment("cpu", quick=True, repeat=2, out=tmp_path, console=console)
+    _cli.run_experiment("cpu", quick=True, repeat=1, out=tmp_path, console=console)
     saved = json.loads((tmp_path / "cpu.json").read_text())
     (row,) = saved["rows"]
-    assert row["runs"] == 2 and len(row["all_runs"]) == 2 and len(row["loadavg"]) == 2
+    assert row["runs"] == 1 and len(row["all_runs"]) == 1 and len(row["loadavg"]) == 1
     assert saved["machine"]["cpu_model"] and saved["machine"]["loadavg"]
-    for run in row["all_runs"]:
-        for variant in ("direct", "sonic", "sonic_batched", "noinference", "sonic_shm", "sonic_batched_shm"):
-            low, high = run[variant]["jobs"]
-            assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
-            for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
-                assert job["event_loop_cpu_s"] > 0 and job["other_threads_cpu_s"] >= 0
-                assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
-        assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
-        assert run["noinference"]["calls_per_event"] == 0  # no inference at all
-        # each side used the transport it is named for: DeepMET's 198 kB per event go
-        # through shared memory in the _shm jobs only (above SHM_MIN_BYTES)
-        assert run["sonic"]["shm_calls_per_event"] == 0 and run["sonic_shm"]["shm_calls_per_event"] == 1
-        assert run["sonic_batched_shm"]["shm_calls_per_event"] > 0
-        assert all(job["cpu_s"] > 0 for job in run["bare_shm"]["jobs"])  # --quick: 4 events apart, a noisy difference
-    values = sorted(r["client_vs_bare"] for r in row["all_runs"])
-    assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
-    values = sorted(r["shm_client_vs_bare"] for r in row["all_runs"])
-    assert row["shm_client_vs_bare"] == (values[0] + values[1]) / 2
-    assert not list(pathlib.Path("/dev/shm").glob("pysonic_shm_*_bareloop_*"))  # the bare loop's regions gone
-    clients = [r["client_ms_per_event"] for r in row["all_runs"]]
-    assert row["client_resolved"] == (min(clients) > 0)  # flagged where the runs disagree on its sign
+    (run,) = row["all_runs"]
+    for variant in _exp_cpu.QUICK_VARIANTS:  # one of each kind (--quick)
+        low, high = run[variant]["jobs"]
+        assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
+        for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
+            assert job["event_loop_cpu_s"] > 0 and job["other_threads_cpu_s"] >= 0
+            assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
+            assert (job["busy_cpu_s"] > 0) == variant.endswith("_busy")  # the busy thread ran, and was subtracted
+    assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
+    assert run["noinference"]["calls_per_event"] == 0  # no inference at all
+    # each side used the transport it is named for: DeepMET's 198 kB per event go through
+    # shared memory in the _shm jobs only (above SHM_MIN_BYTES), over HTTP in the _http ones
+    for variant in _exp_cpu.QUICK_VARIANTS:
+        if variant.startswith("sonic"):
+            calls = run[variant]["calls_per_event"]
+            assert run[variant]["http_calls_per_event"] == (calls if "http" in variant else 0), variant
+            assert (run[variant]["shm_calls_per_event"] > 0) == ("shm" in variant), variant
+    for side in _exp_cpu.QUICK_SIDES:
+        assert all(job["cpu_s"] > 0 for job in run[side]["jobs"])  # --quick: 4 events apart, a noisy difference
+        assert all((job["busy_cpu_s"] > 0) == side.endswith("_busy") for job in run[side]["jobs"])
+    for key in (
+        "client_vs_bare",
+        "http_client_vs_bare",
+        "http_shm_client_vs_bare",
+        "http_busy_rise",
+        "bare_http_busy_rise",
+    ):
+        assert row[key] == run[key]  # the median of the one run
+    names = [t["name"] for t in saved["targets"]]
+    assert any(n.startswith("HTTP: client CPU per request / the bare") for n in names)
+    assert any("GIL-busy" in n for n in names) and any(n.startswith("gRPC payloads") for n in names)
+    assert row["client_resolved"] == (run["client_ms_per_event"] > 0)  # flagged where the runs disagree on its sign
 
 
 @pytest.mark.parametrize("figures", [3, 14])
