@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
 import statistics
 import time
 
