@@ -375,7 +375,7 @@ def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
     for key in (
         "client_vs_bare",
         "http_client_vs_bare",
-        "http_shm_client_vs_bare",
+        "http_shm_client_ms_per_request",
         "http_busy_rise",
         "bare_http_busy_rise",
     ):

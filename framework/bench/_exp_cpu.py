@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -382,7 +383,7 @@ def _client_figures(
     (``sonic`` - no inference) per event and per request, unbatched and ``batched``,
     against the ``bare`` loop's per request, and the jobs against direct."""
     noinf, direct = run["noinference"]["cpu_ms_per_event"], run["direct"]["cpu_ms_per_event"]
-    bare_ms = run[bare]["cpu_ms_per_request"]
+    bare_ms = run[bare]["cpu_ms_per_request"] if bare in run else math.nan  # --quick: not every loop
     client = run[f"{prefix}client_ms_per_event"] = run[sonic]["cpu_ms_per_event"] - noinf
     run[f"{prefix}client_ms_per_request"] = client / max(run[sonic]["calls_per_event"], 1e-9)
     run[f"{prefix}client_vs_bare"] = run[f"{prefix}client_ms_per_request"] / bare_ms
