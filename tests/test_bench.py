@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
 import statistics
 import time
 
@@ -486,3 +488,58 @@ def test_capacity_plan_finds_where_clients_meet_the_server():
 
     assert measured_knee(rows([(1, 100), (2, 200), (4, 300), (8, 310)]))["knee"] == pytest.approx(3.1)
     assert measured_knee(rows([(1, 100), (2, 200), (4, 400)]))["knee"] is None  # still scaling
+
+
+def test_cpu_experiment_full_figures_and_targets_from_stand_in_jobs(monkeypatch):
+    """The bookkeeping of a full ``cmsbench cpu`` run (every variant, side, config and the
+    AK8 row), its jobs replaced by stand-ins whose CPU grows with the events: every
+    transport's figures, the medians and each issue's targets come out (the real jobs:
+    the --quick test above; the full run takes the better part of an hour)."""
+    import itertools
+
+    from framework.bench import _exp_cpu
+
+    counter = itertools.count(1)
+
+    def job(variant, events, server, folder, models, chunks):
+        busy = 0.5 if variant.endswith("_busy") else 0.0
+        calls = 0 if variant.startswith(("noinference", "direct")) else events / (4 if "batched" in variant else 1)
+        cpu = events * (0.02 + 0.001 * len(variant)) + next(counter) * 1e-6
+        return {
+            "cpu_s": cpu, "wall_s": 1.0, "server_cpu_s": events * 0.01, "busy_cpu_s": busy,
+            "event_loop_cpu_s": cpu / 2, "other_threads_cpu_s": cpu / 4, "calls": calls,
+            "shm_calls": calls if "shm" in variant else 0, "http_calls": calls if "http" in variant else 0,
+            "requests": events if calls else 0,
+        }  # fmt: skip
+
+    def bare(events, server, folder, models, side):
+        return {"cpu_s": events * (0.01 + 0.001 * len(side)), "busy_cpu_s": 0.0, "wall_s": 1.0, "server_cpu_s": 0.0}
+
+    def ak8(repeat, folder, cores):
+        return {
+            "config": "ParticleNet AK8 (CMS)", "sonic_vs_direct": 0.26, "http_sonic_vs_direct": 0.19,
+            "direct_cpu_ms_per_event": 37.5, "sonic_cpu_ms_per_event": 9.8, "sonic_http_cpu_ms_per_event": 7.1,
+        }  # fmt: skip
+
+    class Server:
+        pid = os.getpid()
+        grpc_address, http_address = "127.0.0.1:1", "127.0.0.1:2"
+
+    monkeypatch.setattr(_exp_cpu, "_job", job)
+    monkeypatch.setattr(_exp_cpu, "_bare", bare)
+    monkeypatch.setattr(_exp_cpu, "_ak8_row", ak8)
+    monkeypatch.setattr(_exp_cpu, "_child", lambda *args, **kwargs: (0.0, 0.0))
+    monkeypatch.setattr(_exp_cpu, "chunks_for", lambda seconds: 1)
+    monkeypatch.setattr(_exp_cpu.SERVERS, "models_server", lambda: Server())
+    monkeypatch.setattr(_exp_cpu, "_pin_tree", lambda pid, cores: None)
+    result = _exp_cpu.cpu(quick=False, repeat=3)
+    four, miniaod = result["rows"]
+    assert four["runs"] == miniaod["runs"] == 3
+    for prefix in _exp_cpu.TRANSPORTS:
+        for key in ("client_vs_bare", "client_vs_floor", "batched_client_vs_bare", "sonic_vs_direct", "busy_rise"):
+            assert math.isfinite(four[f"{prefix}{key}"]), prefix + key
+    assert "http_client_vs_bare" in miniaod and "shm_client_vs_bare" not in miniaod  # payloads only there
+    names = [t["name"] for t in result["targets"]]
+    assert len(names) == 7 + 8  # issue 32's seven, issue 27's of both gRPC sides, the floor and AK8
+    assert all(isinstance(t["met"], bool) and math.isfinite(t["value"]) for t in result["targets"])
+    assert [t["met"] for t in result["targets"] if "AK8 job over HTTP" in t["name"]] == [True]
