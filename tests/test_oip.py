@@ -227,7 +227,8 @@ async def test_the_facile_sonic_module_runs_unchanged(server, caplog, transport)
     assert any("keeps no statistics" in m for m in messages)
     # no shared-memory RPCs either: one warning, then gRPC payloads
     assert stats["clients"]["facileSonic"]["shm_calls"] == 0
-    assert sum("cannot use our shared memory" in m for m in messages) == 1
+    # (asked once per process and address: the first of the two transports' runs says it)
+    assert sum("cannot use our shared memory" in m for m in messages) == (1 if transport == "grpc" else 0)
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)
 
 
