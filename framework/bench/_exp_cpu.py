@@ -31,6 +31,17 @@ uses by default with a server on its own host (CMSSW's ``useSharedMemory``, defa
 true``) against ``bare_shm`` (the bare loop writing each request's inputs into a region
 registered once per request in flight, its outputs requested into the region too, as
 pysonic's client does for fixed-size outputs).
+
+Every transport side by side (issue 32): each SONIC variant also over HTTP
+(``Client.transport = http``, the server's HTTP endpoint declared: ``sonic_http``,
+``sonic_batched_http``, ``sonic_http_shm``, ``sonic_batched_http_shm``); a bare
+``tritonclient.http`` loop (``bare_http``); and, in the four-model config, each transport
+unbatched beside a GIL-busy Python thread (``*_busy``: a thread of pure-Python loops, what
+a job's source thread does while it reads; its own CPU, from its thread clock, is taken
+off the job's), with the null consumer and the bare loops beside one too. The figures of
+each transport carry a prefix (:data:`TRANSPORTS`: ``""`` gRPC payloads, ``http_``,
+``shm_``, ``http_shm_``); the HTTP client is compared with the bare tritonclient gRPC loop
+and the grpcio floor, as the issue's targets are (:func:`http_targets`).
 Also the server's CPU per event (the ``tritonserver`` process and its Python-backend
 stubs, from ``/proc``), so that the job's plus the local server's CPU is reported too.
 
@@ -42,7 +53,7 @@ here): a calibration per job differs by a few per cent, as much as the client co
 bare loop runs at 10 and 310 events in both (it does no CPU work of its own). Every
 figure is the median of ``repeat`` runs (the variants of one run side by side, in
 turn); every run is kept in the JSON with the load average at its start. On a 2-core
-machine ``--repeat 5`` takes about 18 minutes.
+machine ``--repeat 5`` took about 18 minutes before the HTTP and busy sides; expect 45-60.
 """
 
 from __future__ import annotations
