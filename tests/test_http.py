@@ -173,6 +173,7 @@ def test_http_statuses_map_to_grpc_status_names():
 # ---------------------------------------------------------------------------- a real server
 
 _ENDPOINTS: list[HttpEndpoint] = []
+REPOSITORY: list = []  # this module's model repository, once written
 
 
 def _open(server: ServerInfo) -> HttpEndpoint:
@@ -194,6 +195,7 @@ def _close_endpoints():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, start_server):
     repo = tmp_path_factory.mktemp("models")
+    REPOSITORY[:] = [repo]
     write_python_model(
         repo,
         "identity",
@@ -510,3 +512,40 @@ def test_tls_with_a_client_certificate(server, tmp_path):
         with pytest.raises(ExternalFailure) as info:
             trio.run(_slow_call(_open(stranger)).exchange, {"client_timeout": 30})
         assert info.value.status == "UNAVAILABLE" and "CERTIFICATE_VERIFY_FAILED" in info.value.args[0]
+
+
+@pytest.mark.parametrize("mode", ["Async", "Sync", "PseudoAsync"])
+def test_a_client_over_http_in_each_mode_answers_as_over_grpc(server, mode):
+    """TritonClient with Client.transport auto on a server with an HTTP endpoint: every call
+    over HTTP (a batch above max_batch_size split into two calls, in flight together in
+    Async), the outputs those of the same client over gRPC, bit for bit."""
+    from framework.sonic import TritonClient, client_description
+
+    arrays = _arrays(700, 3, seed=13)  # identity's max_batch_size is 512: two calls
+    outputs = {}
+    for transport in ("auto", "grpc"):
+        params = client_description().validate(
+            {
+                "modelName": "identity",
+                "modelConfigPath": str(REPOSITORY[0] / "identity" / "config.pbtxt"),
+                "timeout": 30,
+                "mode": mode,
+                "transport": transport,
+                "useSharedMemory": False,
+            },
+            "test client",
+        )
+        client = TritonClient(params, debug_name="httpModes")
+        client.connect(_server_info(server))
+        try:
+            request = client.new_request()
+            for name, array in arrays.items():
+                request.input[name].to_server(array)
+            trio.run(request.infer)
+            outputs[transport] = {n: request.output[n].from_server() for n in ("F", "I", "H", "B")}
+            stats = client.statistics()
+            assert (stats.calls, client.transport.http_calls) == (2, 2 if transport == "auto" else 0)
+        finally:
+            client.close()
+    for name in ("F", "I", "H", "B"):
+        assert outputs["auto"][name].tobytes() == outputs["grpc"][name].tobytes() == arrays[name.lower()].tobytes()

@@ -624,8 +624,11 @@ class HttpEndpoint:
                 status, headers, body, keep_alive = await connection.receive(read_response(connection.buffer))
             except BaseException as exc:
                 connection.close()
-                if reused and _stale(exc):  # closed by the server while idle: once more, anew
+                if reused and _stale(exc):  # closed by the server while idle: once more, on a new one
                     self.reopened += 1
+                    for other in idle:  # idle as long or longer: closed too, most likely (a restart)
+                        other.close()
+                    idle.clear()
                     continue
                 raise
             if keep_alive:
@@ -669,7 +672,8 @@ class HttpEndpoint:
                 status, headers, body, keep_alive = connection.receive(read_response(connection.buffer), deadline)
             except BaseException as exc:
                 connection.close()
-                if reused and _stale(exc):
+                if reused and _stale(exc):  # once more, on a new connection (the others idle: closed)
+                    self.close_idle()
                     with self._lock:
                         self.reopened += 1
                     continue
