@@ -540,6 +540,6 @@ def test_cpu_experiment_full_figures_and_targets_from_stand_in_jobs(monkeypatch)
             assert math.isfinite(four[f"{prefix}{key}"]), prefix + key
     assert "http_client_vs_bare" in miniaod and "shm_client_vs_bare" not in miniaod  # payloads only there
     names = [t["name"] for t in result["targets"]]
-    assert len(names) == 7 + 8  # issue 32's seven, issue 27's of both gRPC sides, the floor and AK8
+    assert len(names) == 7 + 10  # issue 32's seven; issue 27's of both gRPC sides (4 each), the floor, AK8
     assert all(isinstance(t["met"], bool) and math.isfinite(t["value"]) for t in result["targets"])
     assert [t["met"] for t in result["targets"] if "AK8 job over HTTP" in t["name"]] == [True]

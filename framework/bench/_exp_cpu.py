@@ -669,6 +669,9 @@ def grpc_targets(four: dict[str, Any], ak8: dict[str, Any]) -> list[dict[str, An
             *_target(
                 four, f"{prefix}sonic_vs_direct", f"{label}: SONIC / direct job CPU per event (four models)", 0.55
             ),
+            *_target(
+                four, f"{prefix}client_vs_inference", f"{label}: client CPU / the direct inference it replaces", 0.15
+            ),
         ]
     targets += _target(four, "client_vs_floor", "gRPC payloads: client CPU per request / the floor's", 1.5)
     if "skipped" not in ak8:
