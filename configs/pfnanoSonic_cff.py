@@ -35,17 +35,23 @@ def pfnano_options(output_file):
 
 
 def remote_server(server):
-    """The ``TritonService.servers`` entry (named ``remote``) of ``server`` = ``address:port``.
+    """The ``TritonService.servers`` entry (named ``remote``) of ``server`` = ``address:port``
+    (gRPC), optionally followed by ``,http://address:port``: its HTTP endpoint (``httpPort``,
+    a pysonic extension: the HTTP transport, ``Client.transport``).
 
     Raises:
         UsageError: ``server`` is not ``address:port`` with a TCP port 1-65535 (one line naming it).
     """
-    address, port = cms.host_port(server, "server")
-    return cms.PSet(
+    grpc, _, http = server.partition(",http://")
+    address, port = cms.host_port(grpc, "server")
+    entry = cms.PSet(
         name=cms.untracked.string("remote"),
         address=cms.untracked.string(address),
         port=cms.untracked.uint32(port),
     )
+    if http:
+        entry.httpPort = cms.untracked.uint32(cms.host_port(http, "server")[1])
+    return entry
 
 
 def pfnano_sonic(process, options):

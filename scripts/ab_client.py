@@ -7,8 +7,8 @@ For each tree in turn, in every round: the SONIC job of ``framework/bench/config
 and the same job with a null consumer (``backend=noinference``), each at 10 and
 ``10 + events`` events (start-up cancels in the difference), the job on core 0 and one
 ``LocalTritonServer`` of ``data/models`` on core 1, gRPC payloads unless
-``--shared-memory``. Per event: the job's CPU (``os.wait4``), its event loop's thread and
-its other threads (the summary's ``cpu``); the client = SONIC - null consumer, medians of
+``--shared-memory`` (``--http``: over HTTP). Per event: the job's CPU (``os.wait4``), its
+event loop's thread and its other threads (the summary's ``cpu``); the client = SONIC - null consumer, medians of
 the rounds. The children of a tree import that tree's ``framework`` and ``modules``.
 
 A tool for changing the client (``docs/performance.md``, "The client's CPU by
@@ -41,7 +41,8 @@ def job(
     _children.REPO = tree  # child_env puts the tree first on PYTHONPATH
     _exp_cpu.CONFIGS = tree / "framework" / "bench" / "configs"  # the tree's models_cfg.py
     if variant == "sonic":
-        variant = ("sonic_batched" if args.batched else "sonic") + ("_shm" if args.shared_memory else "")
+        variant = ("sonic_batched" if args.batched else "sonic") + ("_http" if args.http else "")
+        variant += "_shm" if args.shared_memory else ""
     out = _exp_cpu._job(variant, events, server, folder, tuple(args.models), 0)
     return {"cpu": out["cpu_s"], "loop": out["event_loop_cpu_s"], "other": out["other_threads_cpu_s"]}
 
@@ -54,6 +55,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds")
     parser.add_argument("--shared-memory", action="store_true", help="Client.useSharedMemory (default: payloads)")
     parser.add_argument("--batched", action="store_true", help="cross-event batching on")
+    parser.add_argument("--http", action="store_true", help="Client.transport = http (default: gRPC)")
     args = parser.parse_args()
     args.models = args.models.split(",")
     trees = [pathlib.Path(t).resolve() for t in args.trees.split(",")]

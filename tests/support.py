@@ -24,9 +24,11 @@ it out; ``PYSONIC_SHARED=`` hides it); :func:`cms_models` gives it or skips the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -163,3 +165,82 @@ class KillOnce(EDAnalyzer):
             MARKER.write_text({record})
             os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 in front of ``target`` (``host:port``), in threads: what a
+    test needs between a client and a real server (a proxy or load balancer's part).
+
+    ``ssl_context``: TLS is terminated here (a server-side context), plain bytes go on.
+    :meth:`close_connections` closes every client connection (a server or proxy closing
+    idle keep-alive connections); ``accepted`` counts the connections made to it;
+    ``received`` holds the first 64 kB that clients sent (decrypted).
+    Use as a context manager; ``address`` is where it listens.
+    """
+
+    def __init__(self, target: str, ssl_context: Any = None) -> None:
+        self.received = bytearray()
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.ssl_context = ssl_context
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._clients: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> Relay:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        self._listener.close()
+        self.close_connections()
+        self._thread.join(5)
+
+    def close_connections(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            client.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            if self.ssl_context is not None:
+                client = self.ssl_context.wrap_socket(client, server_side=True)
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self.accepted += 1
+            self._clients.append(client)
+        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        _pump(client, upstream, self.received)
+
+
+def _pump(source: socket.socket, sink: socket.socket, record: bytearray | None = None) -> None:
+    try:
+        while data := source.recv(1 << 16):
+            if record is not None and len(record) < 1 << 16:
+                record += data
+            sink.sendall(data)
+    except OSError:
+        pass
+    for end in (source, sink):
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
+        end.close()

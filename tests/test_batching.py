@@ -140,6 +140,7 @@ def batching_process(
     events: int = N_EVENTS,
     producer: str = "batchingRowsProducer",
     shared_memory: bool = True,
+    transport: str = "grpc",
 ) -> cms.Process:
     process = cms.Process("BATCHING")
     process.source = cms.Source("EmptySource")
@@ -152,6 +153,7 @@ def batching_process(
                 name=cms.untracked.string("local"),
                 address=cms.untracked.string("127.0.0.1"),
                 port=cms.untracked.uint32(server.ports["grpc"]),
+                httpPort=cms.untracked.uint32(server.ports["http"]),
             )
         ),
         fallback=cms.PSet(enable=cms.untracked.bool(False)),
@@ -165,6 +167,7 @@ def batching_process(
             mode=cms.string("Async"),  # cross-event batching is Async's
             timeout=cms.untracked.uint32(20),
             useSharedMemory=cms.untracked.bool(shared_memory),
+            transport=cms.untracked.string(transport),
             batching=cms.untracked.PSet(
                 maxRows=cms.untracked.uint32(max_rows), maxDelay=cms.untracked.uint32(max_delay_us)
             ),
@@ -186,9 +189,10 @@ async def run(process: cms.Process) -> tuple[dict[int, np.ndarray], dict]:
     return dict(Records.products), stats["clients"]["rows"]
 
 
-async def test_batched_results_are_identical_event_by_event(server):
-    unbatched, plain = await run(batching_process(server, "double", max_rows=0))
-    batched, merged = await run(batching_process(server, "double", max_rows=64))
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+async def test_batched_results_are_identical_event_by_event(server, transport):
+    unbatched, plain = await run(batching_process(server, "double", max_rows=0, transport=transport))
+    batched, merged = await run(batching_process(server, "double", max_rows=64, transport=transport))
     assert sorted(batched) == sorted(unbatched) == list(range(1, N_EVENTS + 1))
     for number, y in unbatched.items():
         np.testing.assert_array_equal(batched[number], y, err_msg=f"event {number}")
@@ -198,6 +202,8 @@ async def test_batched_results_are_identical_event_by_event(server):
     assert merged["requests"] == N_EVENTS and merged["calls"] < N_EVENTS / 2
     assert merged["inferences"] == plain["inferences"] == sum(1 + n % 3 for n in range(1, N_EVENTS + 1))
     assert merged["errors"] == merged["retries"] == 0
+    assert plain["http_calls"] == (plain["calls"] if transport == "http" else 0)
+    assert merged["http_calls"] == (merged["calls"] if transport == "http" else 0)
 
 
 async def test_max_rows_bounds_every_call(server):
@@ -244,11 +250,11 @@ class WideProducer(SonicEDProducer):
 framework.register_type("batchingWideProducer", WideProducer)
 
 
-@pytest.mark.parametrize("shared_memory", [True, False])
-async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory):
+@pytest.mark.parametrize(("shared_memory", "transport"), [(True, "grpc"), (False, "grpc"), (True, "http")])
+async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory, transport):
     # The merged call's tensors travel as a single request's would (Client.useSharedMemory).
     process = batching_process(
-        server, "wide", max_rows=64, producer="batchingWideProducer", shared_memory=shared_memory
+        server, "wide", max_rows=64, producer="batchingWideProducer", shared_memory=shared_memory, transport=transport
     )
     products, stats = await run(process)
     assert sorted(products) == list(range(1, N_EVENTS + 1))
@@ -261,6 +267,7 @@ async def test_merged_calls_use_shared_memory_on_this_host(server, shared_memory
         assert stats["shm_calls"] >= 1  # merged calls of >= 4 events (>= 64 KiB of inputs)
     else:
         assert stats["shm_calls"] == 0
+    assert stats["http_calls"] == (stats["calls"] if transport == "http" else 0)
 
 
 # ----------------------------------------------------------------------------------------

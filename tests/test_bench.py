@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
+import math
+import os
 import statistics
 import time
 
@@ -341,34 +342,48 @@ def test_wrapper_experiment_keeps_every_run_with_its_load(monkeypatch):
 
 
 def test_cpu_experiment_keeps_every_run_with_its_load(tmp_path):
-    """cmsbench cpu --quick: the jobs' CPU from the OS, every run kept beside the medians."""
+    """cmsbench cpu --quick: the jobs' CPU from the OS, every transport side by side (gRPC and
+    HTTP, payloads and shared memory, beside a GIL-busy thread or not), every run kept."""
+    from framework.bench import _exp_cpu
+
     console = _cli.Console(file=open("/dev/null", "w"), width=120)  # noqa: SIM115 - closed with the test
-    _cli.run_experiment("cpu", quick=True, repeat=2, out=tmp_path, console=console)
+    _cli.run_experiment("cpu", quick=True, repeat=1, out=tmp_path, console=console)
     saved = json.loads((tmp_path / "cpu.json").read_text())
     (row,) = saved["rows"]
-    assert row["runs"] == 2 and len(row["all_runs"]) == 2 and len(row["loadavg"]) == 2
+    assert row["runs"] == 1 and len(row["all_runs"]) == 1 and len(row["loadavg"]) == 1
     assert saved["machine"]["cpu_model"] and saved["machine"]["loadavg"]
-    for run in row["all_runs"]:
-        for variant in ("direct", "sonic", "sonic_batched", "noinference", "sonic_shm", "sonic_batched_shm"):
-            low, high = run[variant]["jobs"]
-            assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
-            for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
-                assert job["event_loop_cpu_s"] > 0 and job["other_threads_cpu_s"] >= 0
-                assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
-        assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
-        assert run["noinference"]["calls_per_event"] == 0  # no inference at all
-        # each side used the transport it is named for: DeepMET's 198 kB per event go
-        # through shared memory in the _shm jobs only (above SHM_MIN_BYTES)
-        assert run["sonic"]["shm_calls_per_event"] == 0 and run["sonic_shm"]["shm_calls_per_event"] == 1
-        assert run["sonic_batched_shm"]["shm_calls_per_event"] > 0
-        assert all(job["cpu_s"] > 0 for job in run["bare_shm"]["jobs"])  # --quick: 4 events apart, a noisy difference
-    values = sorted(r["client_vs_bare"] for r in row["all_runs"])
-    assert row["client_vs_bare"] == (values[0] + values[1]) / 2  # the median of all runs
-    values = sorted(r["shm_client_vs_bare"] for r in row["all_runs"])
-    assert row["shm_client_vs_bare"] == (values[0] + values[1]) / 2
-    assert not list(pathlib.Path("/dev/shm").glob("pysonic_shm_*_bareloop_*"))  # the bare loop's regions gone
-    clients = [r["client_ms_per_event"] for r in row["all_runs"]]
-    assert row["client_resolved"] == (min(clients) > 0)  # flagged where the runs disagree on its sign
+    (run,) = row["all_runs"]
+    for variant in _exp_cpu.QUICK_VARIANTS:  # one of each kind (--quick)
+        low, high = run[variant]["jobs"]
+        assert 0 < low["cpu_s"] < high["cpu_s"] * 10  # the OS's accounting of a real child
+        for job in (low, high):  # the job's own split of its event loop's CPU (summary "cpu")
+            assert job["event_loop_cpu_s"] > 0 and job["other_threads_cpu_s"] >= 0
+            assert job["event_loop_cpu_s"] + job["other_threads_cpu_s"] < job["cpu_s"]  # start-up outside
+            assert (job["busy_cpu_s"] > 0) == variant.endswith("_busy")  # the busy thread ran, and was subtracted
+    assert run["sonic"]["calls_per_event"] == 1  # one model, one request per event
+    assert run["noinference"]["calls_per_event"] == 0  # no inference at all
+    # each side used the transport it is named for: DeepMET's 198 kB per event go through
+    # shared memory in the _shm jobs only (above SHM_MIN_BYTES), over HTTP in the _http ones
+    for variant in _exp_cpu.QUICK_VARIANTS:
+        if variant.startswith("sonic"):
+            calls = run[variant]["calls_per_event"]
+            assert run[variant]["http_calls_per_event"] == (calls if "http" in variant else 0), variant
+            assert (run[variant]["shm_calls_per_event"] > 0) == ("shm" in variant), variant
+    for side in _exp_cpu.QUICK_SIDES:
+        assert all(job["cpu_s"] > 0 for job in run[side]["jobs"])  # --quick: 4 events apart, a noisy difference
+        assert all((job["busy_cpu_s"] > 0) == side.endswith("_busy") for job in run[side]["jobs"])
+    for key in (
+        "client_vs_bare",
+        "http_client_vs_bare",
+        "http_shm_client_ms_per_request",
+        "http_busy_rise",
+        "bare_http_busy_rise",
+    ):
+        assert row[key] == run[key]  # the median of the one run
+    names = [t["name"] for t in saved["targets"]]
+    assert any(n.startswith("HTTP: client CPU per request / the bare") for n in names)
+    assert any("GIL-busy" in n for n in names) and any(n.startswith("gRPC payloads") for n in names)
+    assert row["client_resolved"] == (run["client_ms_per_event"] > 0)  # flagged where the runs disagree on its sign
 
 
 @pytest.mark.parametrize("figures", [3, 14])
@@ -471,3 +486,58 @@ def test_capacity_plan_finds_where_clients_meet_the_server():
 
     assert measured_knee(rows([(1, 100), (2, 200), (4, 300), (8, 310)]))["knee"] == pytest.approx(3.1)
     assert measured_knee(rows([(1, 100), (2, 200), (4, 400)]))["knee"] is None  # still scaling
+
+
+def test_cpu_experiment_full_figures_and_targets_from_stand_in_jobs(monkeypatch):
+    """The bookkeeping of a full ``cmsbench cpu`` run (every variant, side, config and the
+    AK8 row), its jobs replaced by stand-ins whose CPU grows with the events: every
+    transport's figures, the medians and each issue's targets come out (the real jobs:
+    the --quick test above; the full run takes the better part of an hour)."""
+    import itertools
+
+    from framework.bench import _exp_cpu
+
+    counter = itertools.count(1)
+
+    def job(variant, events, server, folder, models, chunks):
+        busy = 0.5 if variant.endswith("_busy") else 0.0
+        calls = 0 if variant.startswith(("noinference", "direct")) else events / (4 if "batched" in variant else 1)
+        cpu = events * (0.02 + 0.001 * len(variant)) + next(counter) * 1e-6
+        return {
+            "cpu_s": cpu, "wall_s": 1.0, "server_cpu_s": events * 0.01, "busy_cpu_s": busy,
+            "event_loop_cpu_s": cpu / 2, "other_threads_cpu_s": cpu / 4, "calls": calls,
+            "shm_calls": calls if "shm" in variant else 0, "http_calls": calls if "http" in variant else 0,
+            "requests": events if calls else 0,
+        }  # fmt: skip
+
+    def bare(events, server, folder, models, side):
+        return {"cpu_s": events * (0.01 + 0.001 * len(side)), "busy_cpu_s": 0.0, "wall_s": 1.0, "server_cpu_s": 0.0}
+
+    def ak8(repeat, folder, cores):
+        return {
+            "config": "ParticleNet AK8 (CMS)", "sonic_vs_direct": 0.26, "http_sonic_vs_direct": 0.19,
+            "direct_cpu_ms_per_event": 37.5, "sonic_cpu_ms_per_event": 9.8, "sonic_http_cpu_ms_per_event": 7.1,
+        }  # fmt: skip
+
+    class Server:
+        pid = os.getpid()
+        grpc_address, http_address = "127.0.0.1:1", "127.0.0.1:2"
+
+    monkeypatch.setattr(_exp_cpu, "_job", job)
+    monkeypatch.setattr(_exp_cpu, "_bare", bare)
+    monkeypatch.setattr(_exp_cpu, "_ak8_row", ak8)
+    monkeypatch.setattr(_exp_cpu, "_child", lambda *args, **kwargs: (0.0, 0.0))
+    monkeypatch.setattr(_exp_cpu, "chunks_for", lambda seconds: 1)
+    monkeypatch.setattr(_exp_cpu.SERVERS, "models_server", lambda: Server())
+    monkeypatch.setattr(_exp_cpu, "_pin_tree", lambda pid, cores: None)
+    result = _exp_cpu.cpu(quick=False, repeat=3)
+    four, miniaod = result["rows"]
+    assert four["runs"] == miniaod["runs"] == 3
+    for prefix in _exp_cpu.TRANSPORTS:
+        for key in ("client_vs_bare", "client_vs_floor", "batched_client_vs_bare", "sonic_vs_direct", "busy_rise"):
+            assert math.isfinite(four[f"{prefix}{key}"]), prefix + key
+    assert "http_client_vs_bare" in miniaod and "shm_client_vs_bare" not in miniaod  # payloads only there
+    names = [t["name"] for t in result["targets"]]
+    assert len(names) == 7 + 10  # HTTP's seven; gRPC's of both sides (4 each), the floor, AK8
+    assert all(isinstance(t["met"], bool) and math.isfinite(t["value"]) for t in result["targets"])
+    assert [t["met"] for t in result["targets"] if "AK8 job over HTTP" in t["name"]] == [True]

@@ -83,7 +83,7 @@ def test_the_client_pset_is_cmssws():
         assert row.default == ("required" if default == "required" else repr(default)), name
         assert not row.extension, name
     extensions = {name for name, row in described.items() if row.extension and "." not in name}
-    assert extensions == {"batchMode", "retries", "batching"}
+    assert extensions == {"batchMode", "retries", "batching", "transport"}
     assert described["batching.maxRows"].extension  # nested rows of an extension are extensions
     # Later CMSSW releases' Retry VPSet is CMSSW's, not an extension.
     assert not described["Retry"].extension and described["Retry"].type_name == "VPSet"
@@ -156,6 +156,7 @@ def test_the_triton_service_pset_is_cmssws():
         "servers[].headers",
         "servers[].bearerTokenFile",
         "servers[].bearerTokenVariable",
+        "servers[].httpPort",
         "discovery",
         "discovery.wait",
         "discovery.interval",
@@ -167,6 +168,20 @@ def service(**fallback) -> TritonService:
     desc = cms.ParameterSetDescription()
     TritonService.fill_descriptions(desc)
     return TritonService(desc.validate({"fallback": fallback}, "TritonService"))
+
+
+def test_a_server_declares_its_http_endpoint():
+    """pysonic's httpPort (0 = none): the server's HTTP endpoint for Client.transport."""
+    desc = cms.ParameterSetDescription()
+    TritonService.fill_descriptions(desc)
+    servers = [
+        {"name": "a", "address": "h", "port": 8001, "httpPort": 8000},
+        {"name": "b", "address": "h", "port": 9001},
+    ]
+    svc = TritonService(desc.validate({"servers": servers}, "TritonService"))
+    assert (svc.routing.servers["a"].http_address, svc.routing.servers["b"].http_address) == ("h:8000", "")
+    with pytest.raises(ConfigurationError, match=r"servers 'a': httpPort: 70000 is not a TCP port"):
+        TritonService(desc.validate({"servers": [{**servers[0], "httpPort": 70000}]}, "TritonService"))
 
 
 @pytest.mark.parametrize(

@@ -177,6 +177,11 @@ def test_pfnano_jobs_take_the_analysis_options_and_a_server(config, output):
     (server,) = process.TritonService.servers
     assert (server.name.value(), server.address.value(), server.port.value()) == ("remote", "localhost", 8001)
     assert not framework.config.load_config(path, []).TritonService.servers
+    # pysonic's extension: the server's HTTP endpoint too (httpPort)
+    (server,) = framework.config.load_config(
+        path, ["server=localhost:8001,http://localhost:8000"]
+    ).TritonService.servers
+    assert (server.port.value(), server.httpPort.value()) == (8001, 8000)
     with pytest.raises(ConfigurationError, match=r"argument 'server=nope': expected host:port"):
         framework.config.load_config(path, ["server=nope"])
     with pytest.raises(ConfigurationError, match=r"'server=127.0.0.1:117611'.*\(1-65535\)"):

@@ -46,9 +46,12 @@ START_TIMEOUT = 120.0  # seconds for a server to serve the model (they import a 
 N_CHANNELS = 3000  # rows per event (the FACILE default is 16,000): small, above 64 KiB all the same
 
 
-def mlserver_command(folder: pathlib.Path, grpc_port: int) -> list[str]:
+HTTP_ADDRESSES: dict[str, str] = {}  # kind -> the running server's HTTP "host:port"
+
+
+def mlserver_command(folder: pathlib.Path, grpc_port: int, http_port: int) -> list[str]:
     """MLServer's settings and ``facile`` model (our ONNX file, the onnxruntime runtime) in ``folder``."""
-    ports = {"http_port": free_port(), "grpc_port": grpc_port, "metrics_port": free_port()}
+    ports = {"http_port": http_port, "grpc_port": grpc_port, "metrics_port": free_port()}
     settings = {"host": "127.0.0.1", "parallel_workers": 0, "metrics_endpoint": None, **ports}
     (folder / "settings.json").write_text(json.dumps(settings))
     shutil.copy(ROOT / "tests" / "mlserver_onnx.py", folder / "mlserver_onnx.py")
@@ -60,11 +63,11 @@ def mlserver_command(folder: pathlib.Path, grpc_port: int) -> list[str]:
     return [str(COMMANDS["mlserver"]), "start", str(folder)]
 
 
-def kserve_command(folder: pathlib.Path, grpc_port: int) -> list[str]:
+def kserve_command(folder: pathlib.Path, grpc_port: int, http_port: int) -> list[str]:
     """KServe's model server for ``facile`` (our ONNX file)."""
     script = shutil.copy(ROOT / "tests" / "kserve_onnx.py", folder / "kserve_onnx.py")
     model = shutil.copy(FACILE / "1" / "model.onnx", folder / "model.onnx")
-    ports = ["--http_port", str(free_port()), "--grpc_port", str(grpc_port)]
+    ports = ["--http_port", str(http_port), "--grpc_port", str(grpc_port)]
     return [str(COMMANDS["kserve"]), str(script), "--model_name", "facile", "--model_path", str(model), *ports]
 
 
@@ -112,8 +115,9 @@ def server(request, tmp_path_factory):
     if not COMMANDS[kind].is_file():
         pytest.skip(f"{kind} is not installed ({COMMANDS[kind]}; .ci/run installs it, optional)")
     folder = tmp_path_factory.mktemp(kind)
-    port = free_port()
-    command = {"mlserver": mlserver_command, "kserve": kserve_command}[kind](folder, port)
+    port, http_port = free_port(), free_port()
+    command = {"mlserver": mlserver_command, "kserve": kserve_command}[kind](folder, port, http_port)
+    HTTP_ADDRESSES[kind] = f"127.0.0.1:{http_port}"
     log = folder / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, cwd=folder, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -141,9 +145,12 @@ class FacileMatch(EDAnalyzer):
 framework.register_type("oipFacileMatch", FacileMatch)
 
 
-def facile_process(server: tuple[str, str], model_config: str | pathlib.Path, model: str = "facile") -> cms.Process:
+def facile_process(
+    server: tuple[str, str], model_config: str | pathlib.Path, model: str = "facile", transport: str = "grpc"
+) -> cms.Process:
     """The FACILE SONIC producer against ``server`` (named by its kind), and its direct twin
-    (the twin only for ``facile`` with our config: it reads the ONNX file beside it)."""
+    (the twin only for ``facile`` with our config: it reads the ONNX file beside it);
+    ``transport``: ``Client.transport`` (the server's HTTP endpoint declared, ``httpPort``)."""
     kind, address = server
     host, port = address.rsplit(":", 1)
     process = cms.Process("OIP")
@@ -157,6 +164,7 @@ def facile_process(server: tuple[str, str], model_config: str | pathlib.Path, mo
                 name=cms.untracked.string(kind),
                 address=cms.untracked.string(host),
                 port=cms.untracked.uint32(int(port)),
+                httpPort=cms.untracked.uint32(int(HTTP_ADDRESSES[kind].rsplit(":", 1)[1])),
             )
         ),
         fallback=cms.PSet(enable=cms.untracked.bool(False)),
@@ -167,6 +175,7 @@ def facile_process(server: tuple[str, str], model_config: str | pathlib.Path, mo
         modelConfigPath=cms.FileInPath(str(model_config)),
         mode=cms.string("Async"),
         timeout=cms.untracked.uint32(30),
+        transport=cms.untracked.string(transport),
     )
     process.facileSonic = cms.EDProducer("FacileSonicProducer", Client=client)
     if model == "facile" and model_config == FACILE / "config.pbtxt":
@@ -184,12 +193,14 @@ def test_discovery_finds_the_model(server):
     assert ready_models(ServerInfo(kind, address), ["facile", "deepmet"]) == {"facile"}
 
 
-async def test_the_facile_sonic_module_runs_unchanged(server, caplog):
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+async def test_the_facile_sonic_module_runs_unchanged(server, caplog, transport):
+    """Over gRPC and over HTTP (MLServer has no binary tensor extension: JSON tensors)."""
     from rich.console import Console
 
     kind, _ = server
     FacileMatch.seen = {}
-    process = facile_process(server, FACILE / "config.pbtxt")
+    process = facile_process(server, FACILE / "config.pbtxt", transport=transport)
     process.validate_()
     job = build_job(process)
     with caplog.at_level(logging.INFO, logger="pysonic.sonic"):
@@ -202,6 +213,7 @@ async def test_the_facile_sonic_module_runs_unchanged(server, caplog):
     stats = svc.statistics()
     assert svc.assignment == {"facile": kind}
     assert stats["clients"]["facileSonic"]["calls"] == 3 and stats["clients"]["facileSonic"]["errors"] == 0
+    assert stats["clients"]["facileSonic"]["http_calls"] == (3 if transport == "http" else 0)
     assert stats["models"]["facile"]["no_statistics"] == [kind] and "requests" not in stats["models"]["facile"]
     console = Console(file=io.StringIO(), width=200, record=True)
     for table in svc.report():
@@ -212,7 +224,8 @@ async def test_the_facile_sonic_module_runs_unchanged(server, caplog):
     assert any("keeps no statistics" in m for m in messages)
     # no shared-memory RPCs either: one warning, then gRPC payloads
     assert stats["clients"]["facileSonic"]["shm_calls"] == 0
-    assert sum("cannot use our shared memory" in m for m in messages) == 1
+    # (asked once per process and address: the first of the two transports' runs says it)
+    assert sum("cannot use our shared memory" in m for m in messages) == (1 if transport == "grpc" else 0)
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)
 
 

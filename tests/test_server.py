@@ -408,6 +408,7 @@ def test_cmstriton_round_trip(doubler_repository, tmp_path, capsys):
     _started_pids.append(pid)
     out = capsys.readouterr().out
     assert f"gRPC address: {state['grpc_address']}" in out and "ready models: doubler" in out
+    assert f"HTTP address: {state['http_address']}" in out
     assert pid_is_tritonserver(pid)
     np.testing.assert_array_equal(_double(state["grpc_address"], np.full((2, 4), 3, np.float32)), 6.0)
 

@@ -31,6 +31,17 @@ uses by default with a server on its own host (CMSSW's ``useSharedMemory``, defa
 true``) against ``bare_shm`` (the bare loop writing each request's inputs into a region
 registered once per request in flight, its outputs requested into the region too, as
 pysonic's client does for fixed-size outputs).
+
+Every transport side by side: each SONIC variant also over HTTP
+(``Client.transport = http``, the server's HTTP endpoint declared: ``sonic_http``,
+``sonic_batched_http``, ``sonic_http_shm``, ``sonic_batched_http_shm``); a bare
+``tritonclient.http`` loop (``bare_http``); and, in the four-model config, each transport
+unbatched beside a GIL-busy Python thread (``*_busy``: a thread of pure-Python loops, what
+a job's source thread does while it reads; its own CPU, from its thread clock, is taken
+off the job's), with the null consumer and the bare loops beside one too. The figures of
+each transport carry a prefix (:data:`TRANSPORTS`: ``""`` gRPC payloads, ``http_``,
+``shm_``, ``http_shm_``); the HTTP client is compared with the bare tritonclient gRPC loop
+and the grpcio floor, as the issue's targets are (:func:`http_targets`).
 Also the server's CPU per event (the ``tritonserver`` process and its Python-backend
 stubs, from ``/proc``), so that the job's plus the local server's CPU is reported too.
 
@@ -42,7 +53,7 @@ here): a calibration per job differs by a few per cent, as much as the client co
 bare loop runs at 10 and 310 events in both (it does no CPU work of its own). Every
 figure is the median of ``repeat`` runs (the variants of one run side by side, in
 turn); every run is kept in the JSON with the load average at its start. On a 2-core
-machine ``--repeat 5`` takes about 18 minutes.
+machine ``--repeat 5`` took about 18 minutes before the HTTP and busy sides; expect 45-60.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -70,8 +82,35 @@ US = 1e6
 STREAMS = 4
 MODELS = ("particlenet", "deepmet", "deeptau", "facile")
 TRITON_NAMES = {"particlenet": "particlenet_ak4", "deepmet": "deepmet", "deeptau": "deeptau", "facile": "facile"}
-VARIANTS = ("direct", "sonic", "sonic_batched", "noinference")
-SHM_VARIANTS = ("sonic_shm", "sonic_batched_shm")  # the four-model config only: a local server's default
+VARIANTS = ("direct", "sonic", "sonic_batched", "noinference", "sonic_http", "sonic_batched_http")  # payloads
+SHM_VARIANTS = ("sonic_shm", "sonic_batched_shm", "sonic_http_shm", "sonic_batched_http_shm")  # four models only
+BUSY_VARIANTS = (  # a GIL-busy Python thread beside the job (its own CPU subtracted); four models only
+    "noinference_busy",
+    "sonic_busy",
+    "sonic_http_busy",
+    "sonic_shm_busy",
+    "sonic_http_shm_busy",
+)
+BARE_SIDES = ("bare", "floor", "bare_http")  # every config
+FOUR_MODEL_SIDES = ("bare_shm", "bare_busy", "floor_busy", "bare_http_busy", "bare_shm_busy")
+# --quick (the test's minutes): one of each kind, enough for every code path of the figures
+QUICK_VARIANTS = (
+    "direct",
+    "noinference",
+    "sonic",
+    "sonic_http",
+    "sonic_batched_http",
+    "sonic_http_shm",
+    "noinference_busy",
+    "sonic_http_busy",
+)
+QUICK_SIDES = ("bare", "floor", "bare_http", "bare_http_busy")
+TRANSPORTS = {  # figure prefix -> (its SONIC variant, its bare loop): the four ways a request travels
+    "": ("sonic", "bare"),
+    "http_": ("sonic_http", "bare"),  # the HTTP transport's targets: against the bare tritonclient gRPC loop
+    "shm_": ("sonic_shm", "bare_shm"),
+    "http_shm_": ("sonic_http_shm", "bare_shm"),
+}
 BATCH_ROWS = 65536  # Client.batching.maxRows of sonic_batched: in effect each model's max_batch_size
 BATCH_DELAY_US = 10_000  # its maxDelay: long enough for the 4 streams to fall into step (the hold ends
 # as soon as no other task can run, so a lone request does not wait for it; docs/performance.md)
@@ -126,13 +165,16 @@ def _job(
     variant: str, events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], cpu_chunks: int
 ) -> dict[str, Any]:
     """One cmsrun of ``variant`` on ``events`` events: its CPU, wall, the server's CPU, its summary."""
-    shared_memory = variant.endswith("_shm")
-    batched = variant.startswith("sonic_batched")
-    backend = "sonic" if variant.startswith("sonic") else variant  # noinference: a backend of models_cfg.py
+    parts = variant.split("_")
+    shared_memory, batched, http, busy = "shm" in parts, "batched" in parts, "http" in parts, "busy" in parts
+    backend = parts[0]  # direct | sonic | noinference: a backend of models_cfg.py
+    busy_file = folder / f"busy_{variant}_{events}.txt"
     options: dict[str, Any] = dict(
         backend=backend,
         models=list(models),
-        server=server.grpc_address,
+        server=f"{server.grpc_address},http://{server.http_address}" if http else server.grpc_address,
+        transport="http" if http else "grpc",
+        busyThread=busy_file if busy else "",
         events=events,
         repeat=events,  # pfnano.root holds 10 events: list it often enough (opened once)
         streams=STREAMS,
@@ -145,11 +187,14 @@ def _job(
     summary = folder / f"{variant}_{events}.json"
     server_before = _tree_cpu(server.pid)
     cpu, wall = _child(_cmsrun(summary, **options), folder, f"{variant} job on {events} events")
-    out = {"cpu_s": cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
+    busy_cpu = float(busy_file.read_text()) if busy else 0.0  # the busy thread's own CPU: not the job's
+    out = {"cpu_s": cpu - busy_cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
+    out["busy_cpu_s"] = busy_cpu
     report = json.loads(summary.read_text())
     # The job's own split of its event loop's CPU: the trio thread's and the other threads'.
     out["event_loop_cpu_s"] = report["cpu"]["event_loop"]
-    out["other_threads_cpu_s"] = report["cpu"]["other_threads"]
+    out["other_threads_cpu_s"] = report["cpu"]["other_threads"] - busy_cpu
+    out["http_calls"] = sum(c.get("http_calls", 0) for c in report["services"]["TritonService"]["clients"].values())
     clients = report.get("services", {}).get("TritonService", {}).get("clients", {})
     out["calls"] = sum(c.get("calls", 0) for c in clients.values())
     out["shm_calls"] = sum(c.get("shm_calls", 0) for c in clients.values())  # calls whose inputs went in a region
@@ -187,10 +232,15 @@ def _ak8_run(server: Any, folder: pathlib.Path) -> dict[str, Any]:
     """The AK8 job direct and as a service (``framework/bench/configs/ak8_cfg.py``) at
     :data:`AK8_EVENTS`, once each; CPU per event of each and their ratio."""
     run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
-    for variant, sonic in (("direct", 0), ("sonic", 1)):
+    http = f"{server.grpc_address},http://{server.http_address}"  # its HTTP endpoint declared: auto = HTTP
+    for variant, sonic, address in (
+        ("direct", 0, server.grpc_address),
+        ("sonic", 1, server.grpc_address),
+        ("sonic_http", 1, http),
+    ):
         jobs = []
         for events in AK8_EVENTS:
-            options = dict(sonic=sonic, server=server.grpc_address, repeat=AK8_EVENTS[1] // 10, events=events)
+            options = dict(sonic=sonic, server=address, repeat=AK8_EVENTS[1] // 10, events=events)
             server_before = _tree_cpu(server.pid)
             command = cmsrun_command(CONFIGS / "ak8_cfg.py", options)
             cpu_s, wall = _child(command, folder, f"AK8 {variant} job on {events} events")
@@ -201,6 +251,7 @@ def _ak8_run(server: Any, folder: pathlib.Path) -> dict[str, Any]:
             "jobs": jobs,
         }
     run["sonic_vs_direct"] = run["sonic"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
+    run["http_sonic_vs_direct"] = run["sonic_http"]["cpu_ms_per_event"] / run["direct"]["cpu_ms_per_event"]
     return run
 
 
@@ -215,13 +266,14 @@ def _ak8_row(repeat: int, folder: pathlib.Path, cores: set[int]) -> dict[str, An
         _pin_tree(server.pid, cores)
         runs = [_ak8_run(server, folder) for _ in range(max(1, repeat))]
     row: dict[str, Any] = {"config": "ParticleNet AK8 (CMS)", "jets_per_event": jets, "runs": len(runs)}
-    for variant in ("direct", "sonic"):
+    for variant in ("direct", "sonic", "sonic_http"):
         for key in ("cpu_ms_per_event", "server_cpu_ms_per_event"):
             row[f"{variant}_{key}"] = float(statistics.median(r[variant][key] for r in runs))
         row[f"{variant}_cpu_ms_per_jet"] = row[f"{variant}_cpu_ms_per_event"] / jets
-    ratios = [r["sonic_vs_direct"] for r in runs]
-    row["sonic_vs_direct"] = float(statistics.median(ratios))
-    row["sonic_vs_direct_spread"] = [min(ratios), max(ratios)]
+    for key in ("sonic_vs_direct", "http_sonic_vs_direct"):
+        ratios = [r[key] for r in runs]
+        row[key] = float(statistics.median(ratios))
+        row[f"{key}_spread"] = [min(ratios), max(ratios)]
     row["loadavg"] = [r["loadavg"][0] for r in runs]
     row["all_runs"] = runs
     return row
@@ -231,8 +283,12 @@ def _bare(
     events: int, server: Any, folder: pathlib.Path, models: tuple[str, ...], side: str = "bare"
 ) -> dict[str, Any]:
     """The bare replay of the dumped tensors of ``events`` events, as a child process;
-    ``side``: ``bare``, ``floor`` (the prebuilt request bytes over grpcio) or ``bare_shm``
-    (the inputs through shared memory), see :func:`bare_replay`."""
+    ``side``: ``bare`` (tritonclient's gRPC ``async_infer``), ``floor`` (the prebuilt
+    request bytes over grpcio), ``bare_shm`` (the inputs through shared memory),
+    ``bare_http`` (tritonclient.http's ``async_infer``), each with ``_busy``: a GIL-busy
+    Python thread beside the loop, its own CPU subtracted (see :func:`bare_replay`)."""
+    kind = side.removesuffix("_busy")
+    busy_file = folder / f"busy_{side}_{events}.txt"
     command = [
         sys.executable,
         "-m",
@@ -245,11 +301,20 @@ def _bare(
         str(events),
         "--in-flight",
         str(STREAMS),
-        *({"floor": ["--floor"], "bare_shm": ["--shared-memory"]}.get(side, [])),
+        *{"floor": ["--floor"], "bare_shm": ["--shared-memory"], "bare_http": ["--http", server.http_address]}.get(
+            kind, []
+        ),
+        *(["--busy", str(busy_file)] if side.endswith("_busy") else []),
     ]
     server_before = _tree_cpu(server.pid)
-    cpu, wall = _child(command, folder, f"bare loop on {events} events")
-    return {"cpu_s": cpu, "wall_s": wall, "server_cpu_s": _tree_cpu(server.pid) - server_before}
+    cpu, wall = _child(command, folder, f"{side} loop on {events} events")
+    busy_cpu = float(busy_file.read_text()) if side.endswith("_busy") else 0.0
+    return {
+        "cpu_s": cpu - busy_cpu,
+        "busy_cpu_s": busy_cpu,
+        "wall_s": wall,
+        "server_cpu_s": _tree_cpu(server.pid) - server_before,
+    }
 
 
 def _per_event(low: dict[str, Any], high: dict[str, Any], events: tuple[int, int], key: str) -> float:
@@ -263,13 +328,14 @@ def _one_run(
     events: tuple[int, int],
     cpu_chunks: int,
     bare_events: tuple[int, int],
-    shared_memory: bool = False,
+    variants: tuple[str, ...] = VARIANTS,
+    sides: tuple[str, ...] = BARE_SIDES,
 ) -> dict[str, Any]:
-    """Every variant at ``events`` and the bare loop at ``bare_events`` (it does no CPU
-    work of its own: the same counts for both configs), once each; per-event figures.
-    ``shared_memory``: the shared-memory sides too (:data:`SHM_VARIANTS`, ``bare_shm``)."""
+    """Every variant at ``events`` and the bare loops at ``bare_events`` (they do no CPU
+    work of their own: the same counts for both configs), once each; per-event figures of
+    each transport whose variants ran (:data:`TRANSPORTS`)."""
     run: dict[str, Any] = {"loadavg": list(os.getloadavg())}
-    for variant in VARIANTS + (SHM_VARIANTS if shared_memory else ()):
+    for variant in variants:
         low, high = (_job(variant, n, server, folder, models, cpu_chunks) for n in events)
         run[variant] = {
             "cpu_ms_per_event": _per_event(low, high, events, "cpu_s") * MS,
@@ -278,11 +344,12 @@ def _one_run(
             "other_threads_cpu_ms_per_event": _per_event(low, high, events, "other_threads_cpu_s") * MS,
             "calls_per_event": _per_event(low, high, events, "calls"),
             "shm_calls_per_event": _per_event(low, high, events, "shm_calls"),
+            "http_calls_per_event": _per_event(low, high, events, "http_calls"),
             "requests_per_event": _per_event(low, high, events, "requests"),
             "jobs": [low, high],
         }
     requests = len(models)  # per event: one request per model
-    for side in ("bare", "floor", *(("bare_shm",) if shared_memory else ())):
+    for side in sides:
         low, high = (_bare(n, server, folder, models, side) for n in bare_events)
         run[side] = {
             "cpu_ms_per_request": _per_event(low, high, bare_events, "cpu_s") / requests * MS,
@@ -291,59 +358,84 @@ def _one_run(
         }
     sonic, noinf = run["sonic"], run["noinference"]
     run["direct_inference_ms_per_event"] = run["direct"]["cpu_ms_per_event"] - noinf["cpu_ms_per_event"]
-    _client_figures(run, "", "sonic", "sonic_batched", "bare", requests)
+    floor = run["floor"]["cpu_ms_per_request"]
+    for prefix, (variant, bare) in TRANSPORTS.items():
+        if variant not in run:
+            continue
+        batched = variant.replace("sonic", "sonic_batched", 1)
+        _client_figures(run, prefix, variant, batched if batched in run else None, bare, requests)
+        run[f"{prefix}client_vs_floor"] = run[f"{prefix}client_ms_per_request"] / floor
+        busy = f"{variant}_busy"
+        if busy in run:  # the same client beside a GIL-busy thread (the null consumer's beside one too)
+            client = run[busy]["cpu_ms_per_event"] - run["noinference_busy"]["cpu_ms_per_event"]
+            run[f"{prefix}busy_client_ms_per_request"] = client / max(run[busy]["calls_per_event"], 1e-9)
+            run[f"{prefix}busy_rise"] = (
+                run[f"{prefix}busy_client_ms_per_request"] / run[f"{prefix}client_ms_per_request"] - 1
+            )
     for part in ("event_loop", "other_threads"):  # where the client's CPU runs: the job's thread or the others
         key = f"{part}_cpu_ms_per_event"
         run[f"client_{part}_ms_per_event"] = sonic[key] - noinf[key]
-    run["batched_client_ms_per_request"] = run["batched_client_ms_per_event"] / requests  # per event and model
-    run["client_vs_floor"] = run["client_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
-    run["bare_vs_floor"] = run["bare"]["cpu_ms_per_request"] / run["floor"]["cpu_ms_per_request"]
-    if shared_memory:
-        _client_figures(run, "shm_", "sonic_shm", "sonic_batched_shm", "bare_shm", requests)
+        run[f"http_client_{part}_ms_per_event"] = run["sonic_http"][key] - noinf[key]
+    if "batched_client_ms_per_event" in run:
+        run["batched_client_ms_per_request"] = run["batched_client_ms_per_event"] / requests  # per event and model
+    run["bare_vs_floor"] = run["bare"]["cpu_ms_per_request"] / floor
+    run["bare_http_vs_bare"] = run["bare_http"]["cpu_ms_per_request"] / run["bare"]["cpu_ms_per_request"]
+    run["http_client_vs_bare_http"] = run["http_client_ms_per_request"] / run["bare_http"]["cpu_ms_per_request"]
+    for side in ("bare", "floor", "bare_http", "bare_shm"):
+        if f"{side}_busy" in run and side in run:
+            run[f"{side}_busy_rise"] = run[f"{side}_busy"]["cpu_ms_per_request"] / run[side]["cpu_ms_per_request"] - 1
     return run
 
 
-def _client_figures(run: dict[str, Any], prefix: str, sonic: str, batched: str, bare: str, requests: int) -> None:
+def _client_figures(
+    run: dict[str, Any], prefix: str, sonic: str, batched: str | None, bare: str, requests: int
+) -> None:
     """One transport's figures of one run, each key with ``prefix``: the client's CPU
     (``sonic`` - no inference) per event and per request, unbatched and ``batched``,
     against the ``bare`` loop's per request, and the jobs against direct."""
     noinf, direct = run["noinference"]["cpu_ms_per_event"], run["direct"]["cpu_ms_per_event"]
-    bare_ms = run[bare]["cpu_ms_per_request"]
+    bare_ms = run[bare]["cpu_ms_per_request"] if bare in run else math.nan  # --quick: not every loop
     client = run[f"{prefix}client_ms_per_event"] = run[sonic]["cpu_ms_per_event"] - noinf
     run[f"{prefix}client_ms_per_request"] = client / max(run[sonic]["calls_per_event"], 1e-9)
     run[f"{prefix}client_vs_bare"] = run[f"{prefix}client_ms_per_request"] / bare_ms
-    batched_client = run[f"{prefix}batched_client_ms_per_event"] = run[batched]["cpu_ms_per_event"] - noinf
-    run[f"{prefix}batched_client_vs_bare"] = batched_client / requests / bare_ms
     run[f"{prefix}sonic_vs_direct"] = run[sonic]["cpu_ms_per_event"] / direct
-    run[f"{prefix}batched_vs_direct"] = run[batched]["cpu_ms_per_event"] / direct
     run[f"{prefix}client_vs_inference"] = client / run["direct_inference_ms_per_event"]
+    if batched is not None:
+        batched_client = run[f"{prefix}batched_client_ms_per_event"] = run[batched]["cpu_ms_per_event"] - noinf
+        run[f"{prefix}batched_client_vs_bare"] = batched_client / requests / bare_ms
+        run[f"{prefix}batched_vs_direct"] = run[batched]["cpu_ms_per_event"] / direct
 
 
-ROW_KEYS = (
+_TRANSPORT_KEYS = (  # each with a transport's prefix (TRANSPORTS)
     "client_ms_per_event",
     "client_ms_per_request",
-    "client_event_loop_ms_per_event",
-    "client_other_threads_ms_per_event",
     "batched_client_ms_per_event",
-    "batched_client_ms_per_request",
     "client_vs_bare",
     "client_vs_floor",
-    "bare_vs_floor",
     "batched_client_vs_bare",
-    "direct_inference_ms_per_event",
     "sonic_vs_direct",
     "batched_vs_direct",
     "client_vs_inference",
 )
-SHM_ROW_KEYS = (
-    "shm_client_ms_per_event",
-    "shm_client_ms_per_request",
-    "shm_batched_client_ms_per_event",
-    "shm_client_vs_bare",
-    "shm_batched_client_vs_bare",
-    "shm_sonic_vs_direct",
-    "shm_batched_vs_direct",
-    "shm_client_vs_inference",
+ROW_KEYS = (
+    *_TRANSPORT_KEYS,
+    *(f"http_{key}" for key in _TRANSPORT_KEYS),
+    "client_event_loop_ms_per_event",
+    "client_other_threads_ms_per_event",
+    "http_client_event_loop_ms_per_event",
+    "http_client_other_threads_ms_per_event",
+    "batched_client_ms_per_request",
+    "bare_vs_floor",
+    "bare_http_vs_bare",
+    "http_client_vs_bare_http",
+    "direct_inference_ms_per_event",
+)
+SHM_ROW_KEYS = (  # the four-model config: shared memory and the GIL-busy sides
+    *(f"shm_{key}" for key in _TRANSPORT_KEYS),
+    *(f"http_shm_{key}" for key in _TRANSPORT_KEYS),
+    *(f"{prefix}busy_client_ms_per_request" for prefix in TRANSPORTS),
+    *(f"{prefix}busy_rise" for prefix in TRANSPORTS),
+    *(f"{side}_busy_rise" for side in ("bare", "floor", "bare_http", "bare_shm")),
 )
 
 
@@ -361,8 +453,7 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         return float(statistics.median(get(r) for r in runs))
 
     row: dict[str, Any] = {"config": config, "cpu_time_ms": cpu_time, "runs": len(runs)}
-    shared_memory = "sonic_shm" in runs[0]
-    for variant in VARIANTS + (SHM_VARIANTS if shared_memory else ()):
+    for variant in (v for v in VARIANTS + SHM_VARIANTS + BUSY_VARIANTS if v in runs[0]):
         for key in (
             "cpu_ms_per_event",
             "server_cpu_ms_per_event",
@@ -373,14 +464,15 @@ def _row(config: str, cpu_time: float, runs: list[dict[str, Any]]) -> dict[str, 
         row[f"{variant}_total_ms_per_event"] = median(
             lambda r, v=variant: r[v]["cpu_ms_per_event"] + r[v]["server_cpu_ms_per_event"]
         )
-    sides = [("", "sonic_batched", "bare"), *([("shm_", "sonic_batched_shm", "bare_shm")] if shared_memory else [])]
-    for prefix, batched, bare in sides:
-        row[f"{prefix}rows_per_call_batched"] = median(
-            lambda r, b=batched: r[b]["requests_per_event"] / max(r[b]["calls_per_event"], 1e-9)
-        )
-        row[f"{bare}_cpu_ms_per_request"] = median(lambda r, b=bare: r[b]["cpu_ms_per_request"])
-    row["floor_cpu_ms_per_request"] = median(lambda r: r["floor"]["cpu_ms_per_request"])
-    for key in ROW_KEYS + (SHM_ROW_KEYS if shared_memory else ()):
+    for prefix, (variant, _bare) in TRANSPORTS.items():
+        batched = variant.replace("sonic", "sonic_batched", 1)
+        if batched in runs[0]:
+            row[f"{prefix}rows_per_call_batched"] = median(
+                lambda r, b=batched: r[b]["requests_per_event"] / max(r[b]["calls_per_event"], 1e-9)
+            )
+    for side in (s for s in BARE_SIDES + FOUR_MODEL_SIDES if s in runs[0]):
+        row[f"{side}_cpu_ms_per_request"] = median(lambda r, b=side: r[b]["cpu_ms_per_request"])
+    for key in (k for k in ROW_KEYS + SHM_ROW_KEYS if k in runs[0]):
         row[key] = median(lambda r, k=key: r[k])
         values = [r[key] for r in runs]
         row[f"{key}_spread"] = [min(values), max(values)]
@@ -417,7 +509,9 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             dumpFolder=folder / "tensors",
         )
         _child(dump, folder, "the tensor dump")
-        runs = [_one_run(server, folder, models, events, 0, events, True) for _ in range(max(1, repeat))]
+        variants = QUICK_VARIANTS if quick else VARIANTS + SHM_VARIANTS + BUSY_VARIANTS
+        sides = QUICK_SIDES if quick else BARE_SIDES + FOUR_MODEL_SIDES
+        runs = [_one_run(server, folder, models, events, 0, events, variants, sides) for _ in range(max(1, repeat))]
         rows.append(_row("four models", 0.0, runs))
         if not quick:  # --quick: the smoke test's minute; the MiniAOD-like job adds nothing to it
             # MiniAOD-like: the rest of the event costs nine times the direct inference.
@@ -428,18 +522,9 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             runs = [_one_run(server, folder, models, events_miniaod, chunks, events) for _ in range(max(1, repeat))]
             rows.append(_row("MiniAOD-like (cpuTime)", cpu_time, runs) | {"cpu_chunks": chunks})
             ak8 = _ak8_row(repeat, folder, server_cores)
-    four = rows[0]
-    payload = _transport_targets(
-        four,
-        "",
-        "",
-        "bare loop's",
-        "client = SONIC job - the same job without inference",
-        "direct: onnxruntime, one intra-op thread",
-    )
     return {
         "experiment": "cpu",
-        "title": "The job's CPU per event: direct vs SONIC, and the client's CPU vs a bare tritonclient loop",
+        "title": "The job's CPU per event: direct vs SONIC over HTTP and gRPC, and the client's CPU vs bare loops",
         "settings": {
             "models": list(models),
             "events": list(events),
@@ -447,12 +532,16 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
             "bare_events": list(events),
             "streams": STREAMS,
             "threads": 1,
-            "transport": "gRPC payloads (Client.useSharedMemory = false; the bare loop too); the four-model "
-            "config also with system shared memory on both sides (sonic_shm, sonic_batched_shm, bare_shm)",
-            "batching": f"sonic_batched: Client.batching maxRows {BATCH_ROWS} (each model's max_batch_size), "
+            "transport": "payloads (Client.useSharedMemory = false; the bare loops too) over gRPC (sonic, "
+            "sonic_batched) and HTTP (Client.transport = http: sonic_http, sonic_batched_http); the four-model "
+            "config also with system shared memory on both sides (*_shm, bare_shm) and each transport beside "
+            "a GIL-busy Python thread (*_busy; its own CPU subtracted)",
+            "batching": f"sonic_batched*: Client.batching maxRows {BATCH_ROWS} (each model's max_batch_size), "
             f"maxDelay {BATCH_DELAY_US} us",
             "cores": f"jobs and bare loops on core {JOB_CORE}, the server on {sorted(server_cores)} "
             f"(of {sorted(cores)})",
+            "bare": "tritonclient.grpc async_infer (bare), tritonclient.http async_infer (bare_http, gevent), "
+            "both with 4 in flight",
             "floor": "the same request bytes built once (tritonclient's own message, serialized), re-sent "
             "through grpcio's ModelInfer multi-callable on a tritonclient channel (its options)",
             "server": "LocalTritonServer of data/models, its own process",
@@ -464,108 +553,131 @@ def cpu(quick: bool, repeat: int) -> dict[str, Any]:
         "columns": [
             ("config", "config", "s"),
             ("direct_cpu_ms_per_event", "direct [ms/ev]", ".2f"),
-            ("sonic_cpu_ms_per_event", "SONIC [ms/ev]", ".2f"),
-            ("sonic_batched_cpu_ms_per_event", "batched [ms/ev]", ".2f"),
             ("noinference_cpu_ms_per_event", "no inference [ms/ev]", ".2f"),
-            ("client_ms_per_event", "client [ms/ev]", ".3f"),
-            ("client_ms_per_request", "client [ms/req]", ".3f"),
-            ("client_event_loop_ms_per_event", "client, job's thread [ms/ev]", ".3f"),
-            ("client_other_threads_ms_per_event", "client, other threads [ms/ev]", ".3f"),
-            ("bare_cpu_ms_per_request", "bare [ms/req]", ".3f"),
+            ("sonic_cpu_ms_per_event", "SONIC gRPC [ms/ev]", ".2f"),
+            ("sonic_http_cpu_ms_per_event", "SONIC HTTP [ms/ev]", ".2f"),
+            ("sonic_batched_http_cpu_ms_per_event", "batched HTTP [ms/ev]", ".2f"),
+            ("client_ms_per_request", "client gRPC [ms/req]", ".3f"),
+            ("http_client_ms_per_request", "client HTTP [ms/req]", ".3f"),
+            ("http_shm_client_ms_per_request", "client HTTP shm [ms/req]", ".3f"),
+            ("bare_cpu_ms_per_request", "bare gRPC [ms/req]", ".3f"),
+            ("bare_http_cpu_ms_per_request", "bare HTTP [ms/req]", ".3f"),
             ("floor_cpu_ms_per_request", "floor [ms/req]", ".3f"),
-            ("client_vs_bare", "client/bare", ".2f"),
-            ("client_vs_floor", "client/floor", ".2f"),
-            ("batched_client_vs_bare", "batched/bare", ".2f"),
-            ("rows_per_call_batched", "rows/call", ".1f"),
-            ("sonic_vs_direct", "SONIC/direct", ".2f"),
-            ("sonic_total_ms_per_event", "SONIC+server [ms/ev]", ".2f"),
-            ("sonic_shm_cpu_ms_per_event", "SONIC shm [ms/ev]", ".2f"),
-            ("sonic_batched_shm_cpu_ms_per_event", "batched shm [ms/ev]", ".2f"),
-            ("shm_client_ms_per_request", "client shm [ms/req]", ".3f"),
-            ("bare_shm_cpu_ms_per_request", "bare shm [ms/req]", ".3f"),
-            ("shm_client_vs_bare", "client/bare, shm", ".2f"),
-            ("shm_batched_client_vs_bare", "batched/bare, shm", ".2f"),
-            ("shm_sonic_vs_direct", "SONIC/direct, shm", ".2f"),
-            ("shm_batched_vs_direct", "batched/direct, shm", ".2f"),
+            ("client_vs_bare", "gRPC client/bare", ".2f"),
+            ("http_client_vs_bare", "HTTP client/bare", ".2f"),
+            ("http_client_vs_floor", "HTTP client/floor", ".2f"),
+            ("http_busy_rise", "HTTP busy rise", ".2f"),
+            ("busy_rise", "gRPC busy rise", ".2f"),
+            ("http_batched_client_vs_bare", "HTTP batched/bare", ".2f"),
+            ("http_rows_per_call_batched", "rows/call", ".1f"),
+            ("sonic_vs_direct", "SONIC/direct gRPC", ".2f"),
+            ("http_sonic_vs_direct", "SONIC/direct HTTP", ".2f"),
+            ("http_shm_sonic_vs_direct", "SONIC/direct HTTP shm", ".2f"),
+            ("shm_sonic_vs_direct", "SONIC/direct gRPC shm", ".2f"),
             ("runs", "runs", "d"),
         ],
-        "targets": [
-            payload["bare"],
-            {
-                "name": "client CPU per request / the floor's (batching off)",
-                "value": four["client_vs_floor"],
-                "target": 1.5,
-                "met": four["client_vs_floor"] <= 1.5,
-                "note": "floor: the same request bytes built once, re-sent through grpcio",
-            },
-            payload["batched"],
-            payload["direct"],
-            *(
-                [
-                    {
-                        "name": "CMS's ParticleNet AK8 job: SONIC / direct CPU per event",
-                        "value": ak8["sonic_vs_direct"],
-                        "target": 0.5,
-                        "met": ak8["sonic_vs_direct"] <= 0.5,
-                        "note": f"direct {ak8['direct_cpu_ms_per_event']:.2f} ms/event = "
-                        f"{ak8['direct_cpu_ms_per_jet']:.2f} ms/jet ({ak8['jets_per_event']:.1f} jets/event), "
-                        f"SONIC {ak8['sonic_cpu_ms_per_event']:.2f} ms/event",
-                    }
-                ]
-                if "skipped" not in ak8
-                else []
-            ),
-            payload["inference"],
-            *(
-                _transport_targets(
-                    four,
-                    "shm_",
-                    "shared memory: ",
-                    "bare shared-memory loop's",
-                    "both sides write the inputs into registered regions",
-                    f"batched: {four['shm_batched_vs_direct']:.2f}",
-                ).values()
-                if "shm_client_vs_bare" in four
-                else ()
-            ),
-        ],
+        "targets": http_targets(rows[0], ak8) + grpc_targets(rows[0], ak8),
         "notes": [
             "CPU from the OS (os.wait4 of each cmsrun child), start-up removed by two event counts",
-            "the server runs on the same cores: the job's CPU saved is not the machine's (SONIC+server column)",
+            "the server runs on the same cores: the job's CPU saved is not the machine's",
+            "busy sides: a Python thread that wants the GIL all the time beside the job or loop; its CPU subtracted",
             "medians of all runs; every run with its load average in all_runs",
         ],
     }
 
 
-def _transport_targets(
-    four: dict[str, Any], prefix: str, label: str, bare: str, bare_note: str, direct_note: str
-) -> dict[str, dict[str, Any]]:
-    """The client-CPU targets (docs/performance.md) that each transport has (figures with ``prefix``, names
-    starting with ``label``, against the ``bare`` loop), by kind: ``bare``, ``batched``
-    (>= 3 requests per call too), ``direct``, ``inference``."""
+def _target(
+    four: dict[str, Any], key: str, name: str, wanted: float, note: str = "", rows_key: str = ""
+) -> list[dict[str, Any]]:
+    """The target ``four[key] <= wanted`` (and at least 3 requests per call, ``four[rows_key]``,
+    if given) as a one-item list; none where the run lacks the figure (``--quick``)."""
+    if key not in four or (rows_key and rows_key not in four):
+        return []
+    value = four[key]
+    also = True
+    if rows_key:
+        also = four[rows_key] >= 3
+        note = f"{four[rows_key]:.1f} requests per call (target >= 3)" + (f"; {note}" if note else "")
+    return [{"name": name, "value": value, "target": wanted, "met": value <= wanted and also, "note": note}]
 
-    def target(kind: str, name: str, wanted: float, note: str, also: bool = True) -> dict[str, Any]:
-        value = four[f"{prefix}{kind}"]
-        return {"name": label + name, "value": value, "target": wanted, "met": value <= wanted and also, "note": note}
 
-    rows = four[f"{prefix}rows_per_call_batched"]
-    return {
-        "bare": target("client_vs_bare", f"client CPU per request / {bare} (batching off)", 1.0, bare_note),
-        "batched": target(
-            "batched_client_vs_bare",
-            f"client CPU per event and model (batched) / {bare} per request",
-            0.4,
-            f"{rows:.1f} requests per call (target >= 3)",
-            rows >= 3,
+def http_targets(four: dict[str, Any], ak8: dict[str, Any]) -> list[dict[str, Any]]:
+    """The HTTP transport's targets (docs/performance.md), from the four-model row and the AK8 row."""
+    targets = [
+        *_target(
+            four,
+            "http_client_vs_bare",
+            "HTTP: client CPU per request / the bare tritonclient gRPC loop's (batching off)",
+            0.6,
+            "client = SONIC job - the same job without inference; the same tensors and server, same run",
         ),
-        "direct": target("sonic_vs_direct", "SONIC / direct job CPU per event (four models)", 0.55, direct_note),
-        "inference": target(
-            "client_vs_inference",
-            "client CPU / the direct inference it replaces",
-            0.15,
-            "inference = direct job - the same job without inference",
+        *_target(
+            four,
+            "http_client_vs_floor",
+            "HTTP: client CPU per request / the grpcio floor's (batching off)",
+            1.0,
+            "floor: the same request bytes built once, re-sent through grpcio",
         ),
-    }
+        *_target(
+            four,
+            "http_busy_rise",
+            "HTTP: rise of the client CPU per request beside a GIL-busy Python thread",
+            0.10,
+            f"gRPC's rise: {four['busy_rise']:.2f}" if "busy_rise" in four else "",
+        ),
+        *_target(four, "http_sonic_vs_direct", "HTTP payloads: SONIC / direct job CPU per event (four models)", 0.45),
+        *_target(
+            four,
+            "http_shm_sonic_vs_direct",
+            "HTTP + shared memory: SONIC / direct job CPU per event (four models)",
+            0.40,
+        ),
+        *_target(
+            four,
+            "http_batched_client_vs_bare",
+            "HTTP batched: client CPU per event and model / the bare gRPC loop's per request",
+            0.3,
+            rows_key="http_rows_per_call_batched",
+        ),
+    ]
+    if "skipped" not in ak8:
+        targets += _target(
+            ak8,
+            "http_sonic_vs_direct",
+            "CMS's ParticleNet AK8 job over HTTP: SONIC / direct CPU per event",
+            0.2,
+            f"direct {ak8['direct_cpu_ms_per_event']:.2f} ms/event, over HTTP "
+            f"{ak8['sonic_http_cpu_ms_per_event']:.2f}, over gRPC {ak8['sonic_cpu_ms_per_event']:.2f}",
+        )
+    return targets
+
+
+def grpc_targets(four: dict[str, Any], ak8: dict[str, Any]) -> list[dict[str, Any]]:
+    """The gRPC transport's targets (docs/performance.md: the earlier client study), measured
+    beside (payloads and shared memory)."""
+    targets = []
+    sides = (("", "gRPC payloads", "bare loop's"), ("shm_", "gRPC + shared memory", "bare shared-memory loop's"))
+    for prefix, label, bare in sides:
+        targets += [
+            *_target(four, f"{prefix}client_vs_bare", f"{label}: client CPU per request / {bare} (batching off)", 1.0),
+            *_target(
+                four,
+                f"{prefix}batched_client_vs_bare",
+                f"{label}: batched client CPU per event and model / {bare} per request",
+                0.4,
+                rows_key=f"{prefix}rows_per_call_batched",
+            ),
+            *_target(
+                four, f"{prefix}sonic_vs_direct", f"{label}: SONIC / direct job CPU per event (four models)", 0.55
+            ),
+            *_target(
+                four, f"{prefix}client_vs_inference", f"{label}: client CPU / the direct inference it replaces", 0.15
+            ),
+        ]
+    targets += _target(four, "client_vs_floor", "gRPC payloads: client CPU per request / the floor's", 1.5)
+    if "skipped" not in ak8:
+        targets += _target(ak8, "sonic_vs_direct", "CMS's ParticleNet AK8 job over gRPC: SONIC / direct", 0.5)
+    return targets
 
 
 # ----------------------------------------------------------------------------------------
@@ -580,6 +692,8 @@ def bare_replay(
     in_flight: int,
     floor: bool = False,
     shared_memory: bool = False,
+    http: str = "",
+    busy: pathlib.Path | None = None,
 ) -> int:
     """Replay the dumped tensors of the first ``events`` events: for each event, one
     ``async_infer`` per model (all its outputs), ``in_flight`` at most in flight.
@@ -594,6 +708,13 @@ def bare_replay(
     system shared-memory regions (registered once at start-up) and its outputs requested
     into the same region, as pysonic's client does with a local server (64-byte aligned
     offsets; the outputs' sizes from one payload call per dumped request at start-up).
+
+    ``http`` (``host:port``): instead, tritonclient.http's ``async_infer`` on that HTTP
+    endpoint (its gevent pool of ``in_flight`` connections, binary tensors), ``in_flight``
+    requests in flight (the oldest awaited first).
+
+    ``busy``: a GIL-busy Python thread runs beside the loop (``_modules.BusyThread``) and
+    its CPU seconds are written to that file at the end (the caller subtracts them).
 
     Every dumped event is loaded whatever ``events`` is, so that loading is start-up (it
     cancels in the difference of two event counts). Returns the failed requests.
@@ -622,8 +743,16 @@ def bare_replay(
             failures.append(error)
         slots.release()
 
+    thread = None
+    if busy is not None:
+        from ._modules import BusyThread
+
+        thread = BusyThread()
+        thread.start()
     try:
-        if floor:
+        if http:
+            _http_replay(http, plan, events, in_flight, failures)
+        elif floor:
             _floor_replay(client, plan, events, in_flight, failures)
         elif shared_memory:
             _shm_replay(client, plan, events, in_flight, failures)
@@ -643,9 +772,45 @@ def bare_replay(
                 slots.acquire()
     finally:
         client.close()
+        if thread is not None and busy is not None:
+            busy.write_text(f"{thread.stop():.6f}\n")
     if failures:
         print(f"bare loop: {len(failures)} failed requests, first: {failures[0]}", file=sys.stderr)
     return len(failures)
+
+
+def _http_replay(address: str, plan: list[Any], events: int, in_flight: int, failures: list[Any]) -> None:
+    """:func:`bare_replay` over tritonclient.http (see there)."""
+    import collections
+
+    import tritonclient.http as httpclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    client = httpclient.InferenceServerClient(address, concurrency=in_flight, network_timeout=120)
+    pending: collections.deque[Any] = collections.deque()
+
+    def wait_oldest() -> None:
+        try:
+            pending.popleft().get_result()
+        except Exception as exc:  # noqa: BLE001 - counted, as the other loops count theirs
+            failures.append(exc)
+
+    try:
+        for event in range(events):
+            for triton, requests, outputs in plan:
+                inputs = []
+                for name, array in requests[event % len(requests)].items():
+                    tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                    tensor.set_data_from_numpy(array)
+                    inputs.append(tensor)
+                if len(pending) >= in_flight:
+                    wait_oldest()
+                requested = [httpclient.InferRequestedOutput(n) for n in outputs]
+                pending.append(client.async_infer(triton, inputs, outputs=requested))
+        while pending:
+            wait_oldest()
+    finally:
+        client.close()
 
 
 def _payload_inputs(arrays: dict[str, np.ndarray[Any, Any]]) -> list[Any]:
@@ -770,9 +935,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=STREAMS)
     parser.add_argument("--floor", action="store_true", help="prebuilt request bytes over grpcio (the floor)")
     parser.add_argument("--shared-memory", action="store_true", help="inputs and outputs in shared-memory regions")
+    parser.add_argument("--http", default="", help="tritonclient.http on this HTTP endpoint (host:port)")
+    parser.add_argument("--busy", type=pathlib.Path, help="a GIL-busy thread beside; its CPU seconds to this file")
     ns = parser.parse_args(argv)
     failed = bare_replay(
-        ns.address, ns.tensors, ns.models.split(","), ns.events, ns.in_flight, ns.floor, ns.shared_memory
+        ns.address,
+        ns.tensors,
+        ns.models.split(","),
+        ns.events,
+        ns.in_flight,
+        ns.floor,
+        ns.shared_memory,
+        ns.http,
+        ns.busy,
     )
     return 1 if failed else 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import threading
 import time
 from typing import Any
 
@@ -223,3 +224,61 @@ class BenchInputDumper(EDAnalyzer):
 
     def end_job(self) -> None:
         np.savez(self.path, **self.arrays)
+
+
+def gil_busy(stop: threading.Event) -> None:
+    """Pure-Python work that wants the GIL all the time, until ``stop`` is set (what a job's
+    source thread does while it reads and decompresses; ``../shared/perf/transport``)."""
+    while not stop.is_set():
+        total = 0
+        for i in range(200):
+            total += i
+
+
+class BusyThread:
+    """A :func:`gil_busy` thread: started by :meth:`start`, stopped by :meth:`stop`, which
+    returns its own CPU seconds (its thread's CPU clock)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._clock: int | None = None
+        self._ready = threading.Event()
+        self._cpu = 0.0
+        self._thread = threading.Thread(target=self._run, name="gil-busy", daemon=True)
+
+    def _run(self) -> None:
+        self._clock = time.pthread_getcpuclockid(threading.get_ident())
+        self._ready.set()
+        gil_busy(self._stop)
+        self._cpu = time.clock_gettime(self._clock)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self._cpu
+
+
+class BenchBusyThread(EDAnalyzer):
+    """A GIL-busy Python thread beside the job (``cmsbench cpu``'s busy sides), from
+    ``begin_job`` to ``end_job``; writes its CPU seconds to ``report`` (a text file)."""
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        desc.add("report", cms.untracked.string, "file that receives the thread's CPU seconds")
+
+    def __init__(self, params: Any) -> None:
+        self.report = pathlib.Path(params.report)
+        self.thread = BusyThread()
+
+    def begin_job(self) -> None:
+        self.thread.start()
+
+    def end_job(self) -> None:
+        self.report.write_text(f"{self.thread.stop():.6f}\n")
+
+    def analyze(self, event: Any) -> None:
+        pass

@@ -391,16 +391,18 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
     fig, (ax_job, ax_client) = plt.subplots(1, 2, figsize=(11, 4.2))
     variants = (
         ("direct", "direct"),
-        ("sonic", "SONIC"),
-        ("sonic_batched", "SONIC batched"),
+        ("sonic", "SONIC gRPC"),
+        ("sonic_http", "SONIC HTTP"),
+        ("sonic_batched_http", "SONIC HTTP batched"),
         ("noinference", "no inference"),
     )
     x = np.arange(len(rows))
     width = 0.8 / len(variants)
+    middle = (len(variants) - 1) / 2
     for i, (key, label) in enumerate(variants):
-        ax_job.bar(x + (i - 1.5) * width, [r[f"{key}_cpu_ms_per_event"] for r in rows], width, label=label)
+        ax_job.bar(x + (i - middle) * width, [r[f"{key}_cpu_ms_per_event"] for r in rows], width, label=label)
         ax_job.scatter(  # each run, beside its median
-            [xi + (i - 1.5) * width for xi, r in zip(x, rows, strict=True) for _ in r["all_runs"]],
+            [xi + (i - middle) * width for xi, r in zip(x, rows, strict=True) for _ in r["all_runs"]],
             [run[key]["cpu_ms_per_event"] for r in rows for run in r["all_runs"]],
             s=6,
             color="k",
@@ -411,12 +413,14 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
     ax_job.set_title("the job's own CPU (bars: medians; dots: runs)")
     ax_job.legend(fontsize=7)
     client = [
-        ("client_ms_per_request", "SONIC client per request"),
-        ("batched_client_ms_per_request", "SONIC batched, per event and model"),
-        ("bare_cpu_ms_per_request", "bare async_infer per request"),
+        ("client_ms_per_request", "SONIC gRPC client per request"),
+        ("http_client_ms_per_request", "SONIC HTTP client per request"),
+        ("bare_cpu_ms_per_request", "bare gRPC async_infer per request"),
+        ("bare_http_cpu_ms_per_request", "bare HTTP async_infer per request"),
         ("floor_cpu_ms_per_request", "floor (prebuilt bytes) per request"),
     ]
     width = 0.8 / len(client)
+    middle = (len(client) - 1) / 2
     from ._exp_cpu import client_resolved
 
     # A client figure whose runs disagree on its sign (the jobs' noise is larger: the
@@ -425,7 +429,7 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
     for i, (key, label) in enumerate(client):
         loops = key.startswith(("bare", "floor"))  # measured on their own: always drawn
         heights = [r.get(key, 0.0) if ok or loops else 0.0 for r, ok in zip(rows, resolved, strict=True)]
-        ax_client.bar(x + (i - 1.5) * width, heights, width, label=label)
+        ax_client.bar(x + (i - middle) * width, heights, width, label=label)
     for xi, ok in zip(x, resolved, strict=True):
         if not ok:
             ax_client.text(
@@ -438,7 +442,7 @@ def _cpu(result: dict[str, Any], plt: Any) -> Any:
             )
     ax_client.set_xticks(x, [r["config"] for r in rows], fontsize=8)
     ax_client.set_ylabel("client CPU [ms]")
-    ax_client.set_title("the client's CPU vs a bare tritonclient loop")
+    ax_client.set_title("the client's CPU vs bare tritonclient loops")
     ax_client.legend(fontsize=7)
     for ax in (ax_job, ax_client):
         ax.grid(axis="y", alpha=0.3)

@@ -128,7 +128,9 @@ class FallbackServer:
     def info(self) -> ServerInfo | None:
         """The fallback as a :class:`ServerInfo` (its current address), or None if never started."""
         server = self.server
-        return None if server is None else ServerInfo(FALLBACK_SERVER, server.grpc_address)
+        if server is None:
+            return None
+        return ServerInfo(FALLBACK_SERVER, server.grpc_address, http_address=server.http_address)
 
     def is_running(self) -> bool:
         server = self.server

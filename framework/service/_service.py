@@ -45,6 +45,7 @@ from framework.sonic import (
     ServerInfo,
     SslOptions,
     TritonClient,
+    close_idle_connections,
     request_metadata,
 )
 from framework.utilities import ConfigurationError, ExternalFailure, check_port
@@ -101,7 +102,8 @@ class TritonService(Service):
         and pysonic's extensions (``fallback.instances``, ``fallback.modelRepository``, ``health``,
         ``discovery``: :class:`~framework.sonic.DiscoveryParameters`; and per server ``headers``,
         ``bearerTokenFile``, ``bearerTokenVariable``: gRPC metadata of every call, for a server
-        behind an authenticating proxy such as SuperSONIC's).
+        behind an authenticating proxy such as SuperSONIC's; ``httpPort``: its HTTP endpoint,
+        for the HTTP transport, ``Client.transport``).
 
         The fallback server here is a local ``tritonserver`` process, never a container:
         ``useDocker = True`` or a ``container`` other than CMSSW's default is an error, and
@@ -112,6 +114,12 @@ class TritonService(Service):
         server.add("name", cms.untracked.string, "server name (for Client.preferredServer)")
         server.add("address", cms.untracked.string, "host name or IP address")
         server.add("port", cms.untracked.uint32, "gRPC port")
+        server.add(
+            "httpPort",
+            cms.untracked.uint32(0),
+            "port of its HTTP endpoint (Open Inference Protocol REST, for Client.transport 'auto' or 'http'); 0 = none",
+            extension=True,
+        )
         server.add("useSsl", cms.untracked.bool(False), "TLS channel")
         server.add("rootCertificates", cms.untracked.string(""), "PEM file ('' = gRPC's default)")
         server.add("privateKey", cms.untracked.string(""), "PEM file ('' = none)")
@@ -232,7 +240,11 @@ class TritonService(Service):
             metadata = request_metadata(
                 f"TritonService: servers '{item.name}'", item.headers, item.bearerTokenFile, item.bearerTokenVariable
             )
-            servers[item.name] = ServerInfo(item.name, f"{item.address}:{port}", ssl, metadata)
+            http_address = ""
+            if item.httpPort:
+                http_port = check_port(int(item.httpPort), f"TritonService: servers '{item.name}': httpPort")
+                http_address = f"{item.address}:{http_port}"
+            servers[item.name] = ServerInfo(item.name, f"{item.address}:{port}", ssl, metadata, http_address)
         self.models: dict[str, list[tuple[str, str]]] = {}
         self._config_paths: dict[str, pathlib.Path] = {}  # model name -> config.pbtxt
         # The fallback is made by the router (it passes its on_start) and kept here too: the
@@ -362,6 +374,7 @@ class TritonService(Service):
         for client in self._clients:
             client.close()
         self.routing.close()
+        close_idle_connections()  # the HTTP transport's blocking connections (trio's close with the run)
         try:
             await trio.to_thread.run_sync(self._fallback.stop)
         except Exception as exc:  # noqa: BLE001 - must not mask the job's outcome

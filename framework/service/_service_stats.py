@@ -186,7 +186,8 @@ def statistics(
         ``no_statistics`` (servers that keep none: not Triton; "n/a" in the table). Per client:
         ``model``, ``server``, ``mode``, the :class:`~framework.sonic.ClientStatistics`
         fields (``retries``, ``failovers`` included) and ``servers`` (successful calls per
-        server), ``shm_calls`` (calls whose inputs went through shared memory). Per server:
+        server), ``shm_calls`` (calls whose inputs went through shared memory), ``http_calls``
+        (calls over HTTP: ``Client.transport``). Per server:
         ``address``, ``healthy``, ``outages`` (times out of service),
         ``failures`` (consecutive, at the end) and ``last_error``.
     """
@@ -202,6 +203,7 @@ def statistics(
             **dataclasses.asdict(client.statistics()),
             "servers": client.calls_by_server(),
             "shm_calls": client.transport.shm_calls,
+            "http_calls": client.transport.http_calls,
         }
         for client in clients
     }

@@ -3,7 +3,8 @@
 The counterpart of CMSSW's ``cmsTriton`` script (HeterogeneousCore/SonicTriton/scripts),
 without containers: the server is nvidia-pytriton's ``tritonserver`` binary, run by
 ``LocalTritonServer``. ``start`` returns once every model is ready and leaves the
-server running; its process id and addresses are kept in a state folder::
+server running; its process id and addresses (gRPC and HTTP: ``gRPC address: host:port``,
+``HTTP address: host:port``) are printed and kept in a state folder::
 
     cmstriton start [--repository DIR] [--instances N] [--device cpu|gpu|auto] [--grpc-port P] [--wait S] [--dir D] [-v]
     cmstriton check [--dir D]
@@ -178,6 +179,7 @@ def _start(args: argparse.Namespace) -> int:
     server.detach()
     print(f"tritonserver pid {state['pid']} ready in {time.monotonic() - started:.1f} s (models on {server.device})")
     print(f"gRPC address: {state['grpc_address']}")
+    print(f"HTTP address: {state['http_address']}")
     print(f"ready models: {', '.join(models) or '(none)'}")
     print(f"log: {state['log_path']}")
     return 0
@@ -199,6 +201,8 @@ def _check(args: argparse.Namespace) -> int:
         return _fail(f"server pid {state['pid']} at {state['grpc_address']} is running but not ready")
     print(f"tritonserver pid {state['pid']} ready")
     print(f"gRPC address: {state['grpc_address']}")
+    if state.get("http_address"):
+        print(f"HTTP address: {state['http_address']}")
     print(f"ready models: {', '.join(models) or '(none)'}")
     return 0
 

@@ -27,8 +27,10 @@ Files, in the direction of their imports: each imports only files listed before 
   this host;
 * ``_wire``: Triton's ``ModelInfer`` request written from the input arrays, and the
   response's outputs read as numpy views (the protobuf wire format, by hand);
-* ``_transport``: how a call's tensors travel (``Client.useSharedMemory``): through a
-  shared-memory region or as gRPC payloads;
+* ``_http``: the Open Inference Protocol's HTTP ``infer`` with Triton's binary tensor
+  extension, written and read on trio's own sockets (keep-alive connections per server);
+* ``_transport``: how a call's tensors travel (``Client.useSharedMemory``,
+  ``Client.transport``): through a shared-memory region or as payloads, over HTTP or gRPC;
 * ``_retry``: ``Client.retries`` (:class:`RetryAction`) and ``RetryPolicy``, the retry loop
   (one generator of steps for the three modes), which drives the ``Router`` and the
   callables it is given;
@@ -67,6 +69,7 @@ from ._data import TritonOutputData as TritonOutputData
 from ._data import TritonOutputMap as TritonOutputMap
 from ._health import ServerBook as ServerBook
 from ._health import ServerHealth as ServerHealth
+from ._http import close_idle_connections as close_idle_connections
 from ._oip import unimplemented as unimplemented
 from ._pool import DiscoveryParameters as DiscoveryParameters
 from ._producer import SonicEDAnalyzer as SonicEDAnalyzer

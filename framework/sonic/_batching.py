@@ -57,7 +57,7 @@ from ._wire import StackedRows
 if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._server_info import ServerInfo
-    from ._transport import PayloadCall, ShmCall, TensorTransport, WireCall
+    from ._transport import Call, TensorTransport
 
 __all__ = ["BatchClient", "Batcher", "BatchingOptions", "batching_description", "parse_batching"]
 
@@ -166,7 +166,7 @@ class _Batch:
         self.deadline = deadline  # trio clock: the events give up on the call after it
         self.context: Any = None  # tritonclient's CallContext, once sent
         self.sent_bytes = 0
-        self.call: PayloadCall | WireCall | ShmCall | None = None  # its tensors (shared memory or payloads), once sent
+        self.call: Call | None = None  # its tensors (shared memory or payloads), once sent
 
 
 class Batcher:

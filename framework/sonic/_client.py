@@ -39,6 +39,7 @@ from framework.utilities import ConfigurationError, ExternalFailure
 from ._batching import Batcher, batching_description, parse_batching
 from ._client_stats import ClientCounters, ClientStatistics
 from ._data import TensorSpec, spec_from_metadata
+from ._http import close_idle_connections, http_endpoint
 from ._model_config import check_io, check_versioning, read_local_config
 from ._oip import config_without_server_config, served_model_config
 from ._request import TritonRequest
@@ -54,7 +55,7 @@ from ._retry import (
     retry_description,
 )
 from ._server_info import ServerInfo
-from ._transport import TensorTransport
+from ._transport import PROTOCOLS, TensorTransport
 from ._waits import grpc_status
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def client_description() -> cms.ParameterSetDescription:
     the project's ``data/`` folder (see ``resolve_config_path``).
 
     pysonic's extensions (marked in ``cmsrun --describe``): ``batchMode``, ``retries``
-    (the retry policy, of which ``allowedTries`` is the simplest case) and ``batching``.
+    (the retry policy, of which ``allowedTries`` is the simplest case), ``batching`` and
+    ``transport`` (HTTP or gRPC: ``framework.sonic._transport``).
     """
     desc = cms.ParameterSetDescription()
     desc.add(
@@ -133,6 +135,13 @@ def client_description() -> cms.ParameterSetDescription:
         "compression", cms.untracked.string(""), 'gRPC compression of requests: "" (= none) | none | deflate | gzip'
     )
     desc.add("outputs", cms.untracked.vstring(), "outputs to request; [] = all")
+    desc.add(
+        "transport",
+        cms.untracked.string("auto"),
+        "auto (HTTP where the server has an HTTP endpoint, else gRPC) | http | grpc: the protocol of "
+        "inference calls (HTTP: trio's own sockets, no gRPC thread)",
+        extension=True,
+    )
     desc.add(
         "batchMode",
         cms.untracked.string("Rectangular"),
@@ -220,6 +229,7 @@ class TritonClient:
             ("timeoutUnit", tuple(TIMEOUT_UNITS)),
             ("batchMode", BATCH_MODES),
             ("compression", COMPRESSIONS),
+            ("transport", PROTOCOLS),
         ):
             if (value := getattr(params, key)) not in allowed:
                 raise ConfigurationError(f"{self.what}: Client.{key} '{value}' is not one of {', '.join(allowed)}")
@@ -247,7 +257,12 @@ class TritonClient:
         self._retry_policy: RetryPolicy | None = None
         self.counters = ClientCounters()
         self.transport = TensorTransport(
-            params.useSharedMemory, debug_name or self.model_name, self.timeout, self.model_name, self.model_version
+            params.useSharedMemory,
+            debug_name or self.model_name,
+            self.timeout,
+            self.model_name,
+            self.model_version,
+            params.transport,
         )
 
     # -- setup -------------------------------------------------------------------------
@@ -275,12 +290,18 @@ class TritonClient:
                 (version); the model has no inputs or outputs; its inputs or outputs differ
                 from those of the local config (``Client.modelConfigPath``); category
                 ``ModelVersioning``: its files' checksums differ from the local config's.
-            ConfigurationError: ``Client.outputs`` names an output the model lacks.
+            ConfigurationError: ``Client.outputs`` names an output the model lacks;
+                ``Client.transport`` is ``http`` and the server has no HTTP endpoint.
         """
         from tritonclient.utils import InferenceServerException
 
         if isinstance(server, str):
             server = ServerInfo(server, server)
+        if self.transport.protocol == "http" and not server.http_address:
+            raise ConfigurationError(
+                f"{self.what}: Client.transport is 'http' but {server.describe()} has no HTTP endpoint "
+                "(httpPort of its TritonService.servers entry)"
+            )
         self.close()
         self.server = server
         self.router = router
@@ -296,6 +317,8 @@ class TritonClient:
             count_error=self.counters.add_error,
             failure=self._failure,
         )
+        if self.transport.protocol != "grpc" and server.http_address:  # MLServer: no binary tensors
+            http_endpoint(server).check_binary(self.timeout)
         try:
             metadata = grpc_client.get_model_metadata(
                 self.model_name, self.model_version, as_json=True, client_timeout=self.timeout
@@ -373,6 +396,7 @@ class TritonClient:
         self.transport.close()
         if self._client is not None and self._owns_client:
             self._client.close()
+            close_idle_connections()
         self._client, self._owns_client, self._retry_policy = None, False, None
 
     @property

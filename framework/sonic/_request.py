@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ._client_stats import ClientCounters
     from ._retry import RetryPolicy
     from ._server_info import ServerInfo
-    from ._transport import PayloadCall, ShmCall, TensorTransport, WireCall
+    from ._transport import Call, HttpCall, TensorTransport
 
 __all__ = ["RequestClient", "TIMEOUT_GRACE", "TritonRequest"]
 
@@ -147,7 +147,7 @@ class TritonRequest:
             return [slice(None)]
         return [slice(start, min(start + limit, rows)) for start in range(0, rows, limit)]
 
-    def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> PayloadCall | WireCall | ShmCall:
+    def _call(self, server: ServerInfo, grpc_client: Any, chunk: Any) -> Call:
         """One gRPC call's inputs and requested outputs, through shared memory or payloads
         (``framework.sonic._transport``); the caller ends it with ``call.done(ok)``."""
         client = self.client
@@ -189,9 +189,7 @@ class TritonRequest:
                 tensor.data = np.zeros(shape, tensor.spec.dtype)
         return self
 
-    def _finish(
-        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall]
-    ) -> TritonRequest:
+    def _finish(self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[Call]) -> TritonRequest:
         client = self.client
         received = 0
         for name in client.requested_outputs:
@@ -217,9 +215,7 @@ class TritonRequest:
         self.server = server
         return self
 
-    def _check_output(
-        self, result: Any, spec: TensorSpec, chunk: Any, call: PayloadCall | WireCall | ShmCall
-    ) -> np.ndarray[Any, Any]:
+    def _check_output(self, result: Any, spec: TensorSpec, chunk: Any, call: Call) -> np.ndarray[Any, Any]:
         if not spec.batched:
             expected_rows = None
         elif self._ragged:
@@ -299,9 +295,12 @@ class TritonRequest:
     async def _try_async(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client
         self.tries += 1
+        first = self._call(server, grpc_client, chunks[0])
+        if first.http is not None:  # over HTTP: awaited here, on trio's own sockets
+            return await self._try_http(server, grpc_client, chunks, first)
         futures: list[ThreadSafeFuture] = []
         contexts: list[Any] = []
-        calls: list[PayloadCall | WireCall | ShmCall] = []
+        calls: list[Call] = []
         options = client.call_options()
 
         def cancel_all() -> None:
@@ -311,9 +310,9 @@ class TritonRequest:
         limit = client.timeout + TIMEOUT_GRACE if client.timeout else math.inf
         try:
             with trio.move_on_after(limit) as scope:
-                for chunk in chunks:
+                for index, chunk in enumerate(chunks):
                     future = ThreadSafeFuture()
-                    calls.append(call := self._call(server, grpc_client, chunk))
+                    calls.append(call := self._call(server, grpc_client, chunk) if index else first)
                     contexts.append(
                         call.send(grpc_client, client.model_name, options, functools.partial(_deliver, future))
                     )
@@ -331,6 +330,31 @@ class TritonRequest:
                 status=DEADLINE_STATUS,
                 retryable=True,
             )
+        return self._finish_calls(results, chunks, server, calls)
+
+    async def _try_http(self, server: ServerInfo, grpc_client: Any, chunks: list[Any], first: Call) -> TritonRequest:
+        """One try over HTTP: each chunk's call awaited in this task (several chunks: all
+        in flight together, each on its own connection); ``Client.timeout`` is each
+        call's deadline. A cancelled or failed call closes its connection."""
+        options = self.client.call_options()
+        calls: list[Call] = [first]
+        try:
+            if len(chunks) == 1:
+                results: list[Any] = [await _http_call(first).exchange(options)]
+            else:
+                calls += [self._call(server, grpc_client, chunk) for chunk in chunks[1:]]
+                results = [None] * len(calls)
+
+                async def one(index: int) -> None:
+                    results[index] = await _http_call(calls[index]).exchange(options)
+
+                async with trio.open_nursery() as nursery:
+                    for index in range(len(calls)):
+                        nursery.start_soon(one, index)
+        except BaseException as exc:
+            if isinstance(exc, BaseExceptionGroup):  # the first chunk's failure stands for the try
+                exc = _first_failure(exc)
+            raise self._failed_calls(server, calls, exc) from None
         return self._finish_calls(results, chunks, server, calls)
 
     def infer_sync(self) -> TritonRequest:
@@ -361,7 +385,7 @@ class TritonRequest:
     def _try_sync(self, server: ServerInfo, grpc_client: Any, chunks: list[Any]) -> TritonRequest:
         client = self.client
         self.tries += 1
-        calls: list[PayloadCall | WireCall | ShmCall] = []
+        calls: list[Call] = []
         options = client.call_options()
         try:
             results = []
@@ -373,7 +397,7 @@ class TritonRequest:
         return self._finish_calls(results, chunks, server, calls)
 
     def _finish_calls(
-        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall]
+        self, results: list[Any], chunks: list[Any], server: ServerInfo, calls: list[Call]
     ) -> TritonRequest:
         """:meth:`_finish`, then end the calls (their regions reused only if all went well)."""
         try:
@@ -385,9 +409,7 @@ class TritonRequest:
             call.done(True)
         return finished
 
-    def _failed_calls(
-        self, server: ServerInfo, calls: list[PayloadCall | WireCall | ShmCall], exc: BaseException
-    ) -> BaseException:
+    def _failed_calls(self, server: ServerInfo, calls: list[Call], exc: BaseException) -> BaseException:
         """End the calls of a failed or cancelled try; the error to raise: ``exc``, or a
         recoverable one if the server lost our regions."""
         lost = self.client.transport.lost_registration(server, exc, calls)  # before the regions go
@@ -411,7 +433,23 @@ class TritonRequest:
         return await self.client.retry_policy.run(self.what, attempt)
 
 
-def _end_failed(calls: list[PayloadCall | WireCall | ShmCall]) -> None:
+def _http_call(call: Call) -> HttpCall:
+    assert call.http is not None  # every chunk of a try goes the same way
+    return call.http
+
+
+def _first_failure(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The exception a try reports for a nursery's group: a cancellation if there is one
+    (trio.Cancelled must propagate), else the first failure."""
+    cancelled, rest = group.split(trio.Cancelled)
+    if cancelled is not None:
+        return cancelled.exceptions[0]
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
+def _end_failed(calls: list[Call]) -> None:
     # A failed, cancelled or timed-out call: its region is not reused (the server may
     # still write into it).
     for call in calls:

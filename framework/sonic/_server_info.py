@@ -15,6 +15,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,15 @@ from framework.utilities import ConfigurationError
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
 
-__all__ = ["CHANNEL_ARGS", "FALLBACK_SERVER", "Metadata", "ServerInfo", "SslOptions", "request_metadata"]
+__all__ = [
+    "CHANNEL_ARGS",
+    "FALLBACK_SERVER",
+    "Metadata",
+    "ServerInfo",
+    "SslOptions",
+    "request_metadata",
+    "ssl_context",
+]
 
 FALLBACK_SERVER = "fallback"  # server name of the local fallback server (CMSSW: "fallback")
 
@@ -54,6 +63,23 @@ class SslOptions:
     root_certificates: str | None = None
     private_key: str | None = None
     certificate_chain: str | None = None
+
+
+def ssl_context(options: SslOptions) -> ssl.SSLContext:
+    """The client ``ssl.SSLContext`` of the HTTP transport for ``options``, as gRPC's channel
+    credentials read them: the server verified against ``root_certificates`` (None: the
+    system's trusted roots) and its host name; a client certificate (mutual TLS) when both
+    ``private_key`` and ``certificate_chain`` are given.
+
+    Raises:
+        OSError, ssl.SSLError: a file cannot be read or is not PEM (the path is in the
+            message, never the contents).
+    """
+    context = ssl.create_default_context(cafile=options.root_certificates)
+    if options.certificate_chain and options.private_key:
+        context.load_cert_chain(options.certificate_chain, options.private_key)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 Metadata = tuple[tuple[str, str], ...]
@@ -145,15 +171,19 @@ class ServerInfo:
     Attributes:
         name: the ``servers`` entry name, or ``"fallback"`` for the local fallback server.
         address: gRPC ``"host:port"``.
-        ssl: TLS options; None for a plain channel.
+        ssl: TLS options (of both endpoints); None for a plain channel.
         metadata: gRPC metadata of every call to it (:func:`request_metadata`; it may
-            hold a token: kept out of the repr).
+            hold a token: kept out of the repr); the HTTP transport sends them as headers.
+        http_address: ``"host:port"`` of its HTTP endpoint (the Open Inference Protocol's
+            REST API), "" = none (a pysonic extension: ``httpPort`` of a ``servers`` entry;
+            the fallback and ``cmstriton`` servers have one).
     """
 
     name: str
     address: str
     ssl: SslOptions | None = None
     metadata: Metadata = dataclasses.field(default=(), repr=False)
+    http_address: str = ""
 
     def describe(self) -> str:
         """``"server 'name' (host:port)"`` for messages; the bare address if it is the name."""

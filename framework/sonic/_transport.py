@@ -1,4 +1,4 @@
-"""How a call's tensors travel: Triton system shared memory, or gRPC payloads.
+"""How a call's tensors travel: Triton system shared memory, or payloads; over HTTP or gRPC.
 
 CMSSW counterpart: the ``TritonMemResource`` choice of HeterogeneousCore/SonicTriton
 (``TritonCpuShmResource`` or ``TritonHeapResource``), made by the Client PSet's untracked
@@ -19,6 +19,13 @@ each at a 64-byte aligned offset of one region of the client's
   :class:`~framework.ExternalFailure`, so that the retry policy tries again.
 * A local server that refuses to register a region (one in a container, say) gets
   payloads from then on; a full ``/dev/shm`` gives the call payloads.
+
+The protocol (``Client.transport``, a pysonic extension): ``auto`` (default) sends a call
+over HTTP (:class:`HttpCall`, :mod:`framework.sonic._http`: trio's own sockets, no
+foreign thread) when the server has an HTTP endpoint, else over gRPC; ``http`` and
+``grpc`` force one. Shared memory goes either way (the region is registered once with
+the server, whichever frontend then reads it). ``BYTES`` and ``BF16`` tensors go through
+tritonclient's gRPC client whatever the choice.
 """
 
 from __future__ import annotations
@@ -28,21 +35,28 @@ import functools
 import logging
 import math
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import trio
 
 from framework.utilities import ExternalFailure
 
 from ._data import TensorSpec
+from ._http import HttpEndpoint, HttpPlan, HttpResponse, http_endpoint
 from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, remove_stale_regions_once, shares_dev_shm
 from ._waits import grpc_status
 from ._wire import RAW_DATATYPES, RequestPlan, StackedRows, decode_response, joined, response_outputs
 
-__all__ = ["SHM_MIN_BYTES", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
+__all__ = ["PROTOCOLS", "SHM_MIN_BYTES", "Call", "HttpCall", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
+
+PROTOCOLS = ("auto", "http", "grpc")
+"""Values of ``Client.transport``: ``auto`` = HTTP where the server has an HTTP endpoint
+(``ServerInfo.http_address``), else gRPC."""
 
 logger = logging.getLogger("pysonic.sonic")
 
@@ -77,6 +91,8 @@ class PayloadCall:
     (tritonclient's own serialization), and a ``grpc_client`` that is not tritonclient's
     own ``InferenceServerClient`` (a test's stand-in, say).
     """
+
+    http = None  # a gRPC call
 
     def __init__(
         self,
@@ -136,6 +152,7 @@ class WireCall:
     """
 
     __slots__ = ("request", "_outputs")
+    http = None  # a gRPC call
 
     def __init__(self, plan: RequestPlan, arrays: Sequence[np.ndarray[Any, Any] | StackedRows]) -> None:
         self.request = plan.encode(arrays)
@@ -269,13 +286,128 @@ def _wire_done(callback: Any, future: Any) -> None:
         callback(result=result, error=None)
 
 
+class HttpCall:
+    """One call over HTTP (:mod:`framework.sonic._http`): the request's head, its JSON
+    header and its arrays (sent one after the other, not joined), and the model it is for.
+
+    :meth:`exchange` awaits the answer in the calling task (``Async``); :meth:`infer`
+    blocks (``Sync``, ``PseudoAsync``); :meth:`send` runs :meth:`exchange` in a trio
+    system task and calls back as gRPC's :meth:`WireCall.send` does (the batcher). The
+    result is an :class:`~framework.sonic._http.HttpResponse`; errors are
+    :class:`~framework.ExternalFailure` (model, server, gRPC status name, retryable).
+    """
+
+    __slots__ = ("endpoint", "buffers", "model_name")
+
+    def __init__(self, endpoint: HttpEndpoint, plan: HttpPlan, header: bytes, parts: list[Any], model: str) -> None:
+        body = len(header) + sum(memoryview(part).nbytes for part in parts)
+        self.endpoint = endpoint
+        self.buffers = [endpoint.request_head(plan, header, body), header, *parts]
+        self.model_name = model
+
+    @classmethod
+    def of_arrays(
+        cls, endpoint: HttpEndpoint, plan: HttpPlan, arrays: Sequence[np.ndarray[Any, Any] | StackedRows], model: str
+    ) -> HttpCall:
+        """A call whose inputs travel in its body (binary data)."""
+        if not endpoint.binary:  # no binary tensor extension (MLServer): all JSON
+            body = plan.json_body(arrays)
+            call = cls(endpoint, plan, body, [], model)
+            call.buffers[0] = endpoint.json_head(plan, len(body))
+            return call
+        parts: list[Any] = []
+        for array in arrays:
+            parts += array.parts if isinstance(array, StackedRows) else (array,)
+        return cls(endpoint, plan, plan.header(arrays), parts, model)
+
+    @property
+    def http(self) -> HttpCall:
+        """Itself: a call over HTTP (``ShmCall.http`` is its HTTP call, or None)."""
+        return self
+
+    async def exchange(self, options: dict[str, Any]) -> HttpResponse:
+        """Send the call and wait for its answer in this task; ``Client.timeout``
+        (``options["client_timeout"]``) is its deadline (a trio cancel scope).
+
+        Raises:
+            ExternalFailure: the server's error (4xx/5xx), the connection failed, the
+                deadline passed (``DEADLINE_EXCEEDED``), a malformed response.
+            trio.Cancelled: the connection is closed.
+        """
+        timeout = options.get("client_timeout")
+        endpoint = self.endpoint
+        try:
+            with trio.fail_after(timeout if timeout else math.inf):
+                status, headers, body = await endpoint.exchange(self.buffers)
+        except trio.TooSlowError:
+            raise endpoint.failure(TimeoutError(), self.model_name) from None
+        except Exception as exc:  # noqa: BLE001 - the connection's failures, as ExternalFailure
+            raise endpoint.failure(exc, self.model_name) from None
+        return endpoint.response(status, body, headers, self.model_name)
+
+    def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> HttpResponse:
+        """:meth:`exchange` on the calling thread (blocking sockets)."""
+        timeout = options.get("client_timeout")
+        endpoint = self.endpoint
+        deadline = time.monotonic() + timeout if timeout else math.inf
+        try:
+            status, headers, body = endpoint.exchange_blocking(self.buffers, deadline)
+        except Exception as exc:  # noqa: BLE001 - the connection's failures, as ExternalFailure
+            raise endpoint.failure(exc, self.model_name) from None
+        return endpoint.response(status, body, headers, self.model_name)
+
+    def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> trio.CancelScope:
+        """Start :meth:`exchange` in a trio system task (trio thread); it calls
+        ``callback(result=response, error=None)`` or ``callback(result=None, error=exc)``
+        on the trio thread. Returns the cancel scope that cancels it (``cancel()``)."""
+        scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(_send_http, self, options, callback, scope, name="HTTP call")
+        return scope
+
+    def as_numpy(self, result: HttpResponse, name: str) -> np.ndarray[Any, Any] | None:
+        """Output ``name``, a read-only view of the response (None if missing).
+
+        Raises:
+            ValueError: the response is malformed.
+        """
+        return result.as_numpy(name)
+
+    def done(self, ok: bool) -> None:
+        pass
+
+
+async def _send_http(call: HttpCall, options: dict[str, Any], callback: Any, scope: trio.CancelScope) -> None:
+    # A system task: never raises (that would crash the run). Cancelled by its scope (the
+    # batcher's events all left) or at the run's end.
+    with scope:
+        try:
+            response = await call.exchange(options)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            callback(result=None, error=exc)
+        else:
+            callback(result=response, error=None)
+        return
+    callback(
+        result=None,
+        error=ExternalFailure(
+            "the call was cancelled by the client",
+            model=call.model_name,
+            server=call.endpoint.server.name,
+            status="CANCELLED",
+        ),
+    )
+
+
 class ShmCall:
     """One gRPC call whose inputs (and fixed-size outputs) are in a shared-memory region.
 
     With a ``plan`` (raw datatypes, tritonclient's own client) the request is written by
     :meth:`~framework.sonic._wire.RequestPlan.encode_shared_memory` and sent as bytes as a
-    :class:`WireCall` is (no ``InferInput`` or protobuf message per call); without one,
-    through tritonclient's ``async_infer``. The inputs are written into the region either way.
+    :class:`WireCall` is (no ``InferInput`` or protobuf message per call); with ``http``
+    (an endpoint and its plan) it goes over HTTP as an :class:`HttpCall` whose JSON header
+    names the region (:meth:`~framework.sonic._http.HttpPlan.header_shared_memory`);
+    without either, through tritonclient's ``async_infer``. The inputs are written into
+    the region either way.
 
     Args:
         pool: where the region comes from.
@@ -286,6 +418,7 @@ class ShmCall:
         rows: the call's batch size (None: the model does not batch).
         outputs_in_shm: whether the outputs go to the region too (all have fixed sizes).
         plan: the model's request plan, or None (tritonclient writes the request).
+        http: (endpoint, plan, model name) of a call over HTTP, or None (gRPC).
     """
 
     def __init__(
@@ -297,6 +430,7 @@ class ShmCall:
         rows: int | None,
         outputs_in_shm: bool,
         plan: RequestPlan | None = None,
+        http: tuple[HttpEndpoint, HttpPlan, str] | None = None,
     ) -> None:
         import tritonclient.utils.shared_memory as shm
 
@@ -322,8 +456,18 @@ class ShmCall:
         self._views: dict[str, np.ndarray[Any, Any] | None] | None = None
         self._shapes: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self.request: bytes | None = None
+        self.http: HttpCall | None = None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
+        if http is not None:
+            endpoint, http_plan, model = http
+            header = http_plan.header_shared_memory(
+                region.name,
+                [(data.shape, at, data.nbytes) for _name, data, at in placed],
+                [(name, at, nbytes) for name, (at, nbytes) in out_places.items()] if outputs_in_shm else None,
+            )
+            self.http = HttpCall(endpoint, http_plan, header, [], model)
+            return
         if plan is not None:
             self.request = plan.encode_shared_memory(
                 region.name,
@@ -346,12 +490,17 @@ class ShmCall:
 
     def send(self, grpc_client: Any, model_name: str, options: dict[str, Any], callback: Any) -> Any:
         """Start the call (``async_infer``'s meaning and callback); what cancels it."""
+        if self.http is not None:
+            return self.http.send(grpc_client, model_name, options, callback)
         if self.request is not None:
             return _wire_send(grpc_client, self.request, options, callback)
         return _async_infer(grpc_client, model_name, self, options, callback)
 
     def infer(self, grpc_client: Any, model_name: str, options: dict[str, Any]) -> Any:
-        """The blocking call: the response's bytes (wire) or its ``InferResult``."""
+        """The blocking call: the response's bytes (wire), its ``InferResult`` or its
+        :class:`~framework.sonic._http.HttpResponse`."""
+        if self.http is not None:
+            return self.http.infer(grpc_client, model_name, options)
         if self.request is not None:
             return _wire_infer(grpc_client, self.request, options)
         return grpc_client.infer(model_name, self.inputs, **options, outputs=self.outputs)
@@ -366,9 +515,9 @@ class ShmCall:
             if self._views is None:
                 self._views = decode_response(result)
             return self._views.get(name)
-        if self.request is not None:
+        if self.request is not None or self.http is not None:
             if self._shapes is None:
-                self._shapes = response_outputs(result)
+                self._shapes = result.outputs() if self.http is not None else response_outputs(result)
             meta = self._shapes.get(name)
             if meta is None:
                 return None
@@ -397,6 +546,10 @@ class ShmCall:
         self.pool.release(self.region, reusable=ok)
 
 
+Call = PayloadCall | WireCall | ShmCall | HttpCall
+"""One call's tensors and how they travel (what :meth:`TensorTransport.call` gives)."""
+
+
 class TensorTransport:
     """A client's choice between shared memory and payloads, and its pools (one per server).
 
@@ -406,23 +559,33 @@ class TensorTransport:
         timeout: seconds for each register call (``Client.timeout``); None = none.
         model_name, model_version: the client's model (``Client.modelName``,
             ``modelVersion``), written into each payload call's request.
+        protocol: ``Client.transport``, one of :data:`PROTOCOLS`.
     """
 
     def __init__(
-        self, use_shared_memory: bool, label: str, timeout: float | None, model_name: str = "", model_version: str = ""
+        self,
+        use_shared_memory: bool,
+        label: str,
+        timeout: float | None,
+        model_name: str = "",
+        model_version: str = "",
+        protocol: str = "auto",
     ) -> None:
         self.use_shared_memory = use_shared_memory
         self.label = label
         self.timeout = timeout
         self.model_name = model_name
         self.model_version = model_version
+        self.protocol = protocol
         self._plans: dict[tuple[Any, ...], RequestPlan | None] = {}  # (inputs, outputs) -> plan; None: tritonclient
+        self._http_plans: dict[tuple[Any, ...], HttpPlan | None] = {}  # the same for HTTP; None: gRPC
         self._pools: dict[str, ShmPool] = {}
         self._retired: list[ShmPool] = []  # left by a failover; closed at the end with the others
         self._refused: set[str] = set()  # servers that cannot map our regions: payloads
         self._lock = threading.Lock()
         self.shm_calls = 0  # calls whose inputs went through shared memory
-        self.payload_calls = 0  # calls with gRPC payloads
+        self.payload_calls = 0  # calls with payloads (gRPC or HTTP)
+        self.http_calls = 0  # calls over HTTP (payloads or shared memory)
         if use_shared_memory:
             remove_stale_regions_once()
             _live.add(self)
@@ -454,7 +617,7 @@ class TensorTransport:
         arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
         rows: int | None,
         all_outputs: bool,
-    ) -> PayloadCall | WireCall | ShmCall:
+    ) -> Call:
         """The inputs and requested outputs of one call to ``server``.
 
         Args:
@@ -466,28 +629,69 @@ class TensorTransport:
         """
         pool = self.pool(server, grpc_client)
         outputs = None if all_outputs else [s.name for s in out_specs]
+        http = self._http(server, in_specs, out_specs, arrays, outputs)
         if (
             pool is not None
             and sum(a.nbytes for a in arrays.values()) >= SHM_MIN_BYTES
             and all(a.dtype != np.object_ for a in arrays.values())
         ):
             in_shm = all(not s.variable_dims and s.dtype != np.object_ for s in out_specs)
-            plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
+            plan = None if http else self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
             try:
-                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm, plan)
+                over_http = None if http is None else (*http, self.model_name)
+                call = ShmCall(pool, in_specs, out_specs, arrays, rows, in_shm, plan, over_http)
             except Exception as exc:
                 if not self._use_payloads_after(server, exc):
                     raise
             else:
                 with self._lock:
                     self.shm_calls += 1
+                    self.http_calls += http is not None
                 return call
         with self._lock:
             self.payload_calls += 1
+            self.http_calls += http is not None
+        if http is not None:
+            return HttpCall.of_arrays(*http, list(arrays.values()), self.model_name)
         plan = self._plan(grpc_client, in_specs, out_specs, arrays, outputs)
         if plan is not None:
             return WireCall(plan, list(arrays.values()))
         return PayloadCall(in_specs, {name: joined(array) for name, array in arrays.items()}, outputs)
+
+    def _http(
+        self,
+        server: ServerInfo,
+        in_specs: Mapping[str, TensorSpec],
+        out_specs: Sequence[TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
+        outputs: Sequence[str] | None,
+    ) -> tuple[HttpEndpoint, HttpPlan] | None:
+        """The HTTP endpoint and plan of a call to ``server``, or None: gRPC (``Client.transport``
+        ``grpc``, ``auto`` and a server without an HTTP endpoint, or ``BYTES``/``BF16`` tensors).
+
+        Raises:
+            ExternalFailure: ``Client.transport = "http"`` and ``server`` has no HTTP endpoint.
+        """
+        if self.protocol == "grpc" or not server.http_address:
+            if self.protocol == "http":
+                raise ExternalFailure(
+                    f"Client.transport is 'http' but {server.describe()} has no HTTP endpoint "
+                    "(httpPort of its TritonService.servers entry)",
+                    model=self.model_name,
+                    server=server.name,
+                )
+            return None
+        key = (*arrays, None if outputs is None else tuple(outputs))
+        try:
+            plan = self._http_plans[key]
+        except KeyError:
+            plan = None
+            if all(s.datatype in RAW_DATATYPES for s in (*(in_specs[n] for n in arrays), *out_specs)):
+                plan = HttpPlan(
+                    self.model_name, self.model_version, [(n, in_specs[n].datatype) for n in arrays], outputs or ()
+                )
+            self._http_plans[key] = plan
+        return None if plan is None else (http_endpoint(server), plan)
 
     def _plan(
         self,
@@ -549,7 +753,7 @@ class TensorTransport:
         return False
 
     def lost_registration(
-        self, server: ServerInfo, exc: BaseException, calls: Sequence[PayloadCall | WireCall | ShmCall]
+        self, server: ServerInfo, exc: BaseException, calls: Sequence[Call]
     ) -> ExternalFailure | None:
         """If the server answered ``exc`` to ``calls`` but no longer knows their shared-memory
         region (it restarted on the same address): forget the pool's registrations and return
@@ -557,14 +761,15 @@ class TensorTransport:
         message; call it before the calls end (their region is still registered)."""
         from tritonclient.utils import InferenceServerException
 
-        if not isinstance(exc, InferenceServerException) or grpc_status(exc) in SERVER_GONE:
+        if not isinstance(exc, (InferenceServerException, ExternalFailure)) or grpc_status(exc) in SERVER_GONE:
             return None
         call = next((c for c in calls if isinstance(c, ShmCall)), None)
         if call is None or not call.pool.lost(call.region):
             return None
         call.pool.forget_registrations()
+        message = exc.message() if isinstance(exc, InferenceServerException) else exc.args[0]
         return ExternalFailure(
-            f"the server lost the shared-memory registrations ({exc.message()}); registering again",
+            f"the server lost the shared-memory registrations ({message}); registering again",
             server=server.name,
             status=grpc_status(exc),
             retryable=True,

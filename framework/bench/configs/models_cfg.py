@@ -17,7 +17,11 @@ fixes that work as SHA-256 chunks, the same in every job. Input:
 ``pfnano.root`` repeated ``repeat`` times (``noDuplicateCheck``), or ``source=empty``
 (FACILE only: its inputs are synthesized). DeepTau uses ``minTaus=3`` jet-seeded
 candidates (pfnano.root stores no taus; see ``modules/deeptau_inputs.py``). Without
-``server`` the SONIC modules use the fallback local server on ``data/models``.
+``server`` the SONIC modules use the fallback local server on ``data/models``;
+``server=host:port,http://host:port`` declares its HTTP endpoint too, and ``transport``
+chooses the protocol (``Client.transport``). ``busyThread=FILE`` runs a Python thread
+that wants the GIL all the time beside the job (what a source's reading thread does) and
+writes its own CPU seconds to FILE at the end (``cmsbench cpu`` subtracts them).
 """
 
 import framework.config as cms
@@ -29,7 +33,23 @@ options.register("backend", "sonic", V.multiplicity.singleton, V.varType.string,
 options.register(
     "models", ["particlenet", "deepmet", "deeptau", "facile"], V.multiplicity.list, V.varType.string, "models to run"
 )
-options.register("server", "", V.multiplicity.singleton, V.varType.string, "host:port ('' = fallback server)")
+options.register(
+    "server",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "host:port (gRPC), optionally ,http://host:port (its HTTP endpoint) ('' = fallback server)",
+)
+options.register(
+    "transport", "auto", V.multiplicity.singleton, V.varType.string, "Client.transport: auto | http | grpc"
+)
+options.register(
+    "busyThread",
+    "",
+    V.multiplicity.singleton,
+    V.varType.string,
+    "a GIL-busy Python thread beside the job; its CPU seconds written to this file ('' = none)",
+)
 options.register("mode", "Async", V.multiplicity.singleton, V.varType.string, "SONIC mode")
 options.register(
     "sharedMemory",
@@ -116,6 +136,7 @@ def client(model_name, config_name):
         mode=cms.string(options.mode),
         timeout=cms.untracked.uint32(120),
         useSharedMemory=cms.untracked.bool(options.sharedMemory),
+        transport=cms.untracked.string(options.transport),
         batching=cms.untracked.PSet(
             maxRows=cms.untracked.uint32(options.batchRows), maxDelay=cms.untracked.uint32(options.batchDelay)
         ),
@@ -154,6 +175,11 @@ if options.barrier:
         "framework.bench._modules:BenchStartBarrier", directory=cms.untracked.string(options.barrier)
     )
     path.append(process.barrier)
+if options.busyThread:
+    process.busy = cms.EDAnalyzer(
+        "framework.bench._modules:BenchBusyThread", report=cms.untracked.string(options.busyThread)
+    )
+    path.append(process.busy)
 if options.cpuTime > 0 or options.cpuChunks > 0:
     process.cpu = cms.EDProducer(
         "framework.bench._modules:BenchCPUProducer",

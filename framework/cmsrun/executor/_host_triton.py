@@ -9,7 +9,7 @@ with the host name too, so that hosts sharing a temp folder still get one server
 starts ONE :class:`~framework.serving._server.LocalTritonServer` for the models that no
 configured server serves, listening on the nanny's own address (the host's address in the
 cluster, reachable from other hosts), and writes its address to a small JSON file next to the lock
-(``{"address", "pid", "start_time", "owner", "users"}``); the other nannies of the host
+(``{"address", "http_address", "pid", "start_time", "owner", "users"}``); the other nannies of the host
 find it there and register as users. Workers read that file (:func:`host_server`) when
 they build their job and add the server to their ``TritonService`` as one more configured
 server (named :data:`HOST_SERVER`), so TritonService's own fallback never starts per
@@ -39,7 +39,7 @@ from typing import Any
 from distributed.diagnostics.plugin import NannyPlugin
 from filelock import FileLock
 
-__all__ = ["HOST_SERVER", "HostTritonServer", "host_server", "host_tag", "state_path"]
+__all__ = ["HOST_SERVER", "HostTritonServer", "host_server", "host_server_http", "host_tag", "state_path"]
 
 log = logging.getLogger("pysonic.executor")
 
@@ -76,6 +76,13 @@ def host_server(tag: str) -> str | None:
     """The gRPC address (``host:port``) of this host's server for ``tag``, if it runs."""
     state = _read(state_path(tag))
     return str(state["address"]) if state is not None and _alive(state) else None
+
+
+def host_server_http(tag: str) -> str | None:
+    """The HTTP address (``host:port``) of this host's server for ``tag``, if it runs and
+    the state has one (the HTTP transport, ``Client.transport``)."""
+    state = _read(state_path(tag))
+    return str(state["http_address"]) if state is not None and "http_address" in state and _alive(state) else None
 
 
 class HostTritonServer(NannyPlugin):
@@ -150,6 +157,7 @@ class HostTritonServer(NannyPlugin):
                 path,
                 {
                     "address": server.grpc_address,
+                    "http_address": server.http_address,
                     "pid": server.pid,
                     "start_time": process_start_time(server.pid),
                     "owner": self.owner,

@@ -46,7 +46,7 @@ from framework.io import WorkUnit, output_naming
 from framework.utilities import FileOpenError, FileReadError, FrameworkError
 
 from .._summary import unit_record
-from ._host_triton import HOST_SERVER, host_server
+from ._host_triton import HOST_SERVER, host_server, host_server_http
 
 __all__ = ["JobCache", "JobSpec", "RunFolders", "UnitOutcome", "run_unit_task"]
 
@@ -206,6 +206,9 @@ def add_host_server(process: Any, tag: str) -> None:
     entry = cms.PSet(
         name=cms.untracked.string(HOST_SERVER), address=cms.untracked.string(host), port=cms.untracked.uint32(int(port))
     )
+    http = host_server_http(tag)
+    if http is not None:  # its HTTP endpoint: Client.transport auto uses it, as for TritonService's own fallback
+        entry.httpPort = cms.untracked.uint32(int(http.rpartition(":")[2]))
     if "TritonService" in process.services_():
         service = process.TritonService
         if "servers" in service:
