@@ -325,9 +325,9 @@ def concurrency(options: Any, streams: int | None = None, threads: int | None = 
         streams, threads: command-line overrides (``-j``/``-t``; None: the config's).
 
     Returns:
-        The numbers the job runs with: ``numberOfThreads`` 0 is one thread per core this
-        process may use (cmsRun's rule), ``numberOfStreams`` 0 as many streams as threads
-        (CMSSW's EventProcessor).
+        tuple[int, int]: the numbers the job runs with; ``numberOfThreads`` 0 is one thread
+        per core this process may use (cmsRun's rule), ``numberOfStreams`` 0 as many
+        streams as threads (CMSSW's EventProcessor).
 
     Raises:
         ConfigurationError: a negative number.
