@@ -93,6 +93,10 @@ class Job:
     exception_actions: dict[str, str] = field(default_factory=dict)
     activity: ActivityRegistry = field(default_factory=ActivityRegistry)
     begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
+    # The job-level transition under way, (what, since: time.monotonic seconds), e.g.
+    # ("end_job() of EDAnalyzer 'a' (type A)", t): what cmsrun's immediate stop names when
+    # no module is processing an event (framework._scheduler sets it).
+    transition: tuple[str, float] | None = None
 
     def declared_outputs(self) -> list[tuple[str, str]]:
         """Every file the job's modules and services write, as configured:

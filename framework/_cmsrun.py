@@ -29,8 +29,10 @@ in flight are abandoned (their inference requests cancelled), output modules DEL
 unfinished files, and the fallback Triton server is stopped; then cmsrun exits with
 128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
 file holding an arbitrary part of the input would be too easily taken for a complete one,
-and removing it is simpler and honest. A second signal during that cleanup interrupts it
-at once (the fallback server still dies with cmsrun: its watchdog).
+and removing it is simpler and honest. A second signal (during that cleanup, or while a
+module is stuck and the first could not take effect) ends the process at once, as CMSSW's
+does, naming the module and event it was stuck in; unfinished outputs are removed and the
+servers it started stopped all the same (``framework/_signals.py``).
 """
 
 from __future__ import annotations
@@ -41,11 +43,9 @@ import logging
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-import trio
 from rich.console import Console
 from rich.logging import RichHandler
 
@@ -54,7 +54,9 @@ from ._builder import build_job
 from ._errors import FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
-from ._scheduler import JobReport, run_job
+from ._scheduler import JobReport
+from ._signals import JobStopped as JobStopped
+from ._signals import run_stoppable
 from ._summary import print_summary
 from .io import (
     DEFAULT_CHUNK_SIZE,
@@ -69,48 +71,6 @@ from .io import (
 )
 
 log = logging.getLogger("pysonic")
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class JobStopped(KeyboardInterrupt):
-    """The job was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-async def _cancel_on_signal(scope: trio.CancelScope, received: list[int]) -> None:
-    # The signal becomes a cancellation of the job, never an exception raised at a random
-    # point of a module or of grpc: a KeyboardInterrupt raised while grpc held one of its
-    # locks has been seen to hang the cleanup (the end-of-job statistics call) for good.
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async for signum in signals:
-            received.append(signum)
-            log.warning(
-                "cmsrun: %s received: stopping the job (unfinished outputs are removed, the "
-                "fallback server is stopped; press Ctrl-C again to stop at once)",
-                signal.Signals(signum).name,
-            )
-            scope.cancel()
-            break
-    # Leaving the block restores trio's handler: a second Ctrl-C raises KeyboardInterrupt.
-
-
-async def run_until_stopped(job: Any, on_event: Any = None) -> JobReport:
-    """``run_job(job)``, cancelled cleanly by SIGINT or SIGTERM.
-
-    Raises:
-        JobStopped: after the job was cancelled and cleaned up (``run_job``'s abort path).
-        FrameworkError: as ``run_job``.
-    """
-    received: list[int] = []
-    with trio.CancelScope() as scope:
-        if threading.current_thread() is threading.main_thread():  # signals reach only that one
-            trio.lowlevel.spawn_system_task(_cancel_on_signal, scope, received)
-        return await run_job(job, on_event=on_event)
-    raise JobStopped(received[0] if received else signal.SIGINT)
 
 
 def _ordinal(n: int) -> str:
@@ -300,9 +260,11 @@ def _run_job(
                 latency * 1e3,
             )
 
+    outputs = [output_path(path) for _, path in job.declared_outputs()]
+    folders = output_folders([("", p) for p in outputs] + ([("", Path(summary_json))] if summary_json else []))
     try:
         with progress:
-            report = trio.run(run_until_stopped, job, on_event)
+            report = run_stoppable(job, on_event, folders)
     except KeyboardInterrupt:
         log.warning("cmsrun: stopped after %d events", done)
         raise

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
@@ -343,12 +343,15 @@ async def begin_job(job: Job) -> None:
     job.begun = []
     try:
         for svc in job.services.services.values():
-            await svc.begin_job()
+            with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
+                await svc.begin_job()
         # abandon_on_cancel: opening the first file may wait for a remote server; a
         # stopped job must not wait with it (the source bounds that wait on its own).
-        job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
+        with _transition(job, "the source's first file"):
+            job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
         for module in job.modules:
-            module.begin_job()
+            with _transition(job, f"begin_job() of {_describe(module)}"):
+                module.begin_job()
             job.begun.append(module)
     except BaseException as exc:
         await _abort(job, exc)
@@ -378,7 +381,8 @@ async def process_events(
     opened: list[Any] = []
     try:
         for module in job.modules:
-            module.begin_unit()
+            with _transition(job, f"begin_unit() of {_describe(module)}"):
+                module.begin_unit()
             opened.append(module)
         if on_start is not None:
             on_start()
@@ -390,7 +394,8 @@ async def process_events(
             report.cpu_time = _process_cpu() - cpu0
             report.event_loop_cpu_time = time.thread_time() - thread0
         for module in job.modules:
-            module.end_unit()
+            with _transition(job, f"end_unit() of {_describe(module)}"):
+                module.end_unit()
     except BaseException as exc:
         error = first_error(exc)
         report.error = error
@@ -410,7 +415,8 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
     """
     try:
         for module in job.modules:
-            module.end_job()
+            with _transition(job, f"end_job() of {_describe(module)}"):
+                module.end_job()
     except BaseException as exc:
         await _abort(job, exc)
     await _end_services(job)
@@ -423,17 +429,35 @@ async def abort_job(job: Job) -> None:
     """End a begun job that will process no more events: modules' ``abort_job``, services'
     ``end_job``, the source closed. Never raises (but for trio's Cancelled when shielded off)."""
     for module in job.begun:
-        with contextlib.suppress(Exception):  # cleanup must not hide the real error
-            module.abort_job()
+        with contextlib.suppress(Exception), _transition(job, f"abort_job() of {_describe(module)}"):
+            module.abort_job()  # cleanup must not hide the real error
     await _end_services(job)
 
 
 async def _end_services(job: Job) -> None:
     with trio.CancelScope(shield=True):
         for svc in reversed(list(job.services.services.values())):
-            with contextlib.suppress(Exception):  # services must not mask the job's outcome
+            # services must not mask the job's outcome
+            with (
+                contextlib.suppress(Exception),
+                _transition(job, f"end_job() of Service '{svc.label}' (type {svc.type_name})"),
+            ):
                 await svc.end_job()
         job.source.close()
+
+
+def _describe(module: Any) -> str:
+    return f"{module.kind} '{module.label}' (type {module.type_name})"
+
+
+@contextlib.contextmanager
+def _transition(job: Job, what: str) -> Iterator[None]:
+    """Record ``what`` as the job's transition under way (``Job.transition``)."""
+    job.transition = (what, time.monotonic())
+    try:
+        yield
+    finally:
+        job.transition = None
 
 
 async def _abort(job: Job, exc: BaseException) -> NoReturn:
