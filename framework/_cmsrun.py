@@ -43,6 +43,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from rich.logging import RichHandler
 
 from . import config as cms
 from ._builder import build_job
-from ._errors import FrameworkError, UsageError
+from ._errors import ConfigurationError, FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
 from ._scheduler import JobReport
@@ -345,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cmsrun: error: {usage}", file=sys.stderr)
             return 2
         return _run(ns, console)
+    except SystemExit as exc:  # the config's own sys.exit (its argparse's --help, a usage error, ...)
+        return _config_exited(exc, ns.config, console)
     except FrameworkError as exc:
         _print_fatal(exc, console)
         if os.environ.get("PYSONIC_TRACEBACK"):
@@ -400,6 +403,23 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
         ),
     ]
     return next((message for bad, message in problems if bad), None)
+
+
+def _config_exited(exc: SystemExit, config: str, console: Console) -> int:
+    """The exit code of a config that called ``sys.exit`` while it was loaded; one line
+    naming the config and where, unless argparse already said why (its ``--help``, its usage
+    error) or the config asked for success."""
+    code = exc.code
+    frames = traceback.extract_tb(exc.__traceback__)
+    if code in (None, 0) or any(f.filename.endswith(f"{os.sep}argparse.py") for f in frames):
+        return code if isinstance(code, int) else 0
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(config)]
+    where = f"{config}:{mine[-1].lineno}" if mine else config
+    if isinstance(code, int):
+        _print_fatal(ConfigurationError(f"{where}: the config called sys.exit({code}): the job did not run"), console)
+        return code
+    _print_fatal(ConfigurationError(f"{where}: the config exited: {code}"), console)
+    return 1
 
 
 def _print_fatal(exc: FrameworkError, console: Console) -> None:

@@ -351,7 +351,7 @@ async def begin_job(job: Job) -> None:
             job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
         for module in job.modules:
             with _transition(job, f"begin_job() of {_describe(module)}"):
-                module.begin_job()
+                _call_module(module, "begin_job")
             job.begun.append(module)
     except BaseException as exc:
         await _abort(job, exc)
@@ -416,7 +416,7 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
     try:
         for module in job.modules:
             with _transition(job, f"end_job() of {_describe(module)}"):
-                module.end_job()
+                _call_module(module, "end_job")
     except BaseException as exc:
         await _abort(job, exc)
     await _end_services(job)
@@ -444,6 +444,20 @@ async def _end_services(job: Job) -> None:
             ):
                 await svc.end_job()
         job.source.close()
+
+
+def _call_module(module: Any, method: str) -> None:
+    """``module.<method>()`` (``begin_job``, ``end_job``); an exception other than a
+    FrameworkError becomes one naming the module and the method, its category the
+    exception's type name, the original kept as ``__cause__``."""
+    try:
+        getattr(module, method)()
+    except FrameworkError:
+        raise
+    except Exception as exc:
+        raise FrameworkError(
+            f"{_describe(module)}: {method}() failed: {type(exc).__name__}: {exc}", category=type(exc).__name__
+        ) from exc
 
 
 def _describe(module: Any) -> str:

@@ -262,6 +262,25 @@ def test_no_process(cmsrun, tmp_path, inputs):
     assert f"{config}: defines no 'process' (expected process = cms.Process(\"NAME\"))" in result.message
 
 
+# A histogram of JetHTProducer's product, for the Path-order cases.
+HT_HISTOGRAM = """process.hist = cms.EDAnalyzer("HistogramAnalyzer", fileName=cms.untracked.string("h.root"),
+    histograms=cms.VPSet(cms.PSet(name=cms.string("ht"), src=cms.InputTag("ht"), nbins=cms.uint32(4),
+                                  min=cms.double(0.0), max=cms.double(100.0))))
+"""
+
+RAISING = """
+from framework import EDAnalyzer
+
+
+class RaisingInBeginJob(EDAnalyzer):
+    def begin_job(self):
+        raise ValueError("no calibration")
+
+    def analyze(self, event):
+        pass
+"""
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -295,6 +314,38 @@ def test_no_process(cmsrun, tmp_path, inputs):
             'process.p3 = cms.Path(cms.EDFilter("JetMultiplicityFilter"))\n',
             "Path 'p3' refers to an EDFilter of type 'JetMultiplicityFilter' that is not attached to the process",
         ),
+        (
+            "process.jets.minPt = cms.int32(30)\n",
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': expected double, got int32 30 "
+            "(CMSSW's types must match: cms.double(30))",
+        ),
+        (
+            'process.jets.minPt = cms.double(float("nan"))\n',
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': nan is not a number; every "
+            "comparison with it is false",
+        ),
+        (
+            'process.ht = cms.EDProducer("JetHTProducer")\n'
+            + HT_HISTOGRAM
+            + "process.p2 = cms.Path(process.hist + process.ht)\n",
+            "Unrunnable schedule: EDAnalyzer 'hist' (type HistogramAnalyzer) is on Path 'p2' and consumes products of "
+            "module 'ht', which follows it on the Path; put 'ht' before 'hist', or in a Task to run on demand",
+        ),
+        (
+            "process.s = cms.Sequence(process.jets)\nprocess.s += process.s\nprocess.p2 = cms.Path(process.s)\n",
+            "job_cfg.py: Sequence 's' contains itself (s -> s)",
+        ),
+        (
+            'process.ht = cms.EDProducer("JetHTProducer")\nprocess.t1 = cms.Task(process.ht)\n'
+            "process.t2 = cms.Task(process.t1)\nprocess.t1.add(process.t2)\n"
+            "process.p2 = cms.Path(process.jets, process.t1)\n",
+            "job_cfg.py: Task 't1' contains itself (t1 -> t2 -> t1)",
+        ),
+        (
+            "import raising\nprocess.raiser = cms.EDAnalyzer('raising:RaisingInBeginJob')\n"
+            "process.p2 = cms.Path(process.raiser)\n",
+            "EDAnalyzer 'raiser' (type raising:RaisingInBeginJob): begin_job() failed: ValueError: no calibration",
+        ),
     ],
     ids=[
         "unknown type",
@@ -305,12 +356,44 @@ def test_no_process(cmsrun, tmp_path, inputs):
         "untyped new parameter",
         "undefined module in Path",
         "unattached module in Path",
+        "int32 for double",
+        "NaN threshold",
+        "consumer before its producer on a Path",
+        "Sequence containing itself",
+        "Task containing itself",
+        "module raising in begin_job",
     ],
 )
 def test_bad_config(cmsrun, tmp_path, inputs, extra, expected):
+    (tmp_path / "raising.py").write_text(RAISING)
     result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), cwd=tmp_path)
     assert result.code == 1
     assert expected in result.message
+    assert_nothing_left(tmp_path)
+
+
+def test_module_placed_twice_on_a_path_is_warned_and_runs_once(cmsrun, tmp_path, inputs):
+    # CMSSW runs such a module once per event too (its schedule check takes a module's first
+    # place on a Path); a second place is most likely a slip: one warning line says so.
+    extra = (
+        'process.ht = cms.EDProducer("JetHTProducer")\nprocess.p2 = cms.Path(process.ht + process.jets + process.ht)\n'
+    )
+    result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), cwd=tmp_path)
+    assert result.code == 0, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "placed twice" in line]
+    assert (
+        len(warned) == 1
+        and "Path 'p2': module 'ht' is placed twice (entries 1 and 3); it runs once per event, at entry 1" in warned[0]
+    )
+
+
+def test_config_calling_sys_exit(tmp_path, inputs):
+    config = file_job(tmp_path, inputs["good"], extra="import sys\nsys.exit(3)\n")
+    line = config.read_text().splitlines().index("sys.exit(3)") + 1
+    result = cmsrun_subprocess(config, cwd=tmp_path)
+    assert result.code == 3
+    assert f"{config}:{line}: the config called sys.exit(3): the job did not run" in result.message
+    assert "Traceback" not in result.stderr
     assert_nothing_left(tmp_path)
 
 
