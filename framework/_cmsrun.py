@@ -47,11 +47,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.logging import RichHandler
 
 from . import config as cms
-from ._builder import build_job
+from ._builder import available_cores, build_job
 from ._errors import ConfigurationError, FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
@@ -133,13 +134,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs",
     )
-    p.add_argument(
+    only = p.add_mutually_exclusive_group()  # each prints something and exits: one at a time
+    only.add_argument(
         "--dump",
         action="store_true",
         help="print the loaded config as Python in CMSSW's layout (CMSSW's edmConfigDump) and exit",
     )
-    p.add_argument("--list-types", action="store_true", help="list registered module types and exit")
-    p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
+    only.add_argument("--list-types", action="store_true", help="list registered module types and exit")
+    only.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
 
 
@@ -392,6 +394,16 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
             f"argument -j/--streams: {ns.streams} is not >= 0 (0: as many streams as threads)",
         ),
         (ns.workers is not None and ns.workers < 1, f"argument --workers: {ns.workers} is not >= 1"),
+        (
+            ns.workers is not None and ns.workers > max_workers(),
+            f"argument --workers: {ns.workers} is more worker processes than this machine can run: at most "
+            f"{max_workers()} ({WORKERS_PER_CORE} per available core, {available_cores()} core(s), and "
+            f"{WORKER_MEMORY >> 20} MiB of available memory each)",
+        ),
+        (
+            ns.workers is not None and bool(ns.scheduler),
+            "--workers starts a local cluster's workers: not with --scheduler (that cluster has its own)",
+        ),
         (ns.chunk_size is not None and ns.chunk_size < 1, f"argument --chunk-size: {ns.chunk_size} is not >= 1"),
         (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
         (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
@@ -420,6 +432,17 @@ def _config_exited(exc: SystemExit, config: str, console: Console) -> int:
         return code
     _print_fatal(ConfigurationError(f"{where}: the config exited: {code}"), console)
     return 1
+
+
+WORKERS_PER_CORE = 4  # worker processes per core --workers accepts (units waiting on I/O or a server)
+WORKER_MEMORY = 256 << 20  # bytes of available memory a worker process needs at least (its imports, a job)
+
+
+def max_workers() -> int:
+    """The most local Dask worker processes ``--workers`` accepts here: WORKERS_PER_CORE per
+    available core, and no more than the available memory holds at WORKER_MEMORY each."""
+    memory = psutil.virtual_memory().available // WORKER_MEMORY
+    return max(1, min(WORKERS_PER_CORE * available_cores(), memory))
 
 
 def _print_fatal(exc: FrameworkError, console: Console) -> None:

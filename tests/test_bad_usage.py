@@ -78,6 +78,15 @@ USAGE = {
     "--scheduler alone": (["--scheduler", "tcp://x:8786"], "--scheduler need(s) --executor dask"),
     "-n with dask": ([*DASK, "-n", "5"], "-n/--max-events is not supported with --executor"),
     "--summary-json without value": (["--summary-json"], "argument --summary-json: expected one argument"),
+    "--workers beyond the machine": (
+        [*DASK, "--workers", "100000"],
+        "argument --workers: 100000 is more worker processes than this machine can run: at most ",
+    ),
+    "--workers with --scheduler": (
+        [*DASK, "--workers", "2", "--scheduler", "tcp://127.0.0.1:8786"],
+        "--workers starts a local cluster's workers: not with --scheduler",
+    ),
+    "--dump with --list-types": (["--dump", "--list-types"], "argument --list-types: not allowed with argument --dump"),
 }  # fmt: skip
 
 
@@ -105,6 +114,10 @@ CONFIG_ARGUMENTS = {
     "not name=value": (["--nosuch"], "argument '--nosuch' is not of the form name=value"),
     "wrong type": (["streams=abc"], "argument 'streams=abc': expected int, got 'abc'"),
     "given twice": (["outputFile=a.root", "outputFile=b.root"], "argument 'outputFile' given twice"),
+    "name==value": (
+        ["outputFile==x.root"],
+        "argument 'outputFile==x.root': one '=' between name and value (outputFile=x.root)",
+    ),
     "server port beyond 65535": ([], "argument 'server=127.0.0.1:117611': expected host:port with a TCP port"),
     "server port not a number": ([], "argument 'server=127.0.0.1:abc': expected host:port"),
     "server without port": ([], "argument 'server=localhost': expected host:port"),
