@@ -14,10 +14,14 @@ everything runs in-process (``cmsrun`` fixture of ``test_bad_inputs``) except th
 
 from __future__ import annotations
 
+import http.server
 import os
 import pathlib
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import uproot
@@ -135,6 +139,57 @@ def test_config_argument_error_exits_2(cmsrun, folder, case):  # noqa: F811 - th
         result = cmsrun(DATASET, "inputFiles=in.root", *args, cwd=folder)
     assert result.code == 2
     assert expected in result.message and result.message.count("valid:") <= 1
+    assert "Traceback" not in result.stderr
+    assert listing(folder) == before
+
+
+@pytest.fixture
+def http_server():
+    """An HTTP server on a free port of 127.0.0.1 (not a Dask scheduler): its address."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "code", "expected"),
+    [
+        ("notaurl", 2, "--scheduler notaurl: not a Dask scheduler address ([tcp://]HOST:PORT): missing port number"),
+        ("closed", 1, "--scheduler tcp://127.0.0.1:{port}: no Dask scheduler there (Connection refused)"),
+        ("http", 1, "--scheduler {http}: something listens there, but it is not a Dask scheduler (to Dask's identity "),
+    ],
+    ids=["not an address", "nothing listens", "an HTTP server"],
+)
+def test_scheduler_that_is_not_one_fails_in_bounded_time(
+    cmsrun,  # noqa: F811 - the fixture
+    folder,
+    monkeypatch,
+    http_server,
+    scheduler,
+    code,
+    expected,
+):
+    from framework.executor import _address
+
+    monkeypatch.setattr(_address, "SCHEDULER_TIMEOUT", 2.0)  # 10 s in use; the bound is the point here
+    port = closed_port()
+    address = {"closed": f"tcp://127.0.0.1:{port}", "http": http_server}.get(scheduler, scheduler)
+    (folder / "f.yaml").write_text("DY:\n  files:\n    in.root: Events\n")
+    before = listing(folder)
+    t0 = time.monotonic()
+    result = cmsrun(DATASET, "--dataset", "f.yaml", "--executor", "dask", "--scheduler", address, cwd=folder)
+    assert time.monotonic() - t0 < 30
+    assert result.code == code, result.stderr[-3000:]
+    assert expected.format(port=port, http=http_server) in result.message
     assert "Traceback" not in result.stderr
     assert listing(folder) == before
 

@@ -66,6 +66,7 @@ from ..io import (
     remove_stale_runs,
     run_parts_folder,
 )
+from ._address import SCHEDULER_TIMEOUT, check_scheduler
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
@@ -197,7 +198,8 @@ def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster 
         if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
             logging.getLogger(name).setLevel(logging.WARNING)
     if options.scheduler:
-        client = Client(options.scheduler)
+        check_scheduler(options.scheduler)  # Client() would wait 30 s, or for good (not a scheduler)
+        client = Client(options.scheduler, timeout=SCHEDULER_TIMEOUT)
         cluster = None
     else:
         n = options.workers or os.cpu_count() or 1
