@@ -176,6 +176,20 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
+    from ._datasets import preprocess_cache_path
+
+    cache = preprocess_cache_path(process, ns.dataset)
+    cached_before = cache.exists()
+    try:
+        return _run_datasets(ns, console, process)
+    except BaseException:
+        if not cached_before:  # a failed run leaves the folder as it found it
+            cache.unlink(missing_ok=True)
+        raise
+
+
+def _run_datasets(ns: argparse.Namespace, console: Console, process: Any) -> int:
+    """``--dataset``: each dataset of the fileset, in turn or on Dask."""
     # The outputs of every dataset, checked before any file is preprocessed or unit run (a
     # job built only for that: its modules' constructors open nothing, its source no file).
     job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)

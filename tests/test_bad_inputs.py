@@ -416,6 +416,50 @@ def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
     assert not list(tmp_path.rglob("*.tmp-*"))
 
 
+# ---------------------------------------------------------------------------- filesets
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        (
+            "fs.yaml",
+            "DY:\n  files:\n    {good}: Events\nDY:\n  files:\n    {good}: Events\n",
+            "fileset 'fs.yaml': key 'DY' is given twice (lines 1 and 4); the second would replace the first",
+        ),
+        (
+            "fs.json",
+            '{{"DY": {{"files": {{"{good}": "Events"}}}}, "DY": {{"files": {{"{good}": "Events"}}}}}}',
+            "fileset 'fs.json': key 'DY' is given twice; the second would replace the first",
+        ),
+        (
+            "fs.yaml",
+            "DY:\n  files:\n    {good}:\n      object_path: Events\n      steps: [[0, 2], [2, 30]]\n",
+            "fileset 'fs.yaml': dataset 'DY': steps [2, 30] of file '{good}' are beyond its 3 entries (tree 'Events')",
+        ),
+    ],
+    ids=["dataset twice (YAML)", "dataset twice (JSON)", "steps beyond the entries"],
+)
+def test_bad_fileset(cmsrun, tmp_path, inputs, name, text, expected):
+    (tmp_path / name).write_text(text.format(good=inputs["good"]))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = cmsrun(file_job(tmp_path, inputs["good"]), "--dataset", name, cwd=tmp_path)
+    assert result.code == 1
+    assert expected.format(good=inputs["good"]) in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*before, "job_cfg.py"]  # no cache, no output
+
+
+def test_failed_dataset_run_leaves_no_preprocessing_cache(cmsrun, tmp_path, inputs):
+    # The cache is written once the fileset is read; the job then fails: the folder is as it was.
+    (tmp_path / "raising.py").write_text(RAISING)
+    (tmp_path / "fs.yaml").write_text(f"DY:\n  files:\n    {inputs['good']}: Events\n")
+    extra = "process.raiser = cms.EDAnalyzer('raising:RaisingInBeginJob')\nprocess.p2 = cms.Path(process.raiser)\n"
+    result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), "--dataset", "fs.yaml", cwd=tmp_path)
+    assert result.code == 1
+    assert "begin_job() failed: ValueError: no calibration" in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py"]
+
+
 # ---------------------------------------------------------------------------- inference
 
 # Every model: x -> y, FP32 (batch, 4), batch <= 8.

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import FileOpenError
+from .._errors import ConfigurationError, FileOpenError
 from ._files import local_path, one_line, open_tree
 from ._fileset import Dataset, FileSpec
 from ._remote import RemoteAccess, bounded, close_in_background, is_remote
@@ -324,7 +324,8 @@ def preprocess(
 
     Raises:
         FileOpenError: a file cannot be read (from ``preprocess_file``: one line naming it).
-        ValueError: steps of a preprocessed fileset beyond a file's entries.
+        ConfigurationError: steps of a preprocessed fileset beyond a file's entries (naming
+            dataset and file); the cache is then not written.
     """
     store = PreprocessCache(cache, access)
     wanted: dict[tuple[str, str], FileInfo | None] = {}
@@ -339,11 +340,13 @@ def preprocess(
         reader = functools.partial(preprocess_file, access=access) if access is not None else preprocess_file
         found = list(mapper(reader, [k[0] for k in missing], [k[1] for k in missing]))
         wanted.update(zip(missing, found, strict=True))
-        store.store(found)
-    return {
+    units = {
         d.name: [u for spec in d.files for u in _units_of(d.name, spec, wanted[(spec.path, spec.tree)], chunk_size)]
         for d in datasets
     }
+    if missing:  # once the fileset proved good: a refused fileset leaves no cache file
+        store.store(found)
+    return units
 
 
 def _units_of(dataset: str, spec: FileSpec, info: Any, chunk_size: int) -> list[WorkUnit]:
@@ -357,4 +360,7 @@ def _units_of(dataset: str, spec: FileSpec, info: Any, chunk_size: int) -> list[
             spec.uuid,
         )
         steps = None
-    return split_units(dataset, info, chunk_size, steps)
+    try:
+        return split_units(dataset, info, chunk_size, steps)
+    except ValueError as exc:  # steps beyond the file's entries
+        raise ConfigurationError(f"dataset '{dataset}': {exc}") from None
