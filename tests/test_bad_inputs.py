@@ -278,6 +278,14 @@ class RaisingInBeginJob(EDAnalyzer):
 
     def analyze(self, event):
         pass
+
+
+class RaisingInBeginUnit(EDAnalyzer):
+    def begin_unit(self):
+        raise OSError(28, "No space left on device")
+
+    def analyze(self, event):
+        pass
 """
 
 
@@ -457,6 +465,20 @@ def test_failed_dataset_run_leaves_no_preprocessing_cache(cmsrun, tmp_path, inpu
     result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), "--dataset", "fs.yaml", cwd=tmp_path)
     assert result.code == 1
     assert "begin_job() failed: ValueError: no calibration" in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py"]
+
+
+def test_unit_raising_on_dask_prints_one_line_and_no_worker_traceback(tmp_path, inputs):
+    # Not a framework error: Dask retries the unit, then the driver says why in one line; the
+    # worker's "Compute Failed" block (with its traceback) no longer precedes it.
+    (tmp_path / "raising.py").write_text(RAISING)
+    (tmp_path / "fs.yaml").write_text(f"DY:\n  files:\n    {inputs['good']}: Events\n")
+    extra = "process.raiser = cms.EDAnalyzer('raising:RaisingInBeginUnit')\nprocess.p2 = cms.Path(process.raiser)\n"
+    config = file_job(tmp_path, inputs["good"], extra=extra)
+    result = cmsrun_subprocess(config, "--dataset", "fs.yaml", "--executor", "dask", "--workers", "1", cwd=tmp_path)
+    assert result.code == 1
+    assert "failed on the cluster: OSError: [Errno 28] No space left on device" in result.message
+    assert "Compute Failed" not in result.stderr and "Traceback" not in result.stderr  # the workers' too
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py"]
 
 
