@@ -56,6 +56,7 @@ from typing import Any
 from framework._triton_config import CHECKSUM_PREFIX, ModelConfigSyntaxError, checksum_sums, parse_config_file
 
 from ._installation import TritonServerError
+from .onnx_backend import import_onnxruntime
 
 logger = logging.getLogger("pysonic.serving")
 
@@ -154,8 +155,7 @@ def _complete_from_onnx(folder: pathlib.Path, config: Any) -> Any:
     versions = [v for v in _version_folders(folder) if (v / "model.onnx").is_file()]
     if not versions:
         raise ModelRepositoryError(f"{folder}: no config.pbtxt and no <version>/model.onnx")
-    import onnxruntime as ort
-
+    ort = import_onnxruntime()
     path = versions[-1] / "model.onnx"
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
