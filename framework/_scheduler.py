@@ -331,7 +331,9 @@ def first_error(exc: BaseException) -> BaseException:
 
 async def begin_job(job: Job) -> None:
     """The job's begin transitions: services' ``begin_job``, :meth:`Job.assemble` (the
-    source's first file), every module's ``begin_job``. Runs once per job, in any trio run.
+    source's first file), the ``begin_job`` of services that start servers
+    (``Service.begins_after_source``: a wrong input is found before), every module's
+    ``begin_job``. Runs once per job, in any trio run.
 
     On failure the modules begun get ``abort_job``, the services ``end_job``, the source is
     closed, and the most informative error is raised.
@@ -341,14 +343,18 @@ async def begin_job(job: Job) -> None:
         KeyboardInterrupt: Ctrl-C (after cleanup).
     """
     job.begun = []
+    services = list(job.services.services.values())
     try:
-        for svc in job.services.services.values():
+        for svc in [s for s in services if not s.begins_after_source]:
             with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
                 await svc.begin_job()
         # abandon_on_cancel: opening the first file may wait for a remote server; a
         # stopped job must not wait with it (the source bounds that wait on its own).
         with _transition(job, "the source's first file"):
             job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
+        for svc in [s for s in services if s.begins_after_source]:  # a wrong input is found before a server starts
+            with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
+                await svc.begin_job()
         for module in job.modules:
             with _transition(job, f"begin_job() of {_describe(module)}"):
                 _call_module(module, "begin_job")

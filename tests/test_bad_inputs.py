@@ -552,13 +552,13 @@ process.TritonService = cms.Service(
                                            address=cms.untracked.string("127.0.0.1"),
                                            port=cms.untracked.uint32(p)) for p in {ports!r}]),
     fallback=cms.PSet(enable=cms.untracked.bool({fallback}), wait=cms.untracked.int32(60),
-                                modelRepository=cms.untracked.string({repository!r})),
+                                modelRepository=cms.untracked.string({fallback_repository!r})),
 )
 process.sender = cms.EDProducer("sonic_sender:Sender", width=cms.uint32({width}), dtype=cms.string({dtype!r}),
                                 Client=cms.PSet(modelName=cms.string({model!r}), timeout=cms.untracked.uint32(20),
                                                 mode=cms.string("Async"),
                                                 modelConfigPath=cms.FileInPath(
-                                                    {repository!r} + "/{model}/config.pbtxt")))
+                                                    {repository!r} + "/{config_model}/config.pbtxt")))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"))
 process.p = cms.Path(process.sender)
 process.e = cms.EndPath(process.out)
@@ -597,12 +597,17 @@ def sonic_job(
     repository="good",
     width=4,
     dtype="float32",
+    config_model=None,
+    input="good",
+    fallback_repository=None,
 ) -> pathlib.Path:
     (folder / "sonic_sender.py").write_text(SENDER)
     config = folder / "sonic_cfg.py"
     config.write_text(
         SONIC_JOB.format(
-            input=str(inputs["good"]),
+            input=str(inputs[input]) if input in inputs else input,
+            config_model=config_model or model,
+            fallback_repository=str(repositories[repository]) if fallback_repository is None else fallback_repository,
             ports=list(ports),
             fallback=fallback,
             repository=str(repositories[repository]),
@@ -757,6 +762,32 @@ def test_fallback_server_that_fails_to_start(tmp_path, inputs, repositories):
     assert "ImportError: broken: no module named 'torch_scatter'" in tail
     assert_nothing_left(tmp_path)
     assert not tritonserver_pids() - before
+
+
+def test_model_name_not_the_config_paths_model(cmsrun, tmp_path, inputs, repositories):
+    # The fallback would serve doubler's folder: CMSSW's answers "model not found" for nosuch.
+    before = tritonserver_pids()
+    # The fallback takes the model from its Client.modelConfigPath (fallback.modelRepository unset)
+    job = sonic_job(tmp_path, inputs, repositories, model="nosuch", config_model="doubler", fallback_repository="")
+    result = cmsrun(job, cwd=tmp_path)
+    assert result.code == 1
+    doubler = repositories["good"] / "doubler" / "config.pbtxt"
+    assert (
+        f"TritonService: model 'nosuch' is served by no server, and its Client.modelConfigPath {doubler} is the "
+        "config of model 'doubler', which a fallback server serves as 'doubler' (CMSSW's would answer 'model not "
+        "found' for 'nosuch')"
+    ) in result.message
+    assert "starting the fallback server" not in result.stderr
+    assert_nothing_left(tmp_path)
+    assert not tritonserver_pids() - before
+
+
+def test_wrong_input_found_before_the_fallback_server_starts(cmsrun, tmp_path, inputs, repositories):
+    result = cmsrun(sonic_job(tmp_path, inputs, repositories, input=str(tmp_path / "nosuch.root")), cwd=tmp_path)
+    assert result.code == 1
+    assert f"input file '{tmp_path / 'nosuch.root'}' does not exist" in result.message
+    assert "starting the fallback server" not in result.stderr  # found first: no server started for nothing
+    assert_nothing_left(tmp_path)
 
 
 def test_every_message_fits_one_line_even_when_long(cmsrun, tmp_path, inputs):

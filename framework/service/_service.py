@@ -94,6 +94,8 @@ class TritonService(Service):
             (with the end of its log).
     """
 
+    begins_after_source = True  # its fallback server takes seconds to start: the input is checked first
+
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
         """CMSSW's ``TritonService::fillDescriptions`` (the release whose ``tritonTest_cfg.py``
