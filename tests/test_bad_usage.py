@@ -200,6 +200,12 @@ process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet
     port=cms.untracked.uint32({port}))))
 """
 
+TLS_FILE = """
+process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(cms.PSet(
+    name=cms.untracked.string("remote"), address=cms.untracked.string("127.0.0.1"), port=cms.untracked.uint32(8001),
+    useSsl=cms.untracked.bool(True), rootCertificates=cms.untracked.string({root!r}))))
+"""
+
 UNSUPPORTED = {
     "cms.SwitchProducer": 'process.s = cms.SwitchProducer(cpu=cms.EDProducer("JetHTProducer"))\n',
     "cms.Looper": 'process.looper = cms.Looper("IterateNTimesLooper")\n',
@@ -218,12 +224,18 @@ UNSUPPORTED = {
     + [(code, f"{feature} is a CMSSW feature not supported by pysonic") for feature, code in UNSUPPORTED.items()]
     + [
         ("process.maxEvents.input = -5\n", "process.maxEvents.input must be >= -1 (-1 = all events), got -5"),
+        (
+            TLS_FILE.format(root="/nosuch/ca.pem"),
+            "TritonService: servers 'remote': rootCertificates '/nosuch/ca.pem' does not exist",
+        ),
         (  # no type guessed from the value: the module declares an InputTag, not an int32
             'process.h = cms.EDProducer("JetHTProducer", src=3)\nprocess.p = cms.Path(process.h)\n',
             "(cms.double(...), cms.InputTag(...), ...: 'cmsrun --describe JetHTProducer' lists them), got int 3",
         ),
     ],
-    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)] + list(UNSUPPORTED) + ["maxEvents -5", "src=3"],
+    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)]
+    + list(UNSUPPORTED)
+    + ["maxEvents -5", "useSsl with a missing certificate file", "src=3"],
 )
 def test_configuration_error_exits_1(cmsrun, folder, extra, expected):  # noqa: F811 - the fixture
     (folder / "all_cfg.py").write_text(ALL_EVENTS + extra)

@@ -60,6 +60,34 @@ logger = logging.getLogger("pysonic.sonic")
 LOCAL_BALANCER = "SONIC_LOCAL_BALANCER"
 
 
+def _ssl_options(item: Any) -> SslOptions | None:
+    """A ``servers`` entry's TLS files, checked now: tritonclient reads them only when the
+    channel is opened, and a missing one made the server look unreachable (and the job go
+    to the fallback server without a word). Files given with ``useSsl = False`` are unused,
+    as in CMSSW (whose TritonService reads them only with ``useSsl``): one warning says so.
+
+    Raises:
+        ConfigurationError: ``useSsl`` and a given file does not exist or cannot be read.
+    """
+    files = {
+        n: str(getattr(item, n)) for n in ("rootCertificates", "privateKey", "certificateChain") if getattr(item, n)
+    }
+    where = f"TritonService: servers '{item.name}'"
+    if not item.useSsl:
+        if files:
+            logger.warning(
+                "%s: %s given but useSsl is False: not used (the channel is plain gRPC)", where, ", ".join(files)
+            )
+        return None
+    for name, path in files.items():
+        if not os.path.isfile(path):
+            problem = "is a folder" if os.path.isdir(path) else "does not exist"
+            raise ConfigurationError(f"{where}: {name} '{path}' {problem}")
+        if not os.access(path, os.R_OK):
+            raise ConfigurationError(f"{where}: {name} '{path}' is not readable")
+    return SslOptions(files.get("rootCertificates"), files.get("privateKey"), files.get("certificateChain"))
+
+
 def _local_balancer() -> ServerInfo | None:
     """The server named by ``$SONIC_LOCAL_BALANCER_HOST`` and ``_PORT`` (both set), first of the
     job's servers as in CMSSW; a warning if only one is set."""
@@ -227,9 +255,7 @@ class TritonService(Service):
                     f"TritonService: servers: the name '{item.name}' is used twice "
                     f"(or is the reserved '{FALLBACK_SERVER}' or '{LOCAL_BALANCER}')"
                 )
-            ssl = None
-            if item.useSsl:
-                ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
+            ssl = _ssl_options(item)
             port = check_port(int(item.port), f"TritonService: servers '{item.name}': port")
             metadata = request_metadata(
                 f"TritonService: servers '{item.name}'", item.headers, item.bearerTokenFile, item.bearerTokenVariable
