@@ -31,6 +31,7 @@ from framework.io import temporary_name
 from framework.samples import locate_sample
 from framework.serving import _leftovers
 from framework.serving._cmstriton import main as cmstriton
+from framework.serving.testing import TensorConfig, write_python_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATASET = ROOT / "configs" / "dataset_cfg.py"
@@ -65,6 +66,7 @@ def usage_line(stderr: str) -> str:
     return lines[-1]
 
 
+TENSORS = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))]}
 DASK = ["--dataset", "f.json", "--executor", "dask"]
 USAGE = {
     "-n -5": (["-n", "-5"], "argument -n/--max-events: -5 is not -1 (all events) or >= 0"),
@@ -332,6 +334,43 @@ def test_cmstriton_usage_error_exits_2(tmp_path, capsys, args, expected):
     assert cmstriton([*args, "--dir", str(tmp_path / "state")] if args[0] == "start" else args) == 2
     assert expected in usage_line(capsys.readouterr().err)
     assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_on_a_repository_without_models(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cmstriton(["start", "--repository", str(tmp_path / "empty"), "--dir", str(tmp_path / "state")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"cmstriton: --repository {tmp_path / 'empty'} holds no model (a model is a folder with a config.pbtxt, "
+        "or with 1/model.onnx): a server would start serving nothing"
+    )
+    assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_with_a_model_file_missing_names_the_users_file(tmp_path, capsys):
+    # tritonserver would name its copy of the repository, and wait for the model until --wait.
+    write_python_model(tmp_path / "repo", "m", "class TritonPythonModel:\n    pass\n", **TENSORS)
+    (tmp_path / "repo" / "m" / "1" / "model.py").unlink()
+    t0 = time.monotonic()
+    assert cmstriton(["start", "--repository", str(tmp_path / "repo"), "--dir", str(tmp_path / "state")]) == 1
+    assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"model 'm': {tmp_path / 'repo' / 'm' / '1' / 'model.py'} does not exist (the model file of version 1)"
+    )
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_that_fails_leaves_no_log_in_a_state_folder_that_was_there(tmp_path, capsys):
+    write_python_model(tmp_path / "repo", "broken", "raise ImportError('no torch_scatter')\n", **TENSORS)
+    state = tmp_path / "state"
+    state.mkdir()  # the user's folder: it stays, as empty as it was
+    assert cmstriton(["start", "--repository", str(tmp_path / "repo"), "--dir", str(state), "--wait", "60"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "failed to load 'broken' version 1: Internal: ImportError: no torch_scatter" in first
+    assert first.endswith("; the last lines of its log:") and str(state) not in first
+    assert list(state.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------- after a kill
