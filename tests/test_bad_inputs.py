@@ -24,9 +24,11 @@ import dataclasses
 import logging
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import awkward as ak
 import numpy as np
@@ -673,6 +675,53 @@ def test_server_returns_an_error(tmp_path, inputs, repositories, server):
     assert f"on server 'remote' (127.0.0.1:{port})" in message
     assert "ValueError: raiser: x must be positive" in message  # the model's own words
     assert_nothing_left(tmp_path)
+
+
+FREEZER = """
+import os, signal, time
+import framework.config as cms
+from sonic_sender import Sender
+
+
+class FreezingSender(Sender):
+    \"\"\"Stops the server (SIGSTOP) before its first request, noting when in freeze.time.\"\"\"
+
+    @classmethod
+    def fill_descriptions(cls, desc):
+        super().fill_descriptions(desc)
+        desc.add("serverPid", cms.int32(0), "the server to stop")
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.pid = params.serverPid
+
+    def acquire(self, event, input):
+        if not os.path.exists("freeze.time"):
+            os.kill(self.pid, signal.SIGSTOP)
+            with open("freeze.time", "w") as f:
+                f.write(repr(time.monotonic()))
+        super().acquire(event, input)
+"""
+
+
+def test_frozen_server_ends_the_job_at_its_deadline(cmsrun, tmp_path, inputs, repositories, server):
+    # The request's deadline (Client.timeout, 2 s) ends the job; the end of the job must not
+    # wait for the frozen server again (its statistics call had a 5 s deadline of its own).
+    (tmp_path / "freezer.py").write_text(FREEZER)
+    config = sonic_job(tmp_path, inputs, repositories, ports=[server.ports["grpc"]], fallback=False)
+    text = config.read_text().replace("sonic_sender:Sender", "freezer:FreezingSender")
+    text = text.replace("timeout=cms.untracked.uint32(20)", "timeout=cms.untracked.uint32(2)")
+    config.write_text(text.replace("Client=cms.PSet(", f"serverPid=cms.int32({server.pid}), Client=cms.PSet(", 1))
+    try:
+        result = cmsrun(config, cwd=tmp_path)
+        ended = time.monotonic()
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert result.code == 1
+    assert "deadline exceeded after 2 seconds (Client.timeout)" in result.message
+    frozen = float((tmp_path / "freeze.time").read_text())
+    assert ended - frozen < 2 + 3.5, f"the job ended {ended - frozen:.1f} s after the server froze"
+    assert "no end-of-job statistics of model 'doubler' from server 'remote' (its last call failed)" in result.stderr
 
 
 def test_unreachable_server(cmsrun, tmp_path, inputs, repositories):

@@ -399,15 +399,18 @@ class TritonService(Service):
 
     def _stats_pairs(self, end: bool = False) -> list[tuple[str, str]]:
         """(model, server) pairs to ask for Triton's counters; at the end, only servers in
-        service (a hung server would cost a timeout per model)."""
+        service whose last call did not fail (a hung server would cost a timeout per model:
+        a frozen server's deadline ended the job, its statistics call waited as long again)."""
         pairs = []
         for model in self.assignment:
             for name in self.routing.candidates(model):
-                if end and not self.routing.healthy(name):
+                health = self.routing.health.get(name)
+                if end and (not self.routing.healthy(name) or (health is not None and health.failures)):
                     logger.info(
-                        "TritonService: no end-of-job statistics of model '%s' from server '%s' (out of service)",
+                        "TritonService: no end-of-job statistics of model '%s' from server '%s' (%s)",
                         model,
                         name,
+                        "out of service" if not self.routing.healthy(name) else "its last call failed",
                     )
                     continue
                 pairs.append((model, name))
