@@ -39,8 +39,9 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.inference`` - the model modules' base classes: one data conversion
   (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
   server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.
-* ``_cmsrun``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the ``cmsrun``
-  command (and its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
+* ``_cmsrun``, ``_signals``, ``_datasets``, ``_summary``, ``_timing``, ``_progress`` - the
+  ``cmsrun`` command (its Ctrl-C/SIGTERM handling: a graceful first stop, an immediate
+  second one; its ``--dataset`` runs: one job per dataset, ``run_unit`` for one work
   unit), the end-of-job report (rich), FastTimerService (JSON summary, Perfetto trace)
   and the progress bar.
 * ``framework.executor`` - ``cmsrun --executor dask``: the datasets' work units on a Dask
