@@ -6,7 +6,9 @@ since that thread never runs a module's code, its handlers run while a module bl
 trio thread, a worker thread or an ``end_job`` (in Python, or in C with the GIL released:
 a sleep, a lock, a socket, a numerical library).
 
-* The first SIGINT or SIGTERM cancels the job through trio (:func:`run_stoppable`): events
+* The first SIGINT or SIGTERM cancels the job through trio (:func:`run_stoppable`), never
+  as an exception raised at a random point of a module or of grpc (a KeyboardInterrupt
+  raised while grpc held one of its locks has been seen to hang the cleanup for good): events
   in flight are abandoned, output modules remove their unfinished files, services end (the
   fallback server stops); :class:`JobStopped` is raised and cmsrun exits with 128 + the
   signal number.
