@@ -44,14 +44,15 @@ config -> core (builder, scheduler) -> io -> modules -> sonic, and the command l
 * ``framework.inference`` - the model modules' base classes: one data conversion
   (``ModelConversion``) run by Triton (``SonicConversionProducer``) or in-process with the
   server side's ONNX runner (``OnnxDirectProducer``). Nothing of the framework imports it.
-* ``framework.cmsrun`` - the command layer: ``cmsrun`` (and its ``--dataset`` runs: one job
-  per dataset, ``run_unit`` for one work unit), the end-of-job report (rich),
-  FastTimerService (JSON summary, Perfetto trace) and the progress bar; above the data
-  path, which never imports it. Its sub-package ``framework.cmsrun.executor`` is
-  ``cmsrun --executor dask``: the datasets' work units on a Dask cluster (a job begun once
-  per worker, unit after unit; one server per host for the fallback; merge and one
-  summary), the only package that imports Dask (``dask``, ``distributed``) and
-  ``filelock``; ``cmsrun``'s command line reaches it lazily, for ``--executor dask`` only.
+* ``framework.cmsrun`` - the command layer: ``cmsrun`` (its Ctrl-C/SIGTERM handling: a
+  graceful first stop, an immediate second one; its ``--dataset`` runs: one job per dataset,
+  ``run_unit`` for one work unit), the end-of-job report (rich), FastTimerService (JSON
+  summary, Perfetto trace) and the progress bar; above the data path, which never imports
+  it. Its sub-package ``framework.cmsrun.executor`` is ``cmsrun --executor dask``: the
+  datasets' work units on a Dask cluster (a job begun once per worker, unit after unit;
+  one server per host for the fallback; merge and one summary), the only package that
+  imports Dask (``dask``, ``distributed``) and ``filelock``; ``cmsrun``'s command line
+  reaches it lazily, for ``--executor dask`` only.
 * ``framework.bench`` - ``cmsbench``: every benchmark (delaying proxy, experiments, plots,
   the soak run, and the benchmarks' own jobs and module types: ``framework/bench/configs``,
   ``_modules.py``); it drives those configs like a user, and

@@ -24,9 +24,11 @@ import dataclasses
 import logging
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import awkward as ak
 import numpy as np
@@ -58,10 +60,11 @@ class Result:
         return body[0]
 
 
-def cmsrun_subprocess(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> Result:
+def cmsrun_subprocess(config: pathlib.Path, *args: str, cwd: pathlib.Path, env: dict | None = None) -> Result:
     done = subprocess.run(
         [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -262,6 +265,33 @@ def test_no_process(cmsrun, tmp_path, inputs):
     assert f"{config}: defines no 'process' (expected process = cms.Process(\"NAME\"))" in result.message
 
 
+# A histogram of JetHTProducer's product, for the Path-order cases.
+HT_HISTOGRAM = """process.hist = cms.EDAnalyzer("HistogramAnalyzer", fileName=cms.untracked.string("h.root"),
+    histograms=cms.VPSet(cms.PSet(name=cms.string("ht"), src=cms.InputTag("ht"), nbins=cms.uint32(4),
+                                  min=cms.double(0.0), max=cms.double(100.0))))
+"""
+
+RAISING = """
+from framework import EDAnalyzer
+
+
+class RaisingInBeginJob(EDAnalyzer):
+    def begin_job(self):
+        raise ValueError("no calibration")
+
+    def analyze(self, event):
+        pass
+
+
+class RaisingInBeginUnit(EDAnalyzer):
+    def begin_unit(self):
+        raise OSError(28, "No space left on device")
+
+    def analyze(self, event):
+        pass
+"""
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -295,6 +325,38 @@ def test_no_process(cmsrun, tmp_path, inputs):
             'process.p3 = cms.Path(cms.EDFilter("JetMultiplicityFilter"))\n',
             "Path 'p3' refers to an EDFilter of type 'JetMultiplicityFilter' that is not attached to the process",
         ),
+        (
+            "process.jets.minPt = cms.int32(30)\n",
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': expected double, got int32 30 "
+            "(CMSSW's types must match: cms.double(30))",
+        ),
+        (
+            'process.jets.minPt = cms.double(float("nan"))\n',
+            "EDFilter 'jets' (type JetMultiplicityFilter): parameter 'minPt': nan is not a number; every "
+            "comparison with it is false",
+        ),
+        (
+            'process.ht = cms.EDProducer("JetHTProducer")\n'
+            + HT_HISTOGRAM
+            + "process.p2 = cms.Path(process.hist + process.ht)\n",
+            "Unrunnable schedule: EDAnalyzer 'hist' (type HistogramAnalyzer) is on Path 'p2' and consumes products of "
+            "module 'ht', which follows it on the Path; put 'ht' before 'hist', or in a Task to run on demand",
+        ),
+        (
+            "process.s = cms.Sequence(process.jets)\nprocess.s += process.s\nprocess.p2 = cms.Path(process.s)\n",
+            "job_cfg.py: Sequence 's' contains itself (s -> s)",
+        ),
+        (
+            'process.ht = cms.EDProducer("JetHTProducer")\nprocess.t1 = cms.Task(process.ht)\n'
+            "process.t2 = cms.Task(process.t1)\nprocess.t1.add(process.t2)\n"
+            "process.p2 = cms.Path(process.jets, process.t1)\n",
+            "job_cfg.py: Task 't1' contains itself (t1 -> t2 -> t1)",
+        ),
+        (
+            "import raising\nprocess.raiser = cms.EDAnalyzer('raising:RaisingInBeginJob')\n"
+            "process.p2 = cms.Path(process.raiser)\n",
+            "EDAnalyzer 'raiser' (type raising:RaisingInBeginJob): begin_job() failed: ValueError: no calibration",
+        ),
     ],
     ids=[
         "unknown type",
@@ -305,12 +367,44 @@ def test_no_process(cmsrun, tmp_path, inputs):
         "untyped new parameter",
         "undefined module in Path",
         "unattached module in Path",
+        "int32 for double",
+        "NaN threshold",
+        "consumer before its producer on a Path",
+        "Sequence containing itself",
+        "Task containing itself",
+        "module raising in begin_job",
     ],
 )
 def test_bad_config(cmsrun, tmp_path, inputs, extra, expected):
+    (tmp_path / "raising.py").write_text(RAISING)
     result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), cwd=tmp_path)
     assert result.code == 1
     assert expected in result.message
+    assert_nothing_left(tmp_path)
+
+
+def test_module_placed_twice_on_a_path_is_warned_and_runs_once(cmsrun, tmp_path, inputs):
+    # CMSSW runs such a module once per event too (its schedule check takes a module's first
+    # place on a Path); a second place is most likely a slip: one warning line says so.
+    extra = (
+        'process.ht = cms.EDProducer("JetHTProducer")\nprocess.p2 = cms.Path(process.ht + process.jets + process.ht)\n'
+    )
+    result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), cwd=tmp_path)
+    assert result.code == 0, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "placed twice" in line]
+    assert (
+        len(warned) == 1
+        and "Path 'p2': module 'ht' is placed twice (entries 1 and 3); it runs once per event, at entry 1" in warned[0]
+    )
+
+
+def test_config_calling_sys_exit(tmp_path, inputs):
+    config = file_job(tmp_path, inputs["good"], extra="import sys\nsys.exit(3)\n")
+    line = config.read_text().splitlines().index("sys.exit(3)") + 1
+    result = cmsrun_subprocess(config, cwd=tmp_path)
+    assert result.code == 3
+    assert f"{config}:{line}: the config called sys.exit(3): the job did not run" in result.message
+    assert "Traceback" not in result.stderr
     assert_nothing_left(tmp_path)
 
 
@@ -331,6 +425,69 @@ def test_unwritable_output(cmsrun, tmp_path, inputs, out, problem):
     )
     assert not (tmp_path / "no_folder").exists(), "the missing folder was created"
     assert not list(tmp_path.rglob("*.tmp-*"))
+
+
+# ---------------------------------------------------------------------------- filesets
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        (
+            "fs.yaml",
+            "DY:\n  files:\n    {good}: Events\nDY:\n  files:\n    {good}: Events\n",
+            "fileset 'fs.yaml': key 'DY' is given twice (lines 1 and 4); the second would replace the first",
+        ),
+        (
+            "fs.json",
+            '{{"DY": {{"files": {{"{good}": "Events"}}}}, "DY": {{"files": {{"{good}": "Events"}}}}}}',
+            "fileset 'fs.json': key 'DY' is given twice; the second would replace the first",
+        ),
+        (
+            "fs.yaml",
+            "DY:\n  files:\n    {good}:\n      object_path: Events\n      steps: [[0, 2], [2, 30]]\n",
+            "fileset 'fs.yaml': dataset 'DY': steps [2, 30] of file '{good}' are beyond its 3 entries (tree 'Events')",
+        ),
+    ],
+    ids=["dataset twice (YAML)", "dataset twice (JSON)", "steps beyond the entries"],
+)
+def test_bad_fileset(cmsrun, tmp_path, inputs, name, text, expected):
+    (tmp_path / name).write_text(text.format(good=inputs["good"]))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = cmsrun(file_job(tmp_path, inputs["good"]), "--dataset", name, cwd=tmp_path)
+    assert result.code == 1
+    assert expected.format(good=inputs["good"]) in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*before, "job_cfg.py"]  # no cache, no output
+
+
+def test_failed_dataset_run_leaves_no_preprocessing_cache(cmsrun, tmp_path, inputs):
+    # The cache is written once the fileset is read; the job then fails: the folder is as it was.
+    (tmp_path / "raising.py").write_text(RAISING)
+    (tmp_path / "fs.yaml").write_text(f"DY:\n  files:\n    {inputs['good']}: Events\n")
+    extra = "process.raiser = cms.EDAnalyzer('raising:RaisingInBeginJob')\nprocess.p2 = cms.Path(process.raiser)\n"
+    result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), "--dataset", "fs.yaml", cwd=tmp_path)
+    assert result.code == 1
+    assert "begin_job() failed: ValueError: no calibration" in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py"]
+
+
+def test_unit_raising_on_dask_prints_one_line_and_no_worker_traceback(tmp_path, inputs):
+    # Not a framework error: Dask retries the unit, then the driver says why in one line; the
+    # worker's "Compute Failed" block (with its traceback) no longer precedes it, and Dask's
+    # scratch space ($TMPDIR/dask-scratch-space) is gone with the cluster.
+    (tmp_path / "raising.py").write_text(RAISING)
+    (tmp_path / "fs.yaml").write_text(f"DY:\n  files:\n    {inputs['good']}: Events\n")
+    extra = "process.raiser = cms.EDAnalyzer('raising:RaisingInBeginUnit')\nprocess.p2 = cms.Path(process.raiser)\n"
+    config = file_job(tmp_path, inputs["good"], extra=extra)
+    scratch = tmp_path / "tmp"  # the run's TMPDIR: Dask's scratch space must not stay there
+    scratch.mkdir()
+    args = ("--dataset", "fs.yaml", "--executor", "dask", "--workers", "1")
+    result = cmsrun_subprocess(config, *args, cwd=tmp_path, env={"TMPDIR": str(scratch)})
+    assert result.code == 1
+    assert "failed on the cluster: OSError: [Errno 28] No space left on device" in result.message
+    assert "Compute Failed" not in result.stderr and "Traceback" not in result.stderr  # the workers' too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py", "tmp"]
+    assert not list(scratch.iterdir()), f"left in TMPDIR: {sorted(p.name for p in scratch.iterdir())}"
 
 
 # ---------------------------------------------------------------------------- inference
@@ -397,13 +554,13 @@ process.TritonService = cms.Service(
                                            address=cms.untracked.string("127.0.0.1"),
                                            port=cms.untracked.uint32(p)) for p in {ports!r}]),
     fallback=cms.PSet(enable=cms.untracked.bool({fallback}), wait=cms.untracked.int32(60),
-                                modelRepository=cms.untracked.string({repository!r})),
+                                modelRepository=cms.untracked.string({fallback_repository!r})),
 )
 process.sender = cms.EDProducer("sonic_sender:Sender", width=cms.uint32({width}), dtype=cms.string({dtype!r}),
                                 Client=cms.PSet(modelName=cms.string({model!r}), timeout=cms.untracked.uint32(20),
                                                 mode=cms.string("Async"),
                                                 modelConfigPath=cms.FileInPath(
-                                                    {repository!r} + "/{model}/config.pbtxt")))
+                                                    {repository!r} + "/{config_model}/config.pbtxt")))
 process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"))
 process.p = cms.Path(process.sender)
 process.e = cms.EndPath(process.out)
@@ -442,12 +599,17 @@ def sonic_job(
     repository="good",
     width=4,
     dtype="float32",
+    config_model=None,
+    input="good",
+    fallback_repository=None,
 ) -> pathlib.Path:
     (folder / "sonic_sender.py").write_text(SENDER)
     config = folder / "sonic_cfg.py"
     config.write_text(
         SONIC_JOB.format(
-            input=str(inputs["good"]),
+            input=str(inputs[input]) if input in inputs else input,
+            config_model=config_model or model,
+            fallback_repository=str(repositories[repository]) if fallback_repository is None else fallback_repository,
             ports=list(ports),
             fallback=fallback,
             repository=str(repositories[repository]),
@@ -513,6 +675,53 @@ def test_server_returns_an_error(tmp_path, inputs, repositories, server):
     assert f"on server 'remote' (127.0.0.1:{port})" in message
     assert "ValueError: raiser: x must be positive" in message  # the model's own words
     assert_nothing_left(tmp_path)
+
+
+FREEZER = """
+import os, signal, time
+import framework.config as cms
+from sonic_sender import Sender
+
+
+class FreezingSender(Sender):
+    \"\"\"Stops the server (SIGSTOP) before its first request, noting when in freeze.time.\"\"\"
+
+    @classmethod
+    def fill_descriptions(cls, desc):
+        super().fill_descriptions(desc)
+        desc.add("serverPid", cms.int32(0), "the server to stop")
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.pid = params.serverPid
+
+    def acquire(self, event, input):
+        if not os.path.exists("freeze.time"):
+            os.kill(self.pid, signal.SIGSTOP)
+            with open("freeze.time", "w") as f:
+                f.write(repr(time.monotonic()))
+        super().acquire(event, input)
+"""
+
+
+def test_frozen_server_ends_the_job_at_its_deadline(cmsrun, tmp_path, inputs, repositories, server):
+    # The request's deadline (Client.timeout, 2 s) ends the job; the end of the job must not
+    # wait for the frozen server again (its statistics call had a 5 s deadline of its own).
+    (tmp_path / "freezer.py").write_text(FREEZER)
+    config = sonic_job(tmp_path, inputs, repositories, ports=[server.ports["grpc"]], fallback=False)
+    text = config.read_text().replace("sonic_sender:Sender", "freezer:FreezingSender")
+    text = text.replace("timeout=cms.untracked.uint32(20)", "timeout=cms.untracked.uint32(2)")
+    config.write_text(text.replace("Client=cms.PSet(", f"serverPid=cms.int32({server.pid}), Client=cms.PSet(", 1))
+    try:
+        result = cmsrun(config, cwd=tmp_path)
+        ended = time.monotonic()
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert result.code == 1
+    assert "deadline exceeded after 2 seconds (Client.timeout)" in result.message
+    frozen = float((tmp_path / "freeze.time").read_text())
+    assert ended - frozen < 2 + 3.5, f"the job ended {ended - frozen:.1f} s after the server froze"
+    assert "no end-of-job statistics of model 'doubler' from server 'remote' (its last call failed)" in result.stderr
 
 
 def test_unreachable_server(cmsrun, tmp_path, inputs, repositories):
@@ -602,6 +811,32 @@ def test_fallback_server_that_fails_to_start(tmp_path, inputs, repositories):
     assert "ImportError: broken: no module named 'torch_scatter'" in tail
     assert_nothing_left(tmp_path)
     assert not tritonserver_pids() - before
+
+
+def test_model_name_not_the_config_paths_model(cmsrun, tmp_path, inputs, repositories):
+    # The fallback would serve doubler's folder: CMSSW's answers "model not found" for nosuch.
+    before = tritonserver_pids()
+    # The fallback takes the model from its Client.modelConfigPath (fallback.modelRepository unset)
+    job = sonic_job(tmp_path, inputs, repositories, model="nosuch", config_model="doubler", fallback_repository="")
+    result = cmsrun(job, cwd=tmp_path)
+    assert result.code == 1
+    doubler = repositories["good"] / "doubler" / "config.pbtxt"
+    assert (
+        f"TritonService: model 'nosuch' is served by no server, and its Client.modelConfigPath {doubler} is the "
+        "config of model 'doubler', which a fallback server serves as 'doubler' (CMSSW's would answer 'model not "
+        "found' for 'nosuch')"
+    ) in result.message
+    assert "starting the fallback server" not in result.stderr
+    assert_nothing_left(tmp_path)
+    assert not tritonserver_pids() - before
+
+
+def test_wrong_input_found_before_the_fallback_server_starts(cmsrun, tmp_path, inputs, repositories):
+    result = cmsrun(sonic_job(tmp_path, inputs, repositories, input=str(tmp_path / "nosuch.root")), cwd=tmp_path)
+    assert result.code == 1
+    assert f"input file '{tmp_path / 'nosuch.root'}' does not exist" in result.message
+    assert "starting the fallback server" not in result.stderr  # found first: no server started for nothing
+    assert_nothing_left(tmp_path)
 
 
 def test_every_message_fits_one_line_even_when_long(cmsrun, tmp_path, inputs):

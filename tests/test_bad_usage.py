@@ -14,10 +14,14 @@ ship them) and damaged copies; everything runs in-process (``cmsrun`` fixture of
 
 from __future__ import annotations
 
+import http.server
 import os
 import pathlib
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import uproot
@@ -27,6 +31,7 @@ from framework.io import temporary_name
 from framework.io.samples import locate_sample
 from framework.serving import _leftovers
 from framework.serving._cmstriton import main as cmstriton
+from framework.serving.testing import TensorConfig, write_python_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATASET = ROOT / "configs" / "dataset_cfg.py"
@@ -61,6 +66,7 @@ def usage_line(stderr: str) -> str:
     return lines[-1]
 
 
+TENSORS = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))]}
 DASK = ["--dataset", "f.json", "--executor", "dask"]
 USAGE = {
     "-n -5": (["-n", "-5"], "argument -n/--max-events: -5 is not -1 (all events) or >= 0"),
@@ -78,6 +84,15 @@ USAGE = {
     "--scheduler alone": (["--scheduler", "tcp://x:8786"], "--scheduler need(s) --executor dask"),
     "-n with dask": ([*DASK, "-n", "5"], "-n/--max-events is not supported with --executor"),
     "--summary-json without value": (["--summary-json"], "argument --summary-json: expected one argument"),
+    "--workers beyond the machine": (
+        [*DASK, "--workers", "100000"],
+        "argument --workers: 100000 is more worker processes than this machine can run: at most ",
+    ),
+    "--workers with --scheduler": (
+        [*DASK, "--workers", "2", "--scheduler", "tcp://127.0.0.1:8786"],
+        "--workers starts a local cluster's workers: not with --scheduler",
+    ),
+    "--dump with --list-types": (["--dump", "--list-types"], "argument --list-types: not allowed with argument --dump"),
 }  # fmt: skip
 
 
@@ -105,6 +120,10 @@ CONFIG_ARGUMENTS = {
     "not name=value": (["--nosuch"], "argument '--nosuch' is not of the form name=value"),
     "wrong type": (["streams=abc"], "argument 'streams=abc': expected int, got 'abc'"),
     "given twice": (["outputFile=a.root", "outputFile=b.root"], "argument 'outputFile' given twice"),
+    "name==value": (
+        ["outputFile==x.root"],
+        "argument 'outputFile==x.root': one '=' between name and value (outputFile=x.root)",
+    ),
     "server port beyond 65535": ([], "argument 'server=127.0.0.1:117611': expected host:port with a TCP port"),
     "server port not a number": ([], "argument 'server=127.0.0.1:abc': expected host:port"),
     "server without port": ([], "argument 'server=localhost': expected host:port"),
@@ -126,6 +145,57 @@ def test_config_argument_error_exits_2(cmsrun, folder, case):  # noqa: F811 - th
     assert listing(folder) == before
 
 
+@pytest.fixture
+def http_server():
+    """An HTTP server on a free port of 127.0.0.1 (not a Dask scheduler): its address."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "code", "expected"),
+    [
+        ("notaurl", 2, "--scheduler notaurl: not a Dask scheduler address ([tcp://]HOST:PORT): missing port number"),
+        ("closed", 1, "--scheduler tcp://127.0.0.1:{port}: no Dask scheduler there (Connection refused)"),
+        ("http", 1, "--scheduler {http}: something listens there, but it is not a Dask scheduler (to Dask's identity "),
+    ],
+    ids=["not an address", "nothing listens", "an HTTP server"],
+)
+def test_scheduler_that_is_not_one_fails_in_bounded_time(
+    cmsrun,  # noqa: F811 - the fixture
+    folder,
+    monkeypatch,
+    http_server,
+    scheduler,
+    code,
+    expected,
+):
+    from framework.cmsrun.executor import _address
+
+    monkeypatch.setattr(_address, "SCHEDULER_TIMEOUT", 2.0)  # 10 s in use; the bound is the point here
+    port = closed_port()
+    address = {"closed": f"tcp://127.0.0.1:{port}", "http": http_server}.get(scheduler, scheduler)
+    (folder / "f.yaml").write_text("DY:\n  files:\n    in.root: Events\n")
+    before = listing(folder)
+    t0 = time.monotonic()
+    result = cmsrun(DATASET, "--dataset", "f.yaml", "--executor", "dask", "--scheduler", address, cwd=folder)
+    assert time.monotonic() - t0 < 30
+    assert result.code == code, result.stderr[-3000:]
+    assert expected.format(port=port, http=http_server) in result.message
+    assert "Traceback" not in result.stderr
+    assert listing(folder) == before
+
+
 TRITON_PORT = """
 process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(cms.PSet(
     name=cms.untracked.string("remote"), address=cms.untracked.string("127.0.0.1"),
@@ -134,6 +204,12 @@ process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet
 
 # CMSSW's configs build loopers, SubProcesses and secondary sources unconditionally: they
 # load and dump here, and the job that holds one is refused when it is built.
+TLS_FILE = """
+process.TritonService = cms.Service("TritonService", servers=cms.untracked.VPSet(cms.PSet(
+    name=cms.untracked.string("remote"), address=cms.untracked.string("127.0.0.1"), port=cms.untracked.uint32(8001),
+    useSsl=cms.untracked.bool(True), rootCertificates=cms.untracked.string({root!r}))))
+"""
+
 UNSUPPORTED = {
     "a looper (process.looper = cms.Looper(...))": 'process.looper = cms.Looper("IterateNTimesLooper")\n',
     "a SubProcess (process.addSubProcess)": 'process.addSubProcess(cms.SubProcess(cms.Process("SUB")))\n',
@@ -153,12 +229,18 @@ UNSUPPORTED = {
     + [(code, f"{feature} is a CMSSW feature not supported by pysonic") for feature, code in UNSUPPORTED.items()]
     + [
         ("process.maxEvents.input = -5\n", "process.maxEvents.input must be >= -1 (-1 = all events), got -5"),
+        (
+            TLS_FILE.format(root="/nosuch/ca.pem"),
+            "TritonService: servers 'remote': rootCertificates '/nosuch/ca.pem' does not exist",
+        ),
         (  # no type guessed from the value: the module declares an InputTag, not an int32
             'process.h = cms.EDProducer("JetHTProducer", src=3)\nprocess.p = cms.Path(process.h)\n',
             "(cms.double(...), cms.InputTag(...), ...: 'cmsrun --describe JetHTProducer' lists them), got int 3",
         ),
     ],
-    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)] + list(UNSUPPORTED) + ["maxEvents -5", "src=3"],
+    ids=[f"port {p}" for p in (0, 65536, 99999, 117611)]
+    + list(UNSUPPORTED)
+    + ["maxEvents -5", "useSsl with a missing certificate file", "src=3"],
 )
 def test_configuration_error_exits_1(cmsrun, folder, extra, expected):  # noqa: F811 - the fixture
     (folder / "all_cfg.py").write_text(ALL_EVENTS + extra)
@@ -255,6 +337,43 @@ def test_cmstriton_usage_error_exits_2(tmp_path, capsys, args, expected):
     assert cmstriton([*args, "--dir", str(tmp_path / "state")] if args[0] == "start" else args) == 2
     assert expected in usage_line(capsys.readouterr().err)
     assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_on_a_repository_without_models(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cmstriton(["start", "--repository", str(tmp_path / "empty"), "--dir", str(tmp_path / "state")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"cmstriton: --repository {tmp_path / 'empty'} holds no model (a model is a folder with a config.pbtxt, "
+        "or with 1/model.onnx): a server would start serving nothing"
+    )
+    assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_with_a_model_file_missing_names_the_users_file(tmp_path, capsys):
+    # tritonserver would name its copy of the repository, and wait for the model until --wait.
+    write_python_model(tmp_path / "repo", "m", "class TritonPythonModel:\n    pass\n", **TENSORS)
+    (tmp_path / "repo" / "m" / "1" / "model.py").unlink()
+    t0 = time.monotonic()
+    assert cmstriton(["start", "--repository", str(tmp_path / "repo"), "--dir", str(tmp_path / "state")]) == 1
+    assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"model 'm': {tmp_path / 'repo' / 'm' / '1' / 'model.py'} does not exist (the model file of version 1)"
+    )
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "state").exists()
+
+
+def test_cmstriton_start_that_fails_leaves_no_log_in_a_state_folder_that_was_there(tmp_path, capsys):
+    write_python_model(tmp_path / "repo", "broken", "raise ImportError('no torch_scatter')\n", **TENSORS)
+    state = tmp_path / "state"
+    state.mkdir()  # the user's folder: it stays, as empty as it was
+    assert cmstriton(["start", "--repository", str(tmp_path / "repo"), "--dir", str(state), "--wait", "60"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "failed to load 'broken' version 1: Internal: ImportError: no torch_scatter" in first
+    assert first.endswith("; the last lines of its log:") and str(state) not in first
+    assert list(state.iterdir()) == []
 
 
 # ---------------------------------------------------------------------------- after a kill

@@ -179,7 +179,7 @@ def test_a_server_declares_its_http_endpoint():
         {"name": "b", "address": "h", "port": 9001},
     ]
     svc = TritonService(desc.validate({"servers": servers}, "TritonService"))
-    assert (svc.routing.servers["a"].http_address, svc.routing.servers["b"].http_address) == ("h:8000", "")
+    assert (svc.routing.book.servers["a"].http_address, svc.routing.book.servers["b"].http_address) == ("h:8000", "")
     with pytest.raises(ConfigurationError, match=r"servers 'a': httpPort: 70000 is not a TCP port"):
         TritonService(desc.validate({"servers": [{**servers[0], "httpPort": 70000}]}, "TritonService"))
 

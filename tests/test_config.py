@@ -610,19 +610,27 @@ def test_description_accepts_unambiguous_plain_values_and_compatible_types():
     assert ps.minPt == 25.0 and type(ps.minPt) is float and ps.minNumber == 3
     assert ps.names == ["x", "y"] and ps.src == cms.InputTag("a", "b")
     assert ps.Client.timeout == 5 and [h.name for h in ps.histograms] == ["h", "g"]
-    assert _description().validate({"modelName": "m", "minPt": cms.int32(7)}, CTX).minPt == 7.0
+    # A typed integer for a double: refused, as CMSSW refuses it (a plain 7 is fine)
+    with pytest.raises(
+        ConfigurationError, match=r"expected double, got int32 7 \(CMSSW's types must match: cms.double\(7\)\)"
+    ):
+        _description().validate({"modelName": "m", "minPt": cms.int32(7)}, CTX)
 
 
 def test_description_vectors_of_tags_and_numbers():
     desc = cms.ParameterSetDescription()
     desc.add("tags", cms.VInputTag(), "tags")
     desc.add("weights", cms.vdouble(), "weights")
-    ps = desc.validate({"tags": ["a", cms.InputTag("b", "c")], "weights": cms.vint32(1, 2)}, CTX)
+    ps = desc.validate({"tags": ["a", cms.InputTag("b", "c")], "weights": [1, 2]}, CTX)
     assert ps.tags == [cms.InputTag("a"), cms.InputTag("b:c")] and all(isinstance(t, cms.InputTag) for t in ps.tags)
     assert ps.weights == [1.0, 2.0] and all(type(w) is float for w in ps.weights)
     assert ps.to_dict() == {"tags": ["a", "b:c"], "weights": [1.0, 2.0]}
     with pytest.raises(ConfigurationError, match="parameter 'weights': expected vdouble, got vstring"):
         desc.validate({"weights": cms.vstring("x")}, CTX)
+    with pytest.raises(ConfigurationError, match=r"expected vdouble, got vint32 .* must match: cms.vdouble\(...\)"):
+        desc.validate({"weights": cms.vint32(1, 2)}, CTX)
+    with pytest.raises(ConfigurationError, match=r"parameter 'weights': nan is not a number \(element 1\)"):
+        desc.validate({"weights": [1.0, float("nan")]}, CTX)
 
 
 def test_description_tracked_mismatch():

@@ -8,6 +8,12 @@ cmsrun exits within a bounded time with 128 + the signal number; the output, alr
 begun as ``out.root.tmp-<pid>``, is removed (see cmsrun's docstring for why not kept);
 the fallback server that the job started is gone.
 
+A module stuck for good (in ``analyze`` on the trio thread, on a worker thread, in
+``end_job``) keeps the first signal from taking effect; the second one ends cmsrun at once
+(as CMSSW's): 128 + its number within seconds, one line naming the module, its method and
+event, no unfinished output, the fallback server stopped. Those jobs are tiny (EmptySource,
+a module that blocks in C on a lock with the GIL released, as on a socket).
+
 Policy: cmsrun runs in its own session (so that the signal reaches nothing else); every
 wait has a deadline, and a job that outlives it is killed.
 """
@@ -147,3 +153,157 @@ def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     # The job stops its server before exiting; a zombie is only an entry of the process table.
     alive = {pid for pid in servers if _proc_state(pid) not in (None, "Z")}
     assert not alive, f"tritonserver left running: {alive}"
+
+
+# ---------------------------------------------------------------------------- a stuck module
+
+# A module that blocks forever where the case says: in analyze() of event 3 (on the trio
+# thread, or on a worker thread when thread-safe) or in end_job(). The wait is a lock's, in
+# C with the GIL released, as a module waiting on a socket or a library would be. It
+# touches stuck.flag first, so that the test signals it once it is stuck.
+STUCK_MODULE = """
+import threading
+
+import numpy as np
+
+import framework.config as cms
+from framework import EDAnalyzer
+from framework.sonic import SonicEDProducer
+
+
+class Stuck(EDAnalyzer):
+    @classmethod
+    def fill_descriptions(cls, desc):
+        desc.add("where", cms.string("analyze"), "analyze or end_job")
+        desc.add("threadSafe", cms.bool(False), "analyze() on a worker thread")
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.where, self.thread_safe = params.where, params.threadSafe
+
+    def analyze(self, event):
+        if self.where == "analyze" and event.id.event == 3:
+            self._block()
+
+    def end_job(self):
+        if self.where == "end_job":
+            self._block()
+
+    @staticmethod
+    def _block():
+        open("stuck.flag", "w").close()
+        threading.Event().wait()
+
+
+class Sender(SonicEDProducer):
+    def __init__(self, params):
+        super().__init__(params)
+        self.produces()
+
+    def acquire(self, event, input):
+        input["x"].to_server(np.ones((1, 4), np.float32))
+
+    def produce(self, event, output):
+        event.put(output["y"].from_server()[0])
+"""
+
+STUCK_JOB = """
+import framework.config as cms
+process = cms.Process("STUCK")
+process.source = cms.Source("EmptySource")
+process.maxEvents.input = 20
+process.options.numberOfThreads = 2
+process.options.numberOfStreams = 2
+process.stuck = cms.EDAnalyzer("stuck_module:Stuck", where=cms.string({where!r}), threadSafe=cms.bool({thread_safe}))
+process.out = cms.OutputModule("NanoAODOutputModule", fileName=cms.untracked.string("out.root"))
+process.p = cms.Path(process.stuck)
+process.e = cms.EndPath(process.out)
+"""
+
+# With a SONIC module, the job's fallback server runs while end_job() is stuck.
+SONIC_PART = """
+process.sender = cms.EDProducer("stuck_module:Sender", Client=cms.PSet(
+    modelName=cms.string("doubler"), mode=cms.string("Async"), timeout=cms.untracked.uint32(20),
+    modelConfigPath=cms.FileInPath({repository!r} + "/doubler/config.pbtxt")))
+process.TritonService = cms.Service("TritonService", fallback=cms.PSet(
+    enable=cms.untracked.bool(True), modelRepository=cms.untracked.string({repository!r})))
+process.p = cms.Path(process.sender + process.stuck)
+"""
+
+DOUBLER = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("y", 2 * pb_utils.get_input_tensor_by_name(r, "x").as_numpy())]) for r in requests]
+"""
+
+SECOND_SIGNAL_DEADLINE = 20.0  # seconds from the second signal to the exit: the cleanup's bound (10 s) and slack
+
+
+@pytest.mark.parametrize(
+    ("where", "thread_safe", "sonic", "signums", "stuck_in"),
+    [
+        ("analyze", False, False, (signal.SIGINT, signal.SIGINT), "analyze() for event 1:1:3"),
+        ("analyze", True, False, (signal.SIGTERM, signal.SIGTERM), "analyze() for event 1:1:3"),
+        ("end_job", False, True, (signal.SIGINT, signal.SIGTERM), "in end_job() of EDAnalyzer 'stuck'"),
+    ],
+    ids=["trio thread", "worker thread", "end_job with a fallback server"],
+)
+def test_second_signal_ends_a_stuck_job_at_once(tmp_path, where, thread_safe, sonic, signums, stuck_in):
+    from framework.serving.testing import TensorConfig, write_python_model
+
+    (tmp_path / "stuck_module.py").write_text(STUCK_MODULE)
+    config = STUCK_JOB.format(where=where, thread_safe=thread_safe)
+    if sonic:
+        repository = tmp_path / "models"
+        tensors = {"inputs": [TensorConfig("x", dims=(4,))], "outputs": [TensorConfig("y", dims=(4,))]}
+        write_python_model(repository, "doubler", DOUBLER, **tensors)
+        config += SONIC_PART.format(repository=str(repository))
+    (tmp_path / "stuck_cfg.py").write_text(config)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "framework.cmsrun", "stuck_cfg.py", "--no-progress"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stderr = StderrReader(job.stderr)
+    try:
+        deadline = time.monotonic() + START_DEADLINE
+        while not (tmp_path / "stuck.flag").exists():
+            assert job.poll() is None and time.monotonic() < deadline, f"the module never got stuck:\n{stderr.text()}"
+            time.sleep(0.1)
+        servers = tritonserver_children(job.pid)
+        assert bool(servers) == sonic, servers
+        first, second = signums
+        os.kill(job.pid, first)
+        assert stderr.wait_for(f"{signal.Signals(first).name} received: stopping the job", 30), stderr.text()
+        time.sleep(0.5)  # the graceful stop cannot end: the module is stuck
+        assert job.poll() is None, stderr.text()
+        os.kill(job.pid, second)
+        t0 = time.monotonic()
+        job.wait(SECOND_SIGNAL_DEADLINE)
+        print(f"ended {time.monotonic() - t0:.1f} s after the second signal")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(10)
+    log = stderr.text()
+    assert job.returncode == 128 + second, log[-3000:]
+    (line,) = [line for line in log.splitlines() if "received again" in line]
+    assert f"cmsrun: {signal.Signals(second).name} received again: stopping at once; the job was in " in line
+    assert stuck_in in line and "EDAnalyzer 'stuck' (type stuck_module:Stuck)" in line, line
+    assert "stopped at once: unfinished outputs removed, servers stopped" in log
+    assert "Traceback" not in log
+    # No unfinished output. Stuck in end_job(), every event was written: whether the output is
+    # committed then is the output writer's business (tests/test_output.py).
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out.root"))
+    assert not [name for name in left if where != "end_job" or ".tmp-" in name], f"output left behind: {left}"
+    alive = {pid for pid in servers if _proc_state(pid) not in (None, "Z")}
+    assert not alive, f"tritonserver left running: {alive}"
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pysonic_shm_{job.pid}_")]

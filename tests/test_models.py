@@ -425,3 +425,18 @@ def test_committed_models_match_build_script():
         env=env,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_onnxruntime_imported_without_leaving_its_telemetry_file(tmp_path):
+    """onnxruntime's telemetry SDK writes ``$TMPDIR/.ses`` when imported, and leaves it;
+    ``import_onnxruntime`` imports it with a TMPDIR of its own, removed after."""
+    leaves, ours = tmp_path / "plain", tmp_path / "ours"
+    for folder, code in (
+        (leaves, "import onnxruntime"),
+        (ours, "from framework.serving.onnx_backend import import_onnxruntime; import_onnxruntime().get_device()"),
+    ):
+        folder.mkdir()
+        env = {**os.environ, "TMPDIR": str(folder)}
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert [p.name for p in leaves.iterdir()] == [".ses"]  # what the plain import leaves
+    assert not list(ours.iterdir())

@@ -256,3 +256,15 @@ async def test_plain_text_config_cannot_use_a_tls_server(tls_server, pki, caplog
     with caplog.at_level(logging.WARNING, logger="pysonic.sonic"), pytest.raises(ExternalFailure, match=error):
         await run_job(job)
     assert any("'secure'" in r.getMessage() and "cannot be reached" in r.getMessage() for r in caplog.records)
+
+
+def test_certificate_files_without_use_ssl_are_warned_of(tls_server, pki, caplog):
+    """CMSSW's TritonService reads the files only with ``useSsl``; given without it they are
+    unused here too, and one warning says so (a plain channel where TLS was meant)."""
+    with caplog.at_level(logging.WARNING, logger="pysonic.sonic"):
+        build_job(tls_process(tls_server, pki, use_ssl=False))  # opens no channel
+    warned = [r.getMessage() for r in caplog.records if "useSsl is False" in r.getMessage()]
+    assert warned == [
+        "TritonService: servers 'secure': rootCertificates, privateKey, certificateChain given but useSsl is False: "
+        "not used (the channel is plain gRPC)"
+    ]

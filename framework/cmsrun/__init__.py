@@ -14,6 +14,8 @@ Files, in the direction of their imports (each imports only files above it):
   through the core's registry.
 * ``_datasets``: ``cmsrun --dataset``: one job per dataset (:func:`plan_datasets`), and
   :func:`run_unit` for one work unit.
+* ``_signals``: Ctrl-C and SIGTERM: the job's trio loop on a thread of its own, a graceful
+  first stop, an immediate second one naming where the job was stuck.
 * ``executor``: ``cmsrun --executor dask``, a package of its own (the only one that knows
   Dask), built on the files above.
 * ``_main``: the command line (:func:`main`, :func:`edm_config_dump`); it reaches the

@@ -65,7 +65,10 @@ def plan_datasets(
         cache = preprocess_cache_path(process, fileset)
         if not cache.parent.is_dir():
             cache = None  # the output module names the missing folder when the job starts
-    units = preprocess(datasets, chunk_size, cache=cache, mapper=mapper, access=RemoteAccess.from_config(source))
+    try:
+        units = preprocess(datasets, chunk_size, cache=cache, mapper=mapper, access=RemoteAccess.from_config(source))
+    except ConfigurationError as exc:  # steps beyond a file's entries: name the fileset too
+        raise ConfigurationError(f"fileset '{fileset}': {exc.args[0]}") from None
     return [(d, units[d.name]) for d in datasets]
 
 

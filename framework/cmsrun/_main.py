@@ -29,8 +29,10 @@ in flight are abandoned (their inference requests cancelled), output modules DEL
 unfinished files, and the fallback Triton server is stopped; then cmsrun exits with
 128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
 file holding an arbitrary part of the input would be too easily taken for a complete one,
-and removing it is simpler and honest. A second signal during that cleanup interrupts it
-at once (the fallback server still dies with cmsrun: its watchdog).
+and removing it is simpler and honest. A second signal (during that cleanup, or while a
+module is stuck and the first could not take effect) ends the process at once, as CMSSW's
+does, naming the module and event it was stuck in; unfinished outputs are removed and the
+servers it started stopped all the same (``framework/cmsrun/_signals.py``).
 """
 
 from __future__ import annotations
@@ -41,16 +43,16 @@ import logging
 import os
 import signal
 import sys
-import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
-import trio
+import psutil
 from rich.console import Console
 from rich.logging import RichHandler
 
 from framework import config as cms
-from framework.core import JobReport, build_job, find_type, run_job, type_catalog
+from framework.core import JobReport, available_cores, build_job, find_type, type_catalog
 from framework.io import (
     DEFAULT_CHUNK_SIZE,
     atomic_write,
@@ -62,55 +64,16 @@ from framework.io import (
     output_path,
     remove_stale_temporaries,
 )
-from framework.utilities import FrameworkError, UsageError
+from framework.utilities import ConfigurationError, FrameworkError, UsageError
 
 from ._progress import progress_bar
+from ._signals import JobStopped as JobStopped
+from ._signals import run_stoppable
 from ._summary import print_summary
 
 log = logging.getLogger("pysonic")
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 HELP_FLAGS = ("-h", "--help")  # after the config's name: the config's own help
-
-
-class JobStopped(KeyboardInterrupt):
-    """The job was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-async def _cancel_on_signal(scope: trio.CancelScope, received: list[int]) -> None:
-    # The signal becomes a cancellation of the job, never an exception raised at a random
-    # point of a module or of grpc: a KeyboardInterrupt raised while grpc held one of its
-    # locks has been seen to hang the cleanup (the end-of-job statistics call) for good.
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async for signum in signals:
-            received.append(signum)
-            log.warning(
-                "cmsrun: %s received: stopping the job (unfinished outputs are removed, the "
-                "fallback server is stopped; press Ctrl-C again to stop at once)",
-                signal.Signals(signum).name,
-            )
-            scope.cancel()
-            break
-    # Leaving the block restores trio's handler: a second Ctrl-C raises KeyboardInterrupt.
-
-
-async def run_until_stopped(job: Any, on_event: Any = None) -> JobReport:
-    """``run_job(job)``, cancelled cleanly by SIGINT or SIGTERM.
-
-    Raises:
-        JobStopped: after the job was cancelled and cleaned up (``run_job``'s abort path).
-        FrameworkError: as ``run_job``.
-    """
-    received: list[int] = []
-    with trio.CancelScope() as scope:
-        if threading.current_thread() is threading.main_thread():  # signals reach only that one
-            trio.lowlevel.spawn_system_task(_cancel_on_signal, scope, received)
-        return await run_job(job, on_event=on_event)
-    raise JobStopped(received[0] if received else signal.SIGINT)
 
 
 def _ordinal(n: int) -> str:
@@ -173,17 +136,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --executor dask: keep the units' parts and a manifest.json beside the merged outputs",
     )
-    p.add_argument(
+    only = p.add_mutually_exclusive_group()  # each prints something and exits: one at a time
+    only.add_argument(
         "--dump",
         action="store_true",
         help="print the loaded config as Python in CMSSW's layout (CMSSW's edmConfigDump) and exit",
     )
-    p.add_argument(
+    only.add_argument(
         "--list-types",
         action="store_true",
         help="list the registered types (module, source, service) with their kind and package, and exit",
     )
-    p.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
+    only.add_argument("--describe", metavar="TYPE", help="print the parameters of a module type and exit")
     return p
 
 
@@ -228,6 +192,20 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
+    from ._datasets import preprocess_cache_path
+
+    cache = preprocess_cache_path(process, ns.dataset)
+    cached_before = cache.exists()
+    try:
+        return _run_datasets(ns, console, process)
+    except BaseException:
+        if not cached_before:  # a failed run leaves the folder as it found it
+            cache.unlink(missing_ok=True)
+        raise
+
+
+def _run_datasets(ns: argparse.Namespace, console: Console, process: Any) -> int:
+    """``--dataset``: each dataset of the fileset, in turn or on Dask."""
     # The outputs of every dataset, checked before any file is preprocessed or unit run (a
     # job built only for that: its modules' constructors open nothing, its source no file).
     job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
@@ -316,9 +294,11 @@ def _run_job(
                 latency * 1e3,
             )
 
+    outputs = [output_path(path) for _, path in job.declared_outputs()]
+    folders = output_folders([("", p) for p in outputs] + ([("", Path(summary_json))] if summary_json else []))
     try:
         with progress:
-            report = trio.run(run_until_stopped, job, on_event)
+            report = run_stoppable(job, on_event, folders)
     except KeyboardInterrupt:
         log.warning("cmsrun: stopped after %d events", done)
         raise
@@ -403,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cmsrun: error: {usage}", file=sys.stderr)
             return 2
         return _run(ns, console)
+    except SystemExit as exc:  # the config's own sys.exit (its argparse's --help, a usage error, ...)
+        return _config_exited(exc, ns.config, console)
     except FrameworkError as exc:
         _print_fatal(exc, console)
         if os.environ.get("PYSONIC_TRACEBACK"):
@@ -447,6 +429,16 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
             f"argument -j/--streams: {ns.streams} is not >= 0 (0: as many streams as threads)",
         ),
         (ns.workers is not None and ns.workers < 1, f"argument --workers: {ns.workers} is not >= 1"),
+        (
+            ns.workers is not None and ns.workers > max_workers(),
+            f"argument --workers: {ns.workers} is more worker processes than this machine can run: at most "
+            f"{max_workers()} ({WORKERS_PER_CORE} per available core, {available_cores()} core(s), and "
+            f"{WORKER_MEMORY >> 20} MiB of available memory each)",
+        ),
+        (
+            ns.workers is not None and bool(ns.scheduler),
+            "--workers starts a local cluster's workers: not with --scheduler (that cluster has its own)",
+        ),
         (ns.chunk_size is not None and ns.chunk_size < 1, f"argument --chunk-size: {ns.chunk_size} is not >= 1"),
         (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
         (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
@@ -458,6 +450,34 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
         ),
     ]
     return next((message for bad, message in problems if bad), None)
+
+
+def _config_exited(exc: SystemExit, config: str, console: Console) -> int:
+    """The exit code of a config that called ``sys.exit`` while it was loaded; one line
+    naming the config and where, unless argparse already said why (its ``--help``, its usage
+    error) or the config asked for success."""
+    code = exc.code
+    frames = traceback.extract_tb(exc.__traceback__)
+    if code in (None, 0) or any(f.filename.endswith(f"{os.sep}argparse.py") for f in frames):
+        return code if isinstance(code, int) else 0
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(config)]
+    where = f"{config}:{mine[-1].lineno}" if mine else config
+    if isinstance(code, int):
+        _print_fatal(ConfigurationError(f"{where}: the config called sys.exit({code}): the job did not run"), console)
+        return code
+    _print_fatal(ConfigurationError(f"{where}: the config exited: {code}"), console)
+    return 1
+
+
+WORKERS_PER_CORE = 4  # worker processes per core --workers accepts (units waiting on I/O or a server)
+WORKER_MEMORY = 256 << 20  # bytes of available memory a worker process needs at least (its imports, a job)
+
+
+def max_workers() -> int:
+    """The most local Dask worker processes ``--workers`` accepts here: WORKERS_PER_CORE per
+    available core, and no more than the available memory holds at WORKER_MEMORY each."""
+    memory = psutil.virtual_memory().available // WORKER_MEMORY
+    return max(1, min(WORKERS_PER_CORE * available_cores(), memory))
 
 
 def _print_fatal(exc: FrameworkError, console: Console) -> None:

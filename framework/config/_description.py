@@ -15,8 +15,9 @@ read-only :class:`ParameterSet` of plain Python values with defaults filled.
 
 Accepted values (CMSSW itself is stricter: types must match exactly):
 
-- a typed parameter of the declared type; any typed integer for an integer type and
-  any typed integer or double for ``double`` (range-checked); likewise for vectors;
+- a typed parameter of the declared type; any typed integer for an integer type
+  (range-checked); likewise for vectors. A typed integer for a ``double`` is refused, as
+  CMSSW refuses it ("should be defined as a tracked double");
 - plain Python values where unambiguous: int (not bool) for integer types, int or float
   for ``double``, bool for ``bool``, str for ``string`` and ``InputTag``, lists of those
   for vectors, dict for ``PSet``, list of dict/PSet for ``VPSet``.
@@ -27,6 +28,7 @@ Plain values have no tracked-ness; a typed value must match the declared tracked
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -50,7 +52,7 @@ __all__ = ["DescriptionRow", "ParameterSet", "ParameterSetDescription"]
 # Typed values of these families convert into the key's family (range-checked).
 # A FileInPath given for a string parameter stands for its relative path (CMSSW modules
 # such as BoostedJetONNXJetTagsProducer take a string and resolve it as a FileInPath).
-_COMPATIBLE = {"float": {"int", "float"}, "vfloat": {"vint", "vfloat"}, "string": {"string", "FileInPath"}}
+_COMPATIBLE = {"string": {"string", "FileInPath"}}
 
 
 class _Missing:
@@ -361,11 +363,20 @@ def _check_scalar(entry: _Entry, value: Any, context: str, where: str) -> Any:
             result = _plain_result(cls._convert(raw))
             if cls is VInputTag:  # a VInputTag keeps strings as given; modules get InputTags
                 result = [InputTag(v) if isinstance(v, str) else v for v in result]
+            if cls._family in ("float", "vfloat"):
+                _refuse_nan(result, context, where)
             return result
         except _Invalid as e:
             # Ranges and vector elements need the detail; a scalar of the wrong type does not.
             if e.out_of_range or issubclass(cls, _Vector):
                 reason = f": {e}"
+    if (
+        isinstance(value, _ParameterTypeBase)
+        and cls._family in ("float", "vfloat")
+        and value._family in ("int", "vint")
+    ):
+        typed = "cms." + entry.type_name().replace(" ", ".")
+        reason = f" (CMSSW's types must match: {typed}({raw if cls._family == 'float' else '...'}))"
     raise ConfigurationError(
         f"{context}: parameter '{where}': expected {entry.type_name()}, got {describe_value(value)}{reason}"
     )
@@ -378,6 +389,19 @@ def _check_vpset(entry: _Entry, value: Any, context: str, where: str) -> list[Pa
         raise ConfigurationError(f"{context}: parameter '{where}': expected VPSet, got {describe_value(value)}")
     assert entry.nested is not None  # PSet and VPSet entries always carry their description
     return [_validate_pset(entry.nested, item, context, f"{where}[{i}].") for i, item in enumerate(value)]
+
+
+def _refuse_nan(value: float | list[float], context: str, where: str) -> None:
+    """A NaN compares false with everything: as a cut it silently rejects (or keeps) every
+    object. CMSSW's language accepts ``float('nan')``; pysonic refuses it in a double
+    parameter (infinities stay valid: "no cut")."""
+    values = value if isinstance(value, list) else [value]
+    bad = [i for i, v in enumerate(values) if isinstance(v, float) and math.isnan(v)]
+    if bad:
+        at = "" if not isinstance(value, list) else f" (element {bad[0]})"
+        raise ConfigurationError(
+            f"{context}: parameter '{where}': nan is not a number{at}; every comparison with it is false"
+        )
 
 
 def _plain_result(converted: Any) -> Any:

@@ -24,6 +24,7 @@ from framework.utilities import ConfigurationError, FrameworkError, UsageError
 
 from ._modifiers import CHOSEN
 from ._process import Process
+from ._sequences import Task, _ModuleSequence
 from ._varparsing import VarParsing, _Arguments, current_arguments
 
 __all__ = ["VarParsing", "load_config"]
@@ -101,12 +102,51 @@ def load_config(path: str | os.PathLike[str], args: Sequence[str] = ()) -> Proce
             f"config {filename} does not take arguments (it reads neither VarParsing nor sys.argv): "
             f"{' '.join(arguments.args)}"
         )
+    # Looked for before resolve(), which would recurse without end over such a cycle (and
+    # could leave a Task half-rebuilt when the RecursionError hits it).
+    cycle = containment_cycle(process)
+    if cycle is not None:
+        raise ConfigurationError(f"{filename}: {cycle}")
     try:
         process.resolve()  # SequencePlaceholders, as cmsRun does before running
         process.validate_()
     except ConfigurationError as e:
         raise ConfigurationError(f"{filename}: {e.args[0]}") from None
+    except RecursionError:
+        raise ConfigurationError(
+            f"{filename}: a Sequence or Task contains itself (too deeply nested to tell which)"
+        ) from None
     return process
+
+
+def containment_cycle(process: Process) -> str | None:
+    """The first of ``process``'s Sequences and Tasks found that contains itself, directly
+    or through others (``"Sequence 's1' contains itself (s1 -> s2 -> s1)"``), or None. CMSSW's
+    own language recurses without end over such a cycle."""
+
+    def children(node: Any) -> list[Any]:
+        items = list(getattr(node, "_items", []))
+        items += list(getattr(node, "_tasks", []))
+        return [i for i in items if isinstance(i, (_ModuleSequence, Task))]
+
+    state: dict[int, int] = {}  # 1: on the current chain, 2: done
+
+    def visit(node: Any, chain: list[Any]) -> list[Any] | None:
+        state[id(node)] = 1
+        for child in children(node):
+            if state.get(id(child)) == 1:
+                return [*chain[[id(c) for c in chain].index(id(child)) :], child]
+            if id(child) not in state and (cycle := visit(child, [*chain, child])):
+                return cycle
+        state[id(node)] = 2
+        return None
+
+    roots = [o for o in process._objects.values() if isinstance(o, (_ModuleSequence, Task))]
+    for root in roots:
+        if id(root) not in state and (cycle := visit(root, [root])):
+            names = " -> ".join(c._label or f"(unlabelled {c._kind})" for c in cycle)
+            return f"{cycle[0]._what_()} contains itself ({names})"
+    return None
 
 
 def _run(code: Any, namespace: dict[str, Any], filename: str, arguments: _Arguments, argv: _Argv) -> None:

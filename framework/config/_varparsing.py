@@ -194,6 +194,8 @@ class VarParsing:
                 raise SystemExit(0)
             return
         name, sep, text = arg.partition("=")
+        if text.startswith("="):  # CMSSW's would take "=x.root" as the value: a typo, never meant
+            raise UsageError(f"argument '{arg}': one '=' between name and value ({name}={text.lstrip('=')})")
         base, _, suffix = name.rpartition("_")
         list_var = self._vars.get(base)
         if suffix in ("clear", "load") and list_var is not None and list_var.mult is self.multiplicity.list:

@@ -8,6 +8,7 @@ naming the module label and type.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from ._source_base import Source
 from ._worker import Worker
 
 __all__ = ["Job", "PathSpec", "ProductDescription", "ProductRegistry", "build_job", "concurrency"]
+
+log = logging.getLogger("pysonic")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,10 @@ class Job:
     begun: list[EDModule] = field(default_factory=list)  # modules whose begin_job ran
     # time.perf_counter() when build_job began: the start of the job's total wall time
     created: float = field(default_factory=time.perf_counter)
+    # The job-level transition under way, (what, since: time.monotonic seconds), e.g.
+    # ("end_job() of EDAnalyzer 'a' (type A)", t): what cmsrun's immediate stop names when
+    # no module is processing an event (framework.core._scheduler sets it).
+    transition: tuple[str, float] | None = None
 
     def declared_outputs(self) -> list[tuple[str, str]]:
         """Every file the job's modules and services write, as configured:
@@ -294,6 +301,11 @@ def build_job(
     paths = [_path_spec(name, p, workers, end=False) for name, p in process.paths_().items()]
     endpaths = [_path_spec(name, p, workers, end=True) for name, p in process.endpaths_().items()]
     _check_dependencies(workers)
+    for spec in paths + endpaths:
+        _check_path_order(spec)
+    for kind, group in (("Path", process.paths_()), ("EndPath", process.endpaths_())):
+        for name, path in group.items():
+            _warn_repeated(kind, name, path)
     mx = max_events if max_events is not None else process.maxEvents_()
     job = Job(
         process.name_(),
@@ -380,6 +392,51 @@ def _path_spec(name: str, path: Any, workers: dict[str, Worker], *, end: bool) -
             raise ConfigurationError(f"Path '{name}': OutputModule '{label}' belongs on an EndPath")
         entries.append((worker, inverted))
     return PathSpec(name, entries, end=end)
+
+
+def _check_path_order(spec: PathSpec) -> None:
+    """A module placed on a Path before the module whose products it consumes: CMSSW refuses
+    the schedule ("Unrunnable schedule": a module on a Path runs in its place, not on
+    demand, so the job could deadlock); so does pysonic, which would otherwise run the
+    producer early. A producer meant to run on demand belongs in a Task."""
+    place = {worker.label: i for i, (worker, _) in enumerate(spec.entries)}
+    kind = "EndPath" if spec.end else "Path"
+    for i, (worker, _) in enumerate(spec.entries):
+        for c in worker.consumes:
+            j = place.get(c.label)
+            if j is not None and j > i:
+                raise ConfigurationError(
+                    f"Unrunnable schedule: {worker.describe()} is on {kind} '{spec.name}' and consumes "
+                    f"products of module '{c.label}', which follows it on the {kind}; put '{c.label}' "
+                    f"before '{worker.label}', or in a Task to run on demand"
+                )
+
+
+def _warn_repeated(kind: str, name: str, path: Any) -> None:
+    """One warning per module placed twice on one Path (directly or through Sequences): it
+    runs once per event, at its first place, as CMSSW's would (its schedule checks take a
+    module's first place on a Path); a second place is most likely a slip."""
+    seen: dict[str, int] = {}
+    for i, (module, _) in enumerate(path._entries_(), 1):
+        label = module.label_() if module.hasLabel_() else None
+        if label is None:
+            continue
+        if label in seen and (kind, name, label) not in _warned:
+            _warned.add((kind, name, label))  # once per process: a --dataset run builds a job per dataset
+            log.warning(
+                "%s '%s': module '%s' is placed twice (entries %d and %d); it runs once per event, at entry %d",
+                kind,
+                name,
+                label,
+                seen[label],
+                i,
+                seen[label],
+            )
+        else:
+            seen.setdefault(label, i)
+
+
+_warned: set[tuple[str, str, str]] = set()
 
 
 def _check_dependencies(workers: dict[str, Worker]) -> None:

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
@@ -338,7 +338,9 @@ def first_error(exc: BaseException) -> BaseException:
 
 async def begin_job(job: Job) -> None:
     """The job's begin transitions: services' ``begin_job``, :meth:`Job.assemble` (the
-    source's first file), every module's ``begin_job``. Runs once per job, in any trio run.
+    source's first file), the ``begin_job`` of services that start servers
+    (``Service.begins_after_source``: a wrong input is found before), every module's
+    ``begin_job``. Runs once per job, in any trio run.
 
     On failure the modules begun get ``abort_job``, the services ``end_job``, the source is
     closed, and the most informative error is raised.
@@ -348,15 +350,22 @@ async def begin_job(job: Job) -> None:
         KeyboardInterrupt: Ctrl-C (after cleanup).
     """
     job.begun = []
+    services = list(job.services.services.values())
     try:
-        for svc in job.services.services.values():
-            await svc.begin_job()
+        for svc in [s for s in services if not s.begins_after_source]:
+            with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
+                await svc.begin_job()
         # abandon_on_cancel: opening the first file may wait for a remote server; a
         # stopped job must not wait with it (the source bounds that wait on its own).
-        job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
+        with _transition(job, "the source's first file"):
+            job.assemble(await trio.to_thread.run_sync(job.source.collections, abandon_on_cancel=True))
         _bind_metadata(job)
+        for svc in [s for s in services if s.begins_after_source]:  # a wrong input is found before a server starts
+            with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
+                await svc.begin_job()
         for module in job.modules:
-            module.begin_job()
+            with _transition(job, f"begin_job() of {_describe(module)}"):
+                _call_module(module, "begin_job")
             job.begun.append(module)
     except BaseException as exc:
         await _abort(job, exc)
@@ -387,7 +396,8 @@ async def process_events(
     try:
         _bind_metadata(job)  # the source's input may have changed since begin_job (set_units)
         for module in job.modules:
-            module.begin_unit()
+            with _transition(job, f"begin_unit() of {_describe(module)}"):
+                module.begin_unit()
             opened.append(module)
         if on_start is not None:
             on_start()
@@ -399,7 +409,8 @@ async def process_events(
             report.cpu_time = _process_cpu() - cpu0
             report.event_loop_cpu_time = time.thread_time() - thread0
         for module in job.modules:
-            module.end_unit()
+            with _transition(job, f"end_unit() of {_describe(module)}"):
+                module.end_unit()
     except BaseException as exc:
         error = first_error(exc)
         report.error = error
@@ -427,7 +438,8 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
     """
     try:
         for module in job.modules:
-            module.end_job()
+            with _transition(job, f"end_job() of {_describe(module)}"):
+                _call_module(module, "end_job")
     except BaseException as exc:
         await _abort(job, exc)
     await _end_services(job)
@@ -441,17 +453,49 @@ async def abort_job(job: Job) -> None:
     """End a begun job that will process no more events: modules' ``abort_job``, services'
     ``end_job``, the source closed. Never raises (but for trio's Cancelled when shielded off)."""
     for module in job.begun:
-        with contextlib.suppress(Exception):  # cleanup must not hide the real error
-            module.abort_job()
+        with contextlib.suppress(Exception), _transition(job, f"abort_job() of {_describe(module)}"):
+            module.abort_job()  # cleanup must not hide the real error
     await _end_services(job)
 
 
 async def _end_services(job: Job) -> None:
     with trio.CancelScope(shield=True):
         for svc in reversed(list(job.services.services.values())):
-            with contextlib.suppress(Exception):  # services must not mask the job's outcome
+            # services must not mask the job's outcome
+            with (
+                contextlib.suppress(Exception),
+                _transition(job, f"end_job() of Service '{svc.label}' (type {svc.type_name})"),
+            ):
                 await svc.end_job()
         job.source.close()
+
+
+def _call_module(module: Any, method: str) -> None:
+    """``module.<method>()`` (``begin_job``, ``end_job``); an exception other than a
+    FrameworkError becomes one naming the module and the method, its category the
+    exception's type name, the original kept as ``__cause__``."""
+    try:
+        getattr(module, method)()
+    except FrameworkError:
+        raise
+    except Exception as exc:
+        raise FrameworkError(
+            f"{_describe(module)}: {method}() failed: {type(exc).__name__}: {exc}", category=type(exc).__name__
+        ) from exc
+
+
+def _describe(module: Any) -> str:
+    return f"{module.kind} '{module.label}' (type {module.type_name})"
+
+
+@contextlib.contextmanager
+def _transition(job: Job, what: str) -> Iterator[None]:
+    """Record ``what`` as the job's transition under way (``Job.transition``)."""
+    job.transition = (what, time.monotonic())
+    try:
+        yield
+    finally:
+        job.transition = None
 
 
 async def _abort(job: Job, exc: BaseException) -> NoReturn:

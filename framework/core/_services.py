@@ -22,6 +22,9 @@ class Service:
     """Base class of services."""
 
     kind: ClassVar[str] = "Service"
+    # True for a service whose begin_job starts processes or waits for servers (TritonService):
+    # it begins after the source opened its first file, so that a wrong input is found first.
+    begins_after_source: ClassVar[bool] = False
     label: str = ""
     type_name: str = ""
 

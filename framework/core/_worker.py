@@ -89,6 +89,10 @@ class Worker:
         self.times = WorkerTimes()
         self.errors = 0
         self.skipped = 0
+        # What the module is doing now, per stream: (event id, method, since: time.monotonic
+        # seconds). Read by cmsrun's immediate stop (a second Ctrl-C) to name the module and
+        # event a job is stuck in; a stream runs one event at a time, and a module once per event.
+        self.running: dict[int, tuple[Any, str, float]] = {}
         self.activity = ActivityRegistry()  # the job's, set by the builder
         self._phase = {
             "EDFilter": "filter",
@@ -125,8 +129,10 @@ class Worker:
         module = self.module
         times = self.times
         phase_done = self.activity.post_module_phase
+        running, stream, event_id = self.running, principal.stream, principal.id
         try:
             if self.external:
+                running[stream] = (event_id, "acquire", time.monotonic())
                 holder = WaitingTaskHolder()
                 completion = holder._completion
                 _, a0, a1 = await self._call(module._fw_acquire, event, holder)  # type: ignore[attr-defined]  # ExternalWork's
@@ -134,8 +140,10 @@ class Worker:
                 # it fails the event (WaitingTaskHolder.__del__) instead of a wait forever.
                 del holder
                 w0 = time.perf_counter()
+                running[stream] = (event_id, "external work", time.monotonic())
                 result = await completion.wait()
                 w1 = time.perf_counter()
+                running[stream] = (event_id, self._phase, time.monotonic())
                 decision, r0, r1 = await self._call(module._fw_complete, event, result)  # type: ignore[attr-defined]  # ExternalWork's
                 times.acquire.append(a1 - a0)
                 times.wait.append(w1 - w0)
@@ -143,6 +151,7 @@ class Worker:
                     phase_done(principal, self.label, "acquire", a0, a1)
                     phase_done(principal, self.label, "external wait", w0, w1)
             else:
+                running[stream] = (event_id, self._phase, time.monotonic())
                 decision, r0, r1 = await self._call(self._entry_point(), event)
             times.run.append(r1 - r0)
             if phase_done:
@@ -152,6 +161,8 @@ class Worker:
         except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
             self.errors += 1
             raise self._wrap(exc, principal, path) from exc
+        finally:
+            running.pop(stream, None)
         if isinstance(module, EDFilter):
             if not isinstance(decision, (bool, int)) or decision is None:
                 raise self._wrap(TypeError(f"filter() returned {decision!r}, expected bool"), principal, path)

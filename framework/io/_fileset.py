@@ -34,6 +34,7 @@ keep the order of the file.
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -116,7 +117,7 @@ def load_fileset(path: str | os.PathLike[str], *, default_tree: str = "Events") 
         raise FileOpenError(f"cannot read fileset '{path}': {exc.strerror or exc}") from exc
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
         except json.JSONDecodeError as exc:
             raise ConfigurationError(
                 f"fileset '{path}' is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -125,13 +126,49 @@ def load_fileset(path: str | os.PathLike[str], *, default_tree: str = "Events") 
         import yaml  # only YAML filesets need it
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_loader(path))  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or type(exc).__name__
             raise ConfigurationError(f"fileset '{path}' is not valid YAML: {problem}{where}") from None
     return parse_fileset(data, origin=str(path), base=path.resolve().parent, default_tree=default_tree)
+
+
+def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON's ``object_pairs_hook``: a key given twice is an error (json keeps the last one,
+    so a dataset listed twice would silently lose its first listing)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigurationError(
+                f"fileset '{path}': key '{key}' is given twice; the second would replace the first"
+            )
+        out[key] = value
+    return out
+
+
+@functools.cache
+def _unique_key_loader(path: Path) -> Any:
+    """A ``yaml.SafeLoader`` that refuses a mapping key given twice (PyYAML keeps the last
+    one, so a dataset listed twice would silently lose its first listing), naming both lines."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ConfigurationError(
+                        f"fileset '{path}': key '{key}' is given twice (lines {seen[key]} and {line}); "
+                        "the second would replace the first"
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def parse_fileset(data: Any, *, origin: str, base: Path | None = None, default_tree: str = "Events") -> list[Dataset]:

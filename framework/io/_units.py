@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.utilities import FileOpenError
+from framework.utilities import ConfigurationError, FileOpenError
 
 from ._files import local_path, one_line, open_tree
 from ._fileset import Dataset, FileSpec
@@ -335,7 +335,8 @@ def preprocess(
 
     Raises:
         FileOpenError: a file cannot be read (from ``preprocess_file``: one line naming it).
-        ValueError: steps of a preprocessed fileset beyond a file's entries.
+        ConfigurationError: steps of a preprocessed fileset beyond a file's entries (naming
+            dataset and file); the cache is then not written.
     """
     store = PreprocessCache(cache, access)
     wanted: dict[tuple[str, str], FileInfo | None] = {}
@@ -350,11 +351,13 @@ def preprocess(
         reader = functools.partial(preprocess_file, access=access) if access is not None else preprocess_file
         found = list(mapper(reader, [k[0] for k in missing], [k[1] for k in missing]))
         wanted.update(zip(missing, found, strict=True))
-        store.store(found)
-    return {
+    units = {
         d.name: [u for spec in d.files for u in _units_of(d, spec, wanted[(spec.path, spec.tree)], chunk_size)]
         for d in datasets
     }
+    if missing:  # once the fileset proved good: a refused fileset leaves no cache file
+        store.store(found)
+    return units
 
 
 def _units_of(dataset: Dataset, spec: FileSpec, info: Any, chunk_size: int) -> list[WorkUnit]:
@@ -368,4 +371,7 @@ def _units_of(dataset: Dataset, spec: FileSpec, info: Any, chunk_size: int) -> l
             spec.uuid,
         )
         steps = None
-    return split_units(dataset.name, info, chunk_size, steps, dataset.metadata)
+    try:
+        return split_units(dataset.name, info, chunk_size, steps, dataset.metadata)
+    except ValueError as exc:  # steps beyond the file's entries
+        raise ConfigurationError(f"dataset '{dataset.name}': {exc}") from None

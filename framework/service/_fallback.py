@@ -206,11 +206,26 @@ class FallbackServer:
     def model_folders(self, models: Iterable[str]) -> dict[str, pathlib.Path]:
         """Where the fallback server takes each model from: ``<fallback.modelRepository>/<model>``
         if set, else the folder holding the model's ``Client.modelConfigPath`` (CMSSW's
-        TritonService), else ``<default repository>/<model>``."""
+        TritonService), else ``<default repository>/<model>``.
+
+        Raises:
+            ConfigurationError: a ``Client.modelConfigPath`` in a folder not named after the
+                model (the config of another model: Triton serves a model under its
+                folder's name).
+        """
         if self.params.modelRepository:
             return {m: pathlib.Path(self.params.modelRepository) / m for m in models}
         default = default_model_repository()
-        return {m: self._config_paths[m].parent if m in self._config_paths else default / m for m in models}
+        folders = {m: self._config_paths[m].parent if m in self._config_paths else default / m for m in models}
+        for model, folder in folders.items():
+            if model in self._config_paths and folder.name != model:
+                # CMSSW's fallback serves the folder under its own name: 'model not found' for this one.
+                raise ConfigurationError(
+                    f"TritonService: model '{model}' is served by no server, and its Client.modelConfigPath "
+                    f"{self._config_paths[model]} is the config of model '{folder.name}', which a fallback "
+                    f"server serves as '{folder.name}' (CMSSW's would answer 'model not found' for '{model}')"
+                )
+        return folders
 
     def repository(self, models: Iterable[str]) -> pathlib.Path:
         """The one repository holding ``models`` (see :meth:`model_folders`), for

@@ -61,6 +61,34 @@ logger = logging.getLogger("pysonic.sonic")
 LOCAL_BALANCER = "SONIC_LOCAL_BALANCER"
 
 
+def _ssl_options(item: Any) -> SslOptions | None:
+    """A ``servers`` entry's TLS files, checked now: tritonclient reads them only when the
+    channel is opened, and a missing one made the server look unreachable (and the job go
+    to the fallback server without a word). Files given with ``useSsl = False`` are unused,
+    as in CMSSW (whose TritonService reads them only with ``useSsl``): one warning says so.
+
+    Raises:
+        ConfigurationError: ``useSsl`` and a given file does not exist or cannot be read.
+    """
+    files = {
+        n: str(getattr(item, n)) for n in ("rootCertificates", "privateKey", "certificateChain") if getattr(item, n)
+    }
+    where = f"TritonService: servers '{item.name}'"
+    if not item.useSsl:
+        if files:
+            logger.warning(
+                "%s: %s given but useSsl is False: not used (the channel is plain gRPC)", where, ", ".join(files)
+            )
+        return None
+    for name, path in files.items():
+        if not os.path.isfile(path):
+            problem = "is a folder" if os.path.isdir(path) else "does not exist"
+            raise ConfigurationError(f"{where}: {name} '{path}' {problem}")
+        if not os.access(path, os.R_OK):
+            raise ConfigurationError(f"{where}: {name} '{path}' is not readable")
+    return SslOptions(files.get("rootCertificates"), files.get("privateKey"), files.get("certificateChain"))
+
+
 def _local_balancer() -> ServerInfo | None:
     """The server named by ``$SONIC_LOCAL_BALANCER_HOST`` and ``_PORT`` (both set), first of the
     job's servers as in CMSSW; a warning if only one is set."""
@@ -94,6 +122,8 @@ class TritonService(Service):
             (names the models and the servers tried), or the fallback server does not start
             (with the end of its log).
     """
+
+    begins_after_source = True  # its fallback server takes seconds to start: the input is checked first
 
     @classmethod
     def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
@@ -233,9 +263,7 @@ class TritonService(Service):
                     f"TritonService: servers: the name '{item.name}' is used twice "
                     f"(or is the reserved '{FALLBACK_SERVER}' or '{LOCAL_BALANCER}')"
                 )
-            ssl = None
-            if item.useSsl:
-                ssl = SslOptions(item.rootCertificates or None, item.privateKey or None, item.certificateChain or None)
+            ssl = _ssl_options(item)
             port = check_port(int(item.port), f"TritonService: servers '{item.name}': port")
             metadata = request_metadata(
                 f"TritonService: servers '{item.name}'", item.headers, item.bearerTokenFile, item.bearerTokenVariable
@@ -384,15 +412,18 @@ class TritonService(Service):
 
     def _stats_pairs(self, end: bool = False) -> list[tuple[str, str]]:
         """(model, server) pairs to ask for Triton's counters; at the end, only servers in
-        service (a hung server would cost a timeout per model)."""
+        service whose last call did not fail (a hung server would cost a timeout per model:
+        a frozen server's deadline ended the job, its statistics call waited as long again)."""
         pairs = []
         for model in self.assignment:
             for name in self.routing.candidates(model):
-                if end and not self.routing.book.healthy(name):
+                health = self.routing.book.health.get(name)
+                if end and (not self.routing.book.healthy(name) or (health is not None and health.failures)):
                     logger.info(
-                        "TritonService: no end-of-job statistics of model '%s' from server '%s' (out of service)",
+                        "TritonService: no end-of-job statistics of model '%s' from server '%s' (%s)",
                         model,
                         name,
+                        "out of service" if not self.routing.book.healthy(name) else "its last call failed",
                     )
                     continue
                 pairs.append((model, name))

@@ -44,3 +44,4 @@ from ._server import LocalTritonServer as LocalTritonServer
 from ._server import TritonServerError as TritonServerError
 from ._server import default_model_repository as default_model_repository
 from ._server import resolve_device as resolve_device
+from ._server import stop_owned_servers as stop_owned_servers

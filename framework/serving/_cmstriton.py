@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from framework.serving._repository import model_folders
 from framework.serving._server import (
     LOCALHOST,
     LocalTritonServer,
@@ -112,10 +113,9 @@ def _fail(message: str) -> int:
 
 
 def _remove_made(made: list[pathlib.Path], state_dir: pathlib.Path) -> None:
-    """After a failed start: remove the folders this start made (innermost first, with the
-    log, whose tail the error message holds); a folder the user had keeps its log."""
-    if made:
-        (state_dir / LOG_FILE).unlink(missing_ok=True)
+    """After a failed start: remove its log (the error message holds its tail) and the
+    folders this start made (innermost first)."""
+    (state_dir / LOG_FILE).unlink(missing_ok=True)
     for folder in made:
         with contextlib.suppress(OSError):  # not empty: someone else's files appeared there
             folder.rmdir()
@@ -136,6 +136,11 @@ def _start(args: argparse.Namespace) -> int:
         return _fail(
             f"--grpc-port {args.grpc_port} is already in use on {LOCALHOST} (use --grpc-port 0 for a free one)"
         )
+    if pathlib.Path(args.repository).is_dir() and not model_folders(args.repository):
+        return _fail(
+            f"--repository {args.repository} holds no model (a model is a folder with a config.pbtxt, or with "
+            "1/model.onnx): a server would start serving nothing"
+        )
     made = [p for p in (state_dir, *state_dir.parents) if not p.exists()]  # removed again if start fails
     state_dir.mkdir(parents=True, exist_ok=True)
     server = LocalTritonServer(
@@ -153,10 +158,14 @@ def _start(args: argparse.Namespace) -> int:
         server.start(timeout=args.wait)
         models = server.ready_models()
     except FrameworkError as err:
+        log_path, served = server.log_path, server.served_repository
         server.stop()
         _clear_state(state_dir)
         _remove_made(made, state_dir)
-        return _fail(str(err))
+        # The log is gone with the failed start: the message holds its last lines, and names
+        # the user's repository, not the server's copy of it.
+        message = str(err).replace(f"; log {log_path}, last lines:", "; the last lines of its log:")
+        return _fail(message.replace(str(served), str(args.repository)))
     pid = server.pid
     assert pid is not None  # started
     state = {

@@ -56,6 +56,7 @@ from typing import Any
 from framework.utilities.triton_config import CHECKSUM_PREFIX, ModelConfigSyntaxError, checksum_sums, parse_config_file
 
 from ._installation import TritonServerError
+from .onnx_backend import import_onnxruntime
 
 logger = logging.getLogger("pysonic.serving")
 
@@ -154,8 +155,7 @@ def _complete_from_onnx(folder: pathlib.Path, config: Any) -> Any:
     versions = [v for v in _version_folders(folder) if (v / "model.onnx").is_file()]
     if not versions:
         raise ModelRepositoryError(f"{folder}: no config.pbtxt and no <version>/model.onnx")
-    import onnxruntime as ort
-
+    ort = import_onnxruntime()
     path = versions[-1] / "model.onnx"
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -326,6 +326,29 @@ def _write_model(name: str, folder: pathlib.Path, config: Any, runner: str, targ
     (target / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
+def _check_model_files(name: str, folder: pathlib.Path, config: Any, runner: str) -> None:
+    """Every version folder holds the file its runner loads, named in the user's folder:
+    tritonserver would name its own copy of the repository, and, for a Python-backend
+    model, keep the model loading until the start's timeout.
+
+    Raises:
+        ModelRepositoryError: no version folder, or a version without its model file.
+    """
+    if runner == "python":
+        wanted = config.default_model_filename or RUNTIME_FILE
+    else:
+        key = "onnx_file" if runner == "onnx" else "torchscript_file"
+        wanted = config.parameters[key].string_value
+    versions = _version_folders(folder)
+    if not versions:
+        raise ModelRepositoryError(f"model {name!r}: {folder} has no version folder ({folder}/1/{wanted}, ...)")
+    for version in versions:
+        if not (version / wanted).is_file():
+            raise ModelRepositoryError(
+                f"model {name!r}: {version / wanted} does not exist (the model file of version {version.name})"
+            )
+
+
 def _files_digest(folder: pathlib.Path) -> list[str]:
     """``relative path:MD5`` of every file under a model folder (symlinks followed), sorted."""
     lines = []
@@ -365,6 +388,7 @@ def generate_model(
     config = read_model_config(source)
     verify_checksums(name, source, checksum_sums(config))
     config, runner = translate_config(name, config, instances=instances, kind=kind)
+    _check_model_files(name, source, config, runner)
     key = hashlib.sha256(f"pysonic-model {_FORMAT} {name} {source} instances={instances} kind={kind}\n".encode())
     key.update(f"{text_format.MessageToString(config)}\n".encode())
     key.update("\n".join(_files_digest(source)).encode())

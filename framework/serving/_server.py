@@ -209,8 +209,16 @@ _owned_servers: set[LocalTritonServer] = set()
 
 @atexit.register
 def _stop_owned_servers() -> None:
+    stop_owned_servers()
+
+
+def stop_owned_servers(timeout: float = 30.0) -> None:
+    """Stop every server this process started and still owns: SIGTERM, then SIGKILL after
+    ``timeout`` seconds (their stubs and ``/dev/shm`` regions removed either way). Also run
+    at this process's exit; a shorter ``timeout`` is for an immediate stop (Triton waits up to
+    its exit timeout, 30 s, for HTTP connections a stuck job still holds open)."""
     for server in list(_owned_servers):
-        server.stop()
+        server.stop(timeout)
 
 
 class _PortInUse(Exception):

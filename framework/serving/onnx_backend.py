@@ -20,6 +20,11 @@ only a dynamic batch of several requests is concatenated (one copy, needed).
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+import threading
 from typing import Any
 
 import numpy as np
@@ -50,6 +55,37 @@ def session_providers(available: list[str], gpu: int | None, model: str = "?") -
     return [(CUDA_PROVIDER, {"device_id": gpu}), "CPUExecutionProvider"]
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_onnxruntime() -> Any:
+    """``import onnxruntime``, without the file it leaves in the temporary folder.
+
+    Importing onnxruntime (1.32) starts its bundled telemetry SDK (Microsoft's 1DS), which
+    writes a session file ``.ses`` into ``$TMPDIR`` and never removes it. It is imported
+    here with ``TMPDIR`` pointing at a folder of its own, removed right after (the SDK
+    writes nothing there later: not at a session's creation, not at exit).
+
+    Returns:
+        The ``onnxruntime`` module.
+    """
+    if "onnxruntime" in sys.modules:
+        return sys.modules["onnxruntime"]
+    with _IMPORT_LOCK:
+        folder = tempfile.mkdtemp(prefix="pysonic-onnxruntime-")
+        saved = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = folder
+        try:
+            import onnxruntime
+        finally:
+            if saved is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = saved
+            shutil.rmtree(folder, ignore_errors=True)
+    return onnxruntime
+
+
 def open_session(path: str, intra_op_threads: int = 1, gpu: int | None = None, model: str = "?") -> Any:
     """An onnxruntime InferenceSession (CPU, or CUDA device ``gpu``); no spinning threads
     (the machine has few cores).
@@ -57,8 +93,7 @@ def open_session(path: str, intra_op_threads: int = 1, gpu: int | None = None, m
     Raises:
         RuntimeError: ``gpu`` given but onnxruntime has no CUDA provider (see :func:`session_providers`).
     """
-    import onnxruntime as ort
-
+    ort = import_onnxruntime()
     providers = session_providers(ort.get_available_providers(), gpu, model)
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads

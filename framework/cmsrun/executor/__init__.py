@@ -15,6 +15,8 @@ Files:
   :func:`run_unit_task` and its :class:`UnitOutcome`;
 * ``_report``: the one summary of the run (``framework.cmsrun._summary`` merged, plus workers,
   units retried/skipped, merge times, Triton servers);
+* ``_address``: ``--scheduler ADDRESS`` checked within a bounded time (a malformed
+  address, nothing listening, something that is not a Dask scheduler: one line each);
 * ``_hosts``: hosts simulated on one machine (a UTS and mount namespace each, a worker on
   its own 127.0.0.N): the multi-host tests and ``cmsbench scale``;
 * ``_dask``: the driver: cluster, preprocessing on the cluster, submission, progress,

@@ -41,6 +41,7 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dask.config
 from distributed import Client, Future, LocalCluster, as_completed
 from rich.console import Console
 
@@ -67,6 +69,7 @@ from framework.io import (
 from framework.utilities import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
 
 from .._progress import progress_bar
+from ._address import SCHEDULER_TIMEOUT, check_scheduler
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
@@ -76,6 +79,7 @@ __all__ = ["DaskOptions", "run_on_dask"]
 
 log = logging.getLogger("pysonic.executor")
 
+_SCRATCH = "_pysonic_scratch"  # the LocalCluster's attribute: (its scratch folder, the dask.config.set)
 RETRIES = 1  # Dask retries of a unit that raised something other than a framework error
 
 
@@ -208,13 +212,30 @@ def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster 
         if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
             logging.getLogger(name).setLevel(logging.WARNING)
     if options.scheduler:
-        client = Client(options.scheduler)
+        check_scheduler(options.scheduler)  # Client() would wait 30 s, or for good (not a scheduler)
+        client = Client(options.scheduler, timeout=SCHEDULER_TIMEOUT)
         cluster = None
     else:
         n = options.workers or os.cpu_count() or 1
-        cluster = LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
-        )
+        # The scheduler's and workers' scratch folders (Dask's default: $TMPDIR/dask-scratch-space,
+        # left behind) in a folder of this run, removed by _close.
+        scratch = tempfile.mkdtemp(prefix="pysonic-dask-")
+        # The scheduler's too (LocalCluster gives local_directory to its workers only).
+        config = dask.config.set({"temporary-directory": scratch})
+        try:
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
+                local_directory=scratch,
+            )
+        except BaseException:
+            config.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # dask's set is untyped
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        setattr(cluster, _SCRATCH, (scratch, config))  # noqa: B010 - an attribute of ours on Dask's object
         client = Client(cluster)
     workers = len(client.scheduler_info(n_workers=-1)["workers"]) if options.scheduler else options.workers
     dashboard = f"; dashboard: {client.dashboard_link}" if _has_dashboard(client) else ""
@@ -593,3 +614,7 @@ def _close(cluster: LocalCluster | None, client: Client | None, tag: str) -> Non
     finally:
         if tag:
             stop_host_server(tag)
+        if cluster is not None and getattr(cluster, _SCRATCH, None):
+            scratch, config = getattr(cluster, _SCRATCH)
+            config.__exit__(None, None, None)  # Dask's temporary-directory as it was
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sys
 import threading
@@ -150,6 +151,12 @@ class JobCache(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self._lock = threading.Lock()  # made on the worker: a lock does not pickle
+        # A unit that raised is reported by the driver in one line (after Dask's retry);
+        # the worker's "Compute Failed" block with the traceback would precede it on the
+        # user's terminal (a LocalCluster's workers share it).
+        worker_log = logging.getLogger("distributed.worker")
+        if not any(isinstance(f, _NoComputeFailed) for f in worker_log.filters):
+            worker_log.addFilter(_NoComputeFailed())
 
     def take(self, spec: JobSpec, first: WorkUnit, unit: WorkUnit) -> tuple[Job, bool]:
         """An idle job for ``spec`` and ``unit``'s dataset, or a new one, begun. Blocking.
@@ -179,6 +186,13 @@ class JobCache(WorkerPlugin):
         for job in jobs:
             with contextlib.suppress(Exception):  # the worker is closing; the units are done
                 trio.run(end_job, job)
+
+
+class _NoComputeFailed(logging.Filter):
+    """Drops distributed's "Compute Failed" records (the driver reports the failure)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
 
 
 def _build(spec: JobSpec, first: WorkUnit) -> Job:
