@@ -7,8 +7,10 @@ config -> builder -> scheduler -> io -> modules -> sonic:
 * ``framework.config`` - the configuration language (``import framework.config as cms``):
   pure Python, knows nothing of trio, ROOT or Triton.
 * core (``_module``, ``_event``, ``_bridge``, ``_worker``, ``_builder``, ``_scheduler``,
-  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_messagelogger``, ``_paths``) - the
-  module API and the trio scheduler (and CMSSW's MessageLogger service over Python logging).
+  ``_services``, ``_registry``, ``_source_base``, ``_errors``, ``_activity``, ``_messagelogger``, ``_paths``,
+  ``_owners``, ``_commit``) - the module API and the trio scheduler (and CMSSW's MessageLogger
+  service over Python logging), and the commit of a job's outputs (written under temporary
+  names, renamed once the job succeeded).
   Knows trio; knows nothing of ROOT files or Triton, and imports neither
   ``framework.io`` nor the SONIC packages (PoolSource and TritonService are found by
   name through the registry).
@@ -71,6 +73,7 @@ from ._errors import EventProcessingError as EventProcessingError
 from ._errors import ExternalFailure as ExternalFailure
 from ._errors import FileOpenError as FileOpenError
 from ._errors import FileReadError as FileReadError
+from ._errors import FileWriteError as FileWriteError
 from ._errors import FrameworkError as FrameworkError
 from ._errors import ProductNotFound as ProductNotFound
 from ._event import Event as Event

@@ -36,21 +36,25 @@ at once (the fallback server still dies with cmsrun: its watchdog).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 from rich.console import Console
 from rich.logging import RichHandler
 
 from . import config as cms
 from ._builder import build_job
+from ._commit import commit_outputs
 from ._errors import FrameworkError, UsageError
 from ._progress import progress_bar
 from ._registry import available_types, find_type
@@ -101,6 +105,10 @@ async def _cancel_on_signal(scope: trio.CancelScope, received: list[int]) -> Non
 async def run_until_stopped(job: Any, on_event: Any = None) -> JobReport:
     """``run_job(job)``, cancelled cleanly by SIGINT or SIGTERM.
 
+    A signal that arrives while the job ends (a module's ``end_job`` runs without a
+    checkpoint) is seen after it: the job then counts as stopped, and its outputs are not
+    committed.
+
     Raises:
         JobStopped: after the job was cancelled and cleaned up (``run_job``'s abort path).
         FrameworkError: as ``run_job``.
@@ -109,8 +117,33 @@ async def run_until_stopped(job: Any, on_event: Any = None) -> JobReport:
     with trio.CancelScope() as scope:
         if threading.current_thread() is threading.main_thread():  # signals reach only that one
             trio.lowlevel.spawn_system_task(_cancel_on_signal, scope, received)
-        return await run_job(job, on_event=on_event)
+        report = await run_job(job, on_event=on_event)
+        # A signal during the end of the job reaches the signal task through trio's
+        # run_sync_soon queue, a few scheduler batches later: let every woken task run
+        # (the signal task records it and cancels this scope) before deciding.
+        await trio.testing.wait_all_tasks_blocked()
+        if not received:
+            return report
     raise JobStopped(received[0] if received else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _signals_stop_the_job() -> Iterator[None]:
+    """Outside ``trio.run`` (the summary, the commit): SIGINT and SIGTERM raise
+    :class:`JobStopped`, so that the job's outputs are not committed; restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise JobStopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def _ordinal(n: int) -> str:
@@ -239,6 +272,7 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
             progress=not ns.no_progress,
             summary=bool(process.options_()["wantSummary"]) or ns.summary,
             summary_json=ns.summary_json,
+            max_events=ns.max_events,
         )
         summary = run_on_dask(process, options, console)
         console.print(
@@ -300,19 +334,23 @@ def _run_job(
                 latency * 1e3,
             )
 
-    try:
-        with progress:
-            report = trio.run(run_until_stopped, job, on_event)
-    except KeyboardInterrupt:
-        log.warning("cmsrun: stopped after %d events", done)
-        raise
-    if job.want_summary or ns.summary:
-        print_summary(job, report, console)
-    if summary_json:
-        from ._summary import summary_dict  # computed once per job: FastTimerService may have
+    # Every output of the job (and --summary-json) is renamed into place at the end of this
+    # block, once all of it succeeded; an error or a signal before removes them instead.
+    with contextlib.ExitStack() as signals, commit_outputs(f"cmsrun: {title}"):
+        try:
+            with progress:
+                report = trio.run(run_until_stopped, job, on_event)
+        except KeyboardInterrupt:
+            log.warning("cmsrun: stopped after %d events", done)
+            raise
+        signals.enter_context(_signals_stop_the_job())  # until the commit is done
+        if job.want_summary or ns.summary:
+            print_summary(job, report, console)
+        if summary_json:
+            from ._summary import summary_dict  # computed once per job: FastTimerService may have
 
-        with atomic_write(Path(summary_json)) as temp:
-            temp.write_text(json.dumps(summary_dict(job, report), indent=2))
+            with atomic_write(Path(summary_json), "--summary-json") as temp:
+                temp.write_text(json.dumps(summary_dict(job, report), indent=2))
     console.print(f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s[/green]")
     return report
 
@@ -431,11 +469,6 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
         (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
         (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
         (bool(dask_only) and ns.executor != "dask", f"{', '.join(dask_only)} need(s) --executor dask"),
-        (
-            ns.executor == "dask" and ns.max_events is not None,
-            "-n/--max-events is not supported with --executor dask (units cover whole files: use "
-            "--chunk-size, or a fileset's steps)",
-        ),
     ]
     return next((message for bad, message in problems if bad), None)
 

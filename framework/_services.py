@@ -4,7 +4,9 @@ A service is declared in the config (``process.TritonService = cms.Service("Trit
 ...)``), constructed before any module, and reached by modules with
 :func:`get_service` while they are constructed. Its ``begin_job`` runs before the modules'
 (``async``: a service may start processes or open connections) and its ``end_job`` always
-runs at the end, after a failure too.
+runs at the end, after a failure too. Around each run of events (the job, or one work
+unit) its ``begin_unit`` runs before the modules' and its ``end_unit`` after theirs
+(TFileService writes its file there).
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ class Service:
 
     async def end_job(self) -> None:
         """Called once at the end of the job, also after a failure. Must not raise."""
+
+    def begin_unit(self) -> None:
+        """Called before the events of a run (the whole job, or one work unit), before the
+        modules' ``begin_unit``: a service that writes a file per run begins it here."""
+
+    def end_unit(self) -> None:
+        """Called after the modules' ``end_unit`` of a run that succeeded: write that run's
+        file here (``framework.io.output_path`` names it; it is committed with the job's
+        outputs). Raise ``FileWriteError`` if it cannot be written."""
+
+    def abort_unit(self) -> None:
+        """Called instead of ``end_unit`` when the run fails. Must not raise."""
 
     def subscribe(self, activity: ActivityRegistry) -> None:
         """Subscribe to the job's signals (``activity.post_event.connect(...)``): called once by

@@ -71,8 +71,9 @@ class HistogramAnalyzer(EDAnalyzer):
     collection, which field), ``nbins``, ``min``, ``max``, ``title``, ``xlabel``).
 
     Histograms are ``hist.Hist`` with one ``Regular`` axis and double storage (unweighted
-    counts), written as ``TH1D`` named ``name`` with under/overflow. The file is written as
-    ``<fileName>.tmp-<pid>`` and renamed; ``abort_job`` writes nothing.
+    counts), written as ``TH1D`` named ``name`` with under/overflow. The file is written
+    under a temporary name and renamed when the job succeeded (``framework._commit``); a
+    failed job writes nothing.
 
     Not thread-safe (``thread_safe = False``): ``hist.fill`` is not safe to call on one
     histogram from several threads, so ``analyze`` runs on the scheduler's thread, one
@@ -80,8 +81,8 @@ class HistogramAnalyzer(EDAnalyzer):
 
     Raises:
         ConfigurationError: nbins < 1, min >= max, or two histograms with one name.
-        FileOpenError: the output folder is missing (``begin_job``) or the file cannot be
-            written (``end_job``).
+        FileOpenError: the output folder is missing (``begin_unit``).
+        FileWriteError: the file cannot be written (``end_unit``: a full disk).
         TypeError: (wrapped by the framework) the value has no such field, or is a
             collection and no field was given.
     """
@@ -138,18 +139,10 @@ class HistogramAnalyzer(EDAnalyzer):
             h.fill(event)
 
     def end_unit(self) -> None:
-        """Write every histogram to ``fileName`` (temporary file, then rename)."""
-        try:
-            write_objects(self.target, self.hists)
-        except OSError as exc:
-            raise FileOpenError(
-                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' ({exc})"
-            ) from exc
+        """Write every histogram to ``fileName``: a temporary file, renamed when the job's
+        outputs are committed (``framework._commit``)."""
+        write_objects(self.target, self.hists, f"EDAnalyzer '{self.label}': histogram file")
         log.info("EDAnalyzer '%s' wrote %d histograms to %s", self.label, len(self.histograms), self.target)
-
-    def output_files(self) -> list[Path]:
-        """The file this module writes in the current run (after ``begin_job``)."""
-        return [self.target]
 
     @property
     def hists(self) -> dict[str, hist.Hist]:

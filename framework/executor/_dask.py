@@ -39,6 +39,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import time
@@ -51,15 +52,19 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, as_completed
 from rich.console import Console
 
-from .._builder import build_job
+from .. import config as cms
+from .._builder import Job, build_job
+from .._commit import commit_outputs
 from .._errors import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
 from .._progress import progress_bar
 from ..io import (
     Dataset,
     FileInfo,
     WorkUnit,
+    atomic_write,
     dataset_output_path,
     final_path,
+    limit_units,
     merge_unit_parts,
     new_run_name,
     parts_folder,
@@ -69,7 +74,17 @@ from ..io import (
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
-from ._unit_task import JobCache, JobSpec, RunFolders, UnitOutcome, run_unit_task
+from ._unit_task import (
+    JobCache,
+    JobSpec,
+    RunFolders,
+    UnitOutcome,
+    changed_files,
+    end_worker_jobs,
+    run_unit_task,
+    snapshot,
+    watched_folders,
+)
 
 __all__ = ["DaskOptions", "run_on_dask"]
 
@@ -95,6 +110,7 @@ class DaskOptions:
     progress: bool = True
     summary: bool = True
     summary_json: str | None = None
+    max_events: int | None = None  # -n; None: the config's maxEvents
 
 
 @dataclass
@@ -137,24 +153,35 @@ def _signals_raise() -> Iterator[None]:
 def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[str, Any]:
     """Run ``process`` over every dataset of ``options.fileset`` on a Dask cluster.
 
+    The merged outputs and ``summary_json`` are committed together at the end
+    (``framework._commit``): a run that fails or is stopped leaves earlier files of those
+    names as they were.
+
     Returns:
         The run's summary (``_report.run_summary``).
 
     Raises:
+        ConfigurationError: before any work: a module parameter names a file the module
+            does not declare as an output, or a service writes its files at the end of
+            the job (one per worker: FastTimerService).
         FrameworkError: a unit failed (one line naming file and entry range), unless
-            ``skip_bad_files`` and its file is bad; nothing of the run's parts is left.
+            ``skip_bad_files`` and its file is bad; a module wrote a file no declaration
+            covers, or failed in ``end_job``; nothing of the run's parts is left.
         KeyboardInterrupt: SIGINT/SIGTERM (``.signum``), after the same cleanup.
     """
     from .._datasets import plan_datasets
 
     outputs = _configured_outputs(process)
+    job = build_job(process, max_events=-1)  # constructs modules: their parameters and outputs
+    check_dask_outputs(process, job)
     cluster = client = None
     tag = ""
     run: _Run | None = None
+    closed = False
     try:
-        with _signals_raise():
+        with _signals_raise(), commit_outputs("the Dask run"):
             cluster, client = _open_cluster(options, console)
-            tag, counters = _plan_triton(process, client, console)
+            tag, counters = _plan_triton(job, client, console)
             client.register_plugin(JobCache(), name=JobCache.name)
             t0 = time.perf_counter()
             bad_files: list[dict[str, str]] = []
@@ -166,10 +193,14 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             )
             for bad in bad_files:
                 log.warning("skipped (--skip-bad-files): %s", bad["error"])
+            plan = _limit_plan(process, plan, options.max_events)
             run = _Run(plan, outputs=outputs)
             _make_run_folders(run)
+            folders = watched_folders(job)
+            before = snapshot(folders)
             spec = JobSpec.make(options.config, options.args, options.streams, options.threads, tag)
             _run_units(client, spec, run, options, console)
+            _end_worker_jobs(client, folders, before)
             merges = _merge(run, options)
             _remove_parts(run)
             wall = time.perf_counter() - t0
@@ -178,17 +209,101 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             )
             _server_statistics(client, tag, counters, summary)
             summary["units"]["skipped_files"] = bad_files
+            if options.summary_json:
+                with atomic_write(Path(options.summary_json), "--summary-json") as temp:
+                    temp.write_text(json.dumps(summary, indent=2, default=str))
+            _close(cluster, client, tag)
+            closed = True
     except BaseException:
-        _close(cluster, client, tag)
+        if not closed:
+            _close(cluster, client, tag)
         if run is not None:
             _remove_parts(run)
         raise
-    _close(cluster, client, tag)
     if options.summary:
         print_run_summary(summary, console)
-    if options.summary_json:
-        Path(options.summary_json).write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _limit_plan(
+    process: Any, plan: list[tuple[Dataset, list[WorkUnit]]], max_events: int | None
+) -> list[tuple[Dataset, list[WorkUnit]]]:
+    """Each dataset's units cut at PoolSource's ``skipEvents`` and at ``maxEvents`` (``-n``
+    if given), as ``cmsrun --dataset`` applies them to each dataset's job."""
+    limit = process.maxEvents_() if max_events is None else max_events
+    source = process.source
+    skip = int(source.skipEvents.value()) if "skipEvents" in source.parameterNames_() else 0
+    return [(dataset, limit_units(units, skip, limit)) for dataset, units in plan]
+
+
+def check_dask_outputs(process: Any, job: Job) -> None:
+    """Before any work: what would be lost under Dask, found from the config.
+
+    Raises:
+        ConfigurationError: a module's string parameter names a file it does not declare
+            (``declared_outputs``): a value with a file suffix in an existing folder, that
+            does not exist yet or whose parameter's name says "out"; or a service declares
+            outputs it writes at the end of the job (``Service.outputs_per_unit`` False),
+            which every worker would write in turn.
+    """
+    for service in job.services.services.values():
+        outputs = service.declared_outputs()
+        if outputs and not getattr(service, "outputs_per_unit", False):
+            name = next(iter(outputs))
+            raise ConfigurationError(
+                f"Service '{service.label}' (type {service.type_name}): parameter '{name}': with --executor dask "
+                f"this service would write '{outputs[name]}' once per worker at the end of its job (each "
+                f"replacing the last); not supported with --executor dask (the run's summary: --summary-json)"
+            )
+    for worker in job.workers.values():
+        module = worker.module
+        declared = {(Path.cwd() / str(p)).resolve() for p in module.declared_outputs().values()}
+        for name, value in _string_parameters(process, worker.label):
+            path = (Path.cwd() / value).resolve()
+            if path in declared or not _looks_like_output(name, value, path):
+                continue
+            raise ConfigurationError(
+                f"{worker.describe()}: parameter '{name}' names a file ('{value}') that the module does "
+                f"not declare as an output (declared_outputs()): with --executor dask each worker would "
+                f"write its own and all but one would be lost; declare it (a ROOT file, merged per "
+                f"dataset) or book its contents with TFileService"
+            )
+
+
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$")
+
+
+def _looks_like_output(name: str, value: str, path: Path) -> bool:
+    if not value or any(c.isspace() for c in value) or "://" in value or not _FILE_SUFFIX.search(value):
+        return False
+    if not path.parent.is_dir():
+        return False  # not writable as given: an input's typo more likely than an output
+    return not path.exists() or "out" in name.lower()
+
+
+def _string_parameters(process: Any, label: str) -> list[tuple[str, str]]:
+    """The module's string parameters, defaults included, nested PSets as ``a.b``."""
+    from framework._registry import find_type
+
+    obj = getattr(process, label)
+    desc = cms.ParameterSetDescription()
+    find_type(obj.type_()).fill_descriptions(desc)
+    found: list[tuple[str, str]] = []
+
+    def walk(params: Any, prefix: str) -> None:
+        for key in params:
+            value = params[key]
+            if isinstance(value, str):
+                found.append((prefix + key, value))
+            elif isinstance(value, cms.ParameterSet):
+                walk(value, f"{prefix}{key}.")
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, cms.ParameterSet):
+                        walk(item, f"{prefix}{key}[{i}].")
+
+    walk(desc.validate(obj, label), "")
+    return found
 
 
 def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster | None, Client]:
@@ -271,13 +386,10 @@ def _preprocess_or_error(function: Any, path: str, tree: str) -> Any:
         return str(exc.args[0] if exc.args else exc).partition("\n")[0]
 
 
-def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
-    """If the config uses Triton: the run's server counters (configured servers: begin
+def _plan_triton(job: Job, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
+    """If the job uses Triton: the run's server counters (configured servers: begin
     snapshot now), and, if its models need TritonService's fallback, one server per host
     started (a nanny plugin). Returns (its tag, "" if none; the counters, None if no Triton)."""
-    if not _uses_triton(process):
-        return "", None
-    job = build_job(process, max_events=-1)  # constructs modules: they register their models
     service = job.services.services.get("TritonService")
     if service is None or not service.models:  # type: ignore[attr-defined]
         return "", None
@@ -319,24 +431,6 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
         ) from exc
     counters.models_on_host = missing
     return tag, counters
-
-
-def _uses_triton(process: Any) -> bool:
-    """Whether a module of the config is a SONIC module (found by type, as the builder does)."""
-    from framework._registry import find_type
-    from framework.sonic import SonicEDFilter, SonicEDProducer
-
-    if "TritonService" in process.services_():
-        return True
-    for group in (process.producers_(), process.filters_()):
-        for module in group.values():
-            try:
-                cls = find_type(module.type_())
-            except Exception:  # noqa: BLE001 - the build names an unknown type
-                continue
-            if isinstance(cls, type) and issubclass(cls, (SonicEDProducer, SonicEDFilter)):
-                return True
-    return False
 
 
 def _server_statistics(client: Client, tag: str, counters: ServerCounters | None, summary: dict[str, Any]) -> None:
@@ -410,6 +504,9 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                     f"({', '.join(folders.folders)})",
                     category="FileWriteError",
                 )
+            if outcome.undeclared:
+                _cancel(client, futures)
+                raise FrameworkError(_undeclared_message(outcome.undeclared[0], f"work unit {unit.describe()}"))
             if outcome.error:
                 if not (options.skip_bad_files and outcome.bad_file):
                     _cancel(client, futures)
@@ -423,6 +520,31 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
             progress.update(units_task, advance=1)
             progress.update(events_task, advance=unit.num_entries, rate=f"{rate:,.0f} events/s")
     run.retried = _retries(client, futures)
+
+
+def _undeclared_message(path: str, when: str) -> str:
+    return (
+        f"'{path}' was written during {when}, and no module declares it as an output (declared_outputs()): "
+        f"with --executor dask each worker would write its own and all but one would be lost; declare it "
+        f"(a ROOT file, merged per dataset) or book its contents with TFileService"
+    )
+
+
+def _end_worker_jobs(client: Client, folders: list[Path], before: dict[Path, tuple[int, int, int]]) -> None:
+    """End the workers' jobs now (their modules' and services' ``end_job``), before the merge:
+    a failure there, or a file written then, fails the run before anything is committed.
+
+    Raises:
+        FrameworkError: the first problem a worker reported (``JobCache.end_jobs``), or a file
+            new or changed in ``folders`` since ``before`` (``_unit_task.snapshot``).
+    """
+    reports = client.run(end_worker_jobs)
+    for worker, problems in sorted(reports.items()):
+        if problems:
+            raise FrameworkError(f"{problems[0]} (worker {worker})", category="FileWriteError")
+    changed = changed_files(before, snapshot(folders))
+    if changed:
+        raise FrameworkError(_undeclared_message(str(changed[0]), "the run"), category="FileWriteError")
 
 
 def _retries(client: Client, futures: dict[Future[Any], WorkUnit]) -> dict[str, int]:

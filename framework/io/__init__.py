@@ -65,6 +65,7 @@ from ._units import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
 from ._units import FileInfo as FileInfo
 from ._units import PreprocessCache as PreprocessCache
 from ._units import WorkUnit as WorkUnit
+from ._units import limit_units as limit_units
 from ._units import preprocess as preprocess
 from ._units import preprocess_file as preprocess_file
 from ._units import split_units as split_units
