@@ -423,6 +423,76 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
     assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
     assert "--executor dask needs --dataset" in capsys.readouterr().err
-    fileset = write_fileset(tmp_path, {"A": [local_sample("nano_dy.root")]})
-    assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
-    assert "--max-events is not supported with --executor dask" in capsys.readouterr().err
+
+
+def test_max_events_and_skip_events_cut_the_units_as_without_dask(cluster, tmp_path, monkeypatch):
+    """maxEvents and skipEvents apply per dataset with --executor dask as without it: the
+    dataset's units are cut at them (-n overrides maxEvents in both)."""
+    config = tmp_path / "limited_cfg.py"
+    config.write_text(
+        f"exec(open({str(DATASET_CFG)!r}).read())\n"
+        "process.maxEvents.input = 100\n"
+        "process.source.skipEvents = cms.untracked.uint32(5)\n"
+    )
+    dy, dimuon = local_sample("nano_dy.root"), local_sample("nano_dimuon.root")
+    fileset = write_fileset(tmp_path, {"DY": [dy], "Two": [dimuon, dy]})  # 40 and 80 events
+    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "10", "-n", "42"]
+    dask = ["--executor", "dask", "--scheduler", cluster, "--summary-json", "summary.json"]
+    assert run(tmp_path / "dask", monkeypatch, *common, *dask) == 0
+    assert run(tmp_path / "single", monkeypatch, *common) == 0
+    for dataset, events in (("DY", 35), ("Two", 42)):  # DY: 40 - 5 skipped; Two: 42 of 75
+        merged = read_tree(tmp_path / "dask" / f"dataset_{dataset}.root")
+        assert_same_rows(merged, read_tree(tmp_path / "single" / f"dataset_{dataset}.root"))
+        assert len(merged) == events
+    assert json.loads((tmp_path / "dask" / "summary.json").read_text())["events"] == 35 + 42
+
+
+UNDECLARED = """
+import pathlib
+from framework import EDAnalyzer
+
+class CountsPerUnit(EDAnalyzer):
+    \"\"\"Writes its count to counts.txt at the end of every run of events; declares nothing.\"\"\"
+    def begin_unit(self):
+        self.n = 0
+    def analyze(self, event):
+        self.n += 1
+    def end_unit(self):
+        pathlib.Path("counts.txt").write_text(str(self.n))
+
+class CountsAtEnd(CountsPerUnit):
+    \"\"\"Writes its count to counts.txt in end_job; declares nothing.\"\"\"
+    def end_unit(self):
+        pass
+    def end_job(self):
+        pathlib.Path("counts.txt").write_text(str(self.n))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "found"),
+    [("CountsPerUnit", "was written during work unit entries ["), ("CountsAtEnd", "was written during the run")],
+)
+def test_a_module_writing_an_undeclared_file_fails_the_run(cluster, tmp_path, monkeypatch, capsys, module, found):
+    """Without Dask the file would hold the whole count; with it, one worker's. The run
+    fails in one line naming the file, and commits nothing: the previous outputs stay."""
+    name = f"undeclared_{uuid.uuid4().hex}"  # a module the shared workers have not imported yet
+    (tmp_path / f"{name}.py").write_text(UNDECLARED)
+    config = tmp_path / "counts_cfg.py"
+    config.write_text(
+        f"exec(open({str(DATASET_CFG)!r}).read())\n"
+        f"process.counter = cms.EDAnalyzer('{name}:{module}')\n"
+        "process.counting = cms.EndPath(process.counter)\n"
+    )
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})
+    folder = tmp_path / "run"
+    folder.mkdir()
+    previous = {f: (folder / f).write_bytes(b"a previous run's " + f.encode()) for f in ("dataset_DY.root", "s.json")}
+    args = [str(config), "--dataset", str(fileset), "--chunk-size", "20", "--summary-json", "s.json"]
+    assert run(folder, monkeypatch, *args, "--executor", "dask", "--scheduler", cluster) == 1
+    err = capsys.readouterr().err
+    fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")
+    assert f"'{folder / 'counts.txt'}' {found}" in fatal[0] and "no module declares it" in fatal[0]
+    assert "End Fatal Exception" in fatal[1] and "Traceback" not in err
+    assert {f: (folder / f).read_bytes() for f in previous} == {f: b"a previous run's " + f.encode() for f in previous}
+    assert not list(folder.rglob("*.parts")) and not list(folder.glob("*.tmp-*"))

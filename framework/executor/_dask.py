@@ -586,7 +586,7 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
         reports = merge_unit_parts([o.parts for o in done], remove_parts=False)  # _remove_parts removes them
         seconds = time.perf_counter() - t0
         for report in reports:
-            size = report.target.stat().st_size
+            size = report.size
             merges.append(
                 {
                     "dataset": dataset.name,

@@ -175,18 +175,21 @@ class MergeReport:
         parts: the parts, in the order merged.
         entries: tree name -> entries written.
         histograms: names of the histograms summed.
+        size: the merged file's size in bytes.
     """
 
     target: Path
     parts: tuple[Path, ...]
     entries: dict[str, int] = field(default_factory=dict)
     histograms: tuple[str, ...] = ()
+    size: int = 0
 
 
 def merge_parts(
     parts: Sequence[str | Path], target: str | Path, *, remove_parts: bool = True, compression: Any = None
 ) -> MergeReport:
-    """Combine the parts of one output into ``target``, atomically.
+    """Combine the parts of one output into ``target``, atomically (committed with the
+    job's outputs, ``framework._commit``; at once outside a job).
 
     Every part must hold the same objects. TTrees (NanoAOD-style: flat branches, jagged
     ones with a counter ``n<name>``, as ``TreeWriter`` writes them) are concatenated in
@@ -231,15 +234,16 @@ def merge_parts(
                     f"{_describe(layout)}: they are not parts of one output"
                 )
         report = MergeReport(target, tuple(paths))
-        with (
-            atomic_write(target) as temp,
-            uproot.recreate(temp, compression=files[0].file.compression if compression is None else compression) as out,
-        ):
-            for name, classname in layout.items():
-                if classname == "TTree":
-                    report.entries[name] = _merge_tree(out, name, files, paths)
-                else:
-                    out[name] = _sum_histograms(name, files, paths)
+        with atomic_write(target, f"the merge of {len(paths)} part(s) into '{target}'") as temp:
+            with uproot.recreate(
+                temp, compression=files[0].file.compression if compression is None else compression
+            ) as out:
+                for name, classname in layout.items():
+                    if classname == "TTree":
+                        report.entries[name] = _merge_tree(out, name, files, paths)
+                    else:
+                        out[name] = _sum_histograms(name, files, paths)
+            report.size = temp.stat().st_size
         report.histograms = tuple(n for n, c in layout.items() if c != "TTree")
     finally:
         for file in files:

@@ -385,7 +385,17 @@ class TreeWriter:
         return self._file is not None
 
     def extend(self, columns: dict[str, Any]) -> None:
-        """Append entries: every column has the same length (the number of entries)."""
+        """Append entries: every column has the same length (the number of entries).
+
+        Raises:
+            FileWriteError: the file cannot be written (a full disk), naming it.
+        """
+        try:
+            self._extend(columns)
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def _extend(self, columns: dict[str, Any]) -> None:
         if self._tree is None:
             types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in columns.items()}
             # uproot builds the TTree metadata in O(branches^2): ~0.2 s for 200 branches,
@@ -400,10 +410,7 @@ class TreeWriter:
             self._tree = self._file.mktree(self.tree_name, types)
         n = len(next(iter(columns.values()))) if columns else 0
         if n:
-            try:
-                self._tree.extend(columns)
-            except OSError as exc:  # a full disk: say which file
-                raise self._error(exc) from exc
+            self._tree.extend(columns)
             self.entries += n
 
     def _error(self, exc: OSError) -> FileWriteError:
@@ -411,8 +418,15 @@ class TreeWriter:
         return _write_error(self._staged, exc)
 
     def write_object(self, name: str, obj: Any) -> None:
-        """Store another object (a ``hist.Hist`` as TH1, ...) under ``name``."""
-        self._file[name] = obj
+        """Store another object (a ``hist.Hist`` as TH1, ...) under ``name``.
+
+        Raises:
+            FileWriteError: the file cannot be written (a full disk), naming it.
+        """
+        try:
+            self._file[name] = obj
+        except OSError as exc:
+            raise self._error(exc) from exc
 
     def close(self) -> None:
         """Close the file: complete, it is renamed to ``path`` when the job's outputs are
