@@ -24,12 +24,17 @@ A failed job prints ONE line between ``----- Begin Fatal Exception -----`` and
 ``----- End Fatal Exception -------`` naming the culprit; further lines of the error (the
 end of a server log) follow the end marker.
 
+Every output of a job (and ``--summary-json``) is committed only when the whole job
+succeeded (``framework._commit``): written under a temporary name, renamed into place
+after every module's ``end_job``; a failed or stopped job removes its temporary files and
+leaves earlier files of the same names untouched.
+
 Ctrl-C (SIGINT) and SIGTERM stop the job cleanly: the first one cancels the job, so events
-in flight are abandoned (their inference requests cancelled), output modules DELETE their
-unfinished files, and the fallback Triton server is stopped; then cmsrun exits with
-128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
-file holding an arbitrary part of the input would be too easily taken for a complete one,
-and removing it is simpler and honest. A second signal during that cleanup interrupts it
+in flight are abandoned (their inference requests cancelled), no output is committed (a
+signal during a module's ``end_job`` too), and the fallback Triton server is stopped; then
+cmsrun exits with 128 + the signal number. CMSSW instead closes its output files cleanly
+on SIGINT; here a file holding an arbitrary part of the input would be too easily taken
+for a complete one, and removing it is simpler and honest. A second signal during that cleanup interrupts it
 at once (the fallback server still dies with cmsrun: its watchdog).
 """
 
