@@ -17,13 +17,22 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from ._activity import ActivityRegistry
 
-__all__ = ["Service", "ServiceRegistry", "get_service"]
+__all__ = ["Service", "ServiceRegistry", "constructing_module", "get_service"]
 
 
 class Service:
-    """Base class of services."""
+    """Base class of services.
+
+    Class attributes a service type may set:
+        outputs_per_unit: its declared outputs are written per run of events (in
+            ``end_unit``, named by ``framework.io.output_path``), so that under
+            ``--executor dask`` each work unit writes a part, merged per dataset (TFileService).
+            False (the default): written at the end of the job, which under Dask every
+            worker would do in turn; ``--executor dask`` refuses such outputs.
+    """
 
     kind: ClassVar[str] = "Service"
+    outputs_per_unit: ClassVar[bool] = False
     label: str = ""
     type_name: str = ""
 
@@ -56,6 +65,12 @@ class Service:
 
     def abort_unit(self) -> None:
         """Called instead of ``end_unit`` when the run fails. Must not raise."""
+
+    def unwritten_outputs(self) -> list[str]:
+        """What of this service's outputs changed after it was last written (one line each):
+        under ``--executor dask`` a module filling a booked object in ``end_job``, after the
+        worker's last unit wrote its part. The executor fails the run on any. Default: none."""
+        return []
 
     def subscribe(self, activity: ActivityRegistry) -> None:
         """Subscribe to the job's signals (``activity.post_event.connect(...)``): called once by
@@ -96,6 +111,14 @@ class ServiceRegistry:
 
 
 _current: ContextVar[ServiceRegistry] = ContextVar("pysonic_services")
+_constructing: ContextVar[str | None] = ContextVar("pysonic_constructing_module", default=None)
+
+
+def constructing_module() -> str | None:
+    """The label of the module whose ``__init__`` is running (set by the builder), or None:
+    what a service such as TFileService uses to name the caller's directory, as CMSSW's
+    services watch ``preModuleConstruction``."""
+    return _constructing.get()
 
 
 def get_service(type_name: str, *, create: bool = False) -> Any:

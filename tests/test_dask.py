@@ -496,3 +496,46 @@ def test_a_module_writing_an_undeclared_file_fails_the_run(cluster, tmp_path, mo
     assert "End Fatal Exception" in fatal[1] and "Traceback" not in err
     assert {f: (folder / f).read_bytes() for f in previous} == {f: b"a previous run's " + f.encode() for f in previous}
     assert not list(folder.rglob("*.parts")) and not list(folder.glob("*.tmp-*"))
+
+
+def test_tfileservice_merged_equals_the_single_process_file(cluster, tmp_path, monkeypatch):
+    """TFileService's file (a user's analyzer booking a histogram, a per-event table and a
+    histogram in a sub-directory; a HistogramAnalyzer through the service): the units'
+    parts merged per dataset equal the single-process file exactly, bin by bin and entry by
+    entry (one stream: entries in input order)."""
+    from test_tfileservice import analysis_config
+
+    module = f"jetpt_{uuid.uuid4().hex}"  # a module the shared workers have not imported yet
+    config = analysis_config(tmp_path, module=module, fill_at_end=False)
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]})
+    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
+    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster) == 0
+    assert run(tmp_path / "single", monkeypatch, *common) == 0
+    with (
+        uproot.open(tmp_path / "dask" / "analysis_DY.root") as merged,
+        uproot.open(tmp_path / "single" / "analysis_DY.root") as single,
+    ):
+        layout = {k: v for k, v in single.classnames(cycle=False).items() if v != "TDirectory"}
+        assert {k: v for k, v in merged.classnames(cycle=False).items() if v != "TDirectory"} == layout
+        assert set(layout) == {"jetPt/pt", "jetPt/events", "jetPt/summary/njet", "fsHists/jet_pt", "fsHists/ht"}
+        for name in ("jetPt/pt", "fsHists/jet_pt", "fsHists/ht"):
+            assert merged[name].values(flow=True).tolist() == single[name].values(flow=True).tolist(), name
+            assert merged[name].axis().edges().tolist() == single[name].axis().edges().tolist()
+        assert merged["jetPt/pt"].values().sum() > 0
+        assert ak.to_list(merged["jetPt/events"].arrays()) == ak.to_list(single["jetPt/events"].arrays())
+        assert merged["jetPt/events"].num_entries == 80
+
+
+def test_tfileservice_objects_filled_in_end_job_fail_the_run(cluster, tmp_path, monkeypatch, capsys):
+    """Under Dask a part is written after each unit: what a module fills in end_job would
+    be lost; the run says so in one line and commits nothing."""
+    from test_tfileservice import analysis_config
+
+    config = analysis_config(tmp_path, module=f"jetpt_{uuid.uuid4().hex}", fill_at_end=True)
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})
+    args = [str(config), "--dataset", str(fileset), "--executor", "dask", "--scheduler", cluster]
+    assert run(tmp_path / "dask", monkeypatch, *args) == 1
+    err = capsys.readouterr().err
+    fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")[0]
+    assert "TFileService: 'jetPt/summary/njet' was filled after the last work unit's part was written" in fatal
+    assert not list((tmp_path / "dask").glob("*.root*"))

@@ -248,7 +248,7 @@ def check_dask_outputs(process: Any, job: Job) -> None:
     """
     for service in job.services.services.values():
         outputs = service.declared_outputs()
-        if outputs and not getattr(service, "outputs_per_unit", False):
+        if outputs and not service.outputs_per_unit:
             name = next(iter(outputs))
             raise ConfigurationError(
                 f"Service '{service.label}' (type {service.type_name}): parameter '{name}': with --executor dask "

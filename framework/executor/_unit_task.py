@@ -189,8 +189,9 @@ class JobCache(WorkerPlugin):
 
     def end_jobs(self) -> list[str]:
         """End every idle job (``end_job``); returns one line per failure: a module's or
-        service's ``end_job`` that raised, or a file one of them wrote there (under Dask a
-        file written at the end of a worker's job is that worker's alone: never committed)."""
+        service's ``end_job`` that raised, a file one of them wrote there (under Dask a file
+        written at the end of a worker's job is that worker's alone: never committed), or a
+        service's output changed after its last part (``Service.unwritten_outputs``)."""
         with self._lock or threading.Lock():
             jobs = [j for js in self._idle.values() for j in js]
             self._idle.clear()
@@ -201,6 +202,7 @@ class JobCache(WorkerPlugin):
                 with commit_outputs("the end of a worker's job") as commit:
                     trio.run(end_job, job)
                     written = commit.discard()
+                problems += [line for svc in job.services.services.values() for line in svc.unwritten_outputs()]
                 problems += [
                     f"'{path}' was written at the end of a worker's job (end_job): under --executor dask "
                     f"each worker would write its own; write it per run of events (end_unit) or book it "
