@@ -132,7 +132,7 @@ class UnitOutcome:
         built: the job was built for this unit (the worker's first of the dataset).
         services: the services' ``statistics()`` after the unit (cumulative per worker job).
         undeclared: files that appeared or changed in the watched folders while the unit
-            ran (:func:`watched_folders`), which no declaration covers: a module writing a
+            ran (``watched_folders``), which no declaration covers: a module writing a
             file of its own (under Dask each worker would write its own copy).
         discarded: the run was over (its parts folders removed) before the task began or
             before it ended: what it wrote is gone with the folders, ``parts`` is empty.
