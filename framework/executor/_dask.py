@@ -121,7 +121,7 @@ class _Run:
     outcomes: dict[str, UnitOutcome] = field(default_factory=dict)  # unit id -> outcome
     skipped: list[UnitOutcome] = field(default_factory=list)
     retried: dict[str, int] = field(default_factory=dict)
-    outputs: list[Path] = field(default_factory=list)  # configured output names (for cleanup)
+    outputs: list[Path] = field(default_factory=list)  # declared output names, as configured
     name: str = field(default_factory=new_run_name)  # its parts folders' name (owner-tagged)
     folders: list[Path] = field(default_factory=list)  # the run's parts folders, as created
 
@@ -171,9 +171,10 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
     """
     from .._datasets import plan_datasets
 
-    outputs = _configured_outputs(process)
     job = build_job(process, max_events=-1)  # constructs modules: their parameters and outputs
     check_dask_outputs(process, job)
+    # What the units write parts of: every declared output of the modules and services.
+    outputs = sorted({Path(path) for _who, path in job.declared_outputs()})
     cluster = client = None
     tag = ""
     run: _Run | None = None
@@ -629,16 +630,6 @@ def _write_manifest(target: Path, done: list[UnitOutcome], kept: dict[str, str])
             }
         )
     (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units}, indent=1))
-
-
-def _configured_outputs(process: Any) -> list[Path]:
-    """Every ``fileName`` of the config's modules: the outputs whose parts the run writes."""
-    names = []
-    for group in (process.producers_(), process.filters_(), process.analyzers_(), process.outputModules_()):
-        for module in group.values():
-            if "fileName" in module:
-                names.append(Path(str(module.fileName.value())))
-    return names
 
 
 def _make_run_folders(run: _Run) -> None:
