@@ -435,16 +435,16 @@ def test_max_events_and_skip_events_cut_the_units_as_without_dask(cluster, tmp_p
         "process.source.skipEvents = cms.untracked.uint32(5)\n"
     )
     dy, dimuon = local_sample("nano_dy.root"), local_sample("nano_dimuon.root")
-    fileset = write_fileset(tmp_path, {"DY": [dy], "Two": [dimuon, dy]})  # 40 and 80 events
-    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "10", "-n", "42"]
+    fileset = write_fileset(tmp_path, {"Two": [dimuon, dy]})  # 80 events, units of 20
+    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "20", "-n", "42"]
     dask = ["--executor", "dask", "--scheduler", cluster, "--summary-json", "summary.json"]
     assert run(tmp_path / "dask", monkeypatch, *common, *dask) == 0
     assert run(tmp_path / "single", monkeypatch, *common) == 0
-    for dataset, events in (("DY", 35), ("Two", 42)):  # DY: 40 - 5 skipped; Two: 42 of 75
-        merged = read_tree(tmp_path / "dask" / f"dataset_{dataset}.root")
-        assert_same_rows(merged, read_tree(tmp_path / "single" / f"dataset_{dataset}.root"))
-        assert len(merged) == events
-    assert json.loads((tmp_path / "dask" / "summary.json").read_text())["events"] == 35 + 42
+    merged = read_tree(tmp_path / "dask" / "dataset_Two.root")
+    assert_same_rows(merged, read_tree(tmp_path / "single" / "dataset_Two.root"))
+    assert len(merged) == 42  # entries [5, 47) of the dataset: 3 units, the first and last cut
+    summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
+    assert summary["events"] == 42 and summary["units"]["done"] == 3
 
 
 UNDECLARED = """
@@ -507,7 +507,7 @@ def test_tfileservice_merged_equals_the_single_process_file(cluster, tmp_path, m
 
     module = f"jetpt_{uuid.uuid4().hex}"  # a module the shared workers have not imported yet
     config = analysis_config(tmp_path, module=module, fill_at_end=False)
-    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root"), local_sample("nano_dimuon.root")]})
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})  # 40 events: 2 units, 2 parts
     common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
     assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster) == 0
     assert run(tmp_path / "single", monkeypatch, *common) == 0
@@ -523,7 +523,7 @@ def test_tfileservice_merged_equals_the_single_process_file(cluster, tmp_path, m
             assert merged[name].axis().edges().tolist() == single[name].axis().edges().tolist()
         assert merged["jetPt/pt"].values().sum() > 0
         assert ak.to_list(merged["jetPt/events"].arrays()) == ak.to_list(single["jetPt/events"].arrays())
-        assert merged["jetPt/events"].num_entries == 80
+        assert merged["jetPt/events"].num_entries == 40
 
 
 def test_tfileservice_objects_filled_in_end_job_fail_the_run(cluster, tmp_path, monkeypatch, capsys):

@@ -212,7 +212,9 @@ class TFileDirectory:
 
 
 class TFileService(Service):
-    """CMSSW's TFileService: one ROOT file of the objects modules book (see the module docstring).
+    """CMSSW's TFileService: the histograms and tables modules book, one directory per module label.
+
+    See the module docstring for booking and when the file is written.
 
     Parameters (CMSSW's): ``fileName`` (string, required): the ROOT file; relative to the
     current folder, named per dataset with ``cmsrun --dataset`` like every output.
