@@ -356,7 +356,8 @@ async def begin_job(job: Job) -> None:
 
 
 def transition(module: Any, name: str) -> None:
-    """Call a module's transition (``begin_job``, ``begin_unit``, ``end_unit``, ``end_job``).
+    """Call a module's (or service's) transition (``begin_job``, ``begin_unit``, ``end_unit``,
+    ``end_job``).
 
     Raises:
         FrameworkError: the module's own, unchanged (it names the module already), or any
@@ -403,7 +404,7 @@ async def process_events(
     services = list(job.services.services.values())
     try:
         for service in services:  # before the modules: they book their objects with a service
-            service.begin_unit()
+            transition(service, "begin_unit")
             opened.append(service)
         for module in job.modules:
             transition(module, "begin_unit")
@@ -420,7 +421,7 @@ async def process_events(
         for module in job.modules:
             transition(module, "end_unit")
         for service in services:  # after the modules: what they booked is complete
-            service.end_unit()
+            transition(service, "end_unit")
     except BaseException as exc:
         error = first_error(exc)
         report.error = error
