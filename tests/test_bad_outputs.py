@@ -222,7 +222,7 @@ class Slow(EDAnalyzer):
     def end_job(self):
         if self.where == "end_job":
             pathlib.Path("marker").touch()
-            time.sleep(30)
+            time.sleep(3)  # the signal comes meanwhile; the job sees it once end_job returns
 
 class CountsToFile(EDAnalyzer):
     """Writes its count to ``countsFile`` in end_job, and does not declare it."""
