@@ -46,7 +46,7 @@ napoleon_attr_annotations = False
 # protobuf (google); the rest are the project's other dependencies.
 _EXTERNAL = (
     # the standard library
-    "abc|argparse|array|asyncio|collections|concurrent|contextlib|dataclasses|datetime|enum|"
+    "_thread|abc|argparse|array|asyncio|collections|concurrent|contextlib|dataclasses|datetime|enum|"
     "functools|ipaddress|itertools|json|logging|multiprocessing|os|pathlib|queue|re|signal|"
     "socket|ssl|subprocess|sys|tempfile|threading|time|types|typing|typing_extensions|weakref|"
     # third-party libraries

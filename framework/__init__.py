@@ -17,6 +17,8 @@ config -> core (builder, scheduler) -> io -> modules -> sonic, and the command l
   ROOT files or Triton, and imports neither ``framework.io`` nor the SONIC packages
   (PoolSource, TritonService and FastTimerService are found by name through the registry).
   Other packages import it through ``framework.core``'s exported names.
+  The job's outputs are committed through ``framework.utilities`` (written under temporary
+  names, renamed once the job succeeded).
 * ``framework.io`` - ROOT input and output with uproot/awkward: PoolSource (local files,
   ``root://``/``https://`` URLs, ``/store/`` names through redirectors, bounded waits), the
   NanoAOD tree writer, atomic file writing, datasets (coffea filesets), preprocessing
@@ -89,5 +91,6 @@ from framework.utilities import EventProcessingError as EventProcessingError
 from framework.utilities import ExternalFailure as ExternalFailure
 from framework.utilities import FileOpenError as FileOpenError
 from framework.utilities import FileReadError as FileReadError
+from framework.utilities import FileWriteError as FileWriteError
 from framework.utilities import FrameworkError as FrameworkError
 from framework.utilities import ProductNotFound as ProductNotFound

@@ -2,7 +2,9 @@
 
 One histogram per item of the ``histograms`` VPSet. Every element of the value is filled:
 a number fills once, an array (all jets' pt) fills each entry. Out-of-range values go to
-the under/overflow bins, which are written too.
+the under/overflow bins, which are written too. The histograms go to ``fileName`` (at its
+top), or, without ``fileName``, to the job's TFileService (in the folder named after the
+module's label, as a CMSSW analyzer's).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import hist
 import numpy as np
 
 import framework.config as cms
-from framework import ConfigurationError, EDAnalyzer, Event, FileOpenError
-from framework.io import output_path, write_objects
+from framework import ConfigurationError, EDAnalyzer, Event, FileOpenError, get_service
+from framework.io import BookedObjects, TFileDirectory, output_path
 
 __all__ = ["HistogramAnalyzer"]
 
@@ -53,35 +55,39 @@ class _Histogram:
         self.name, self.field = p.name, p.field
         self.token = module.consumes(p.src, branches=[p.field] if p.field else None)
         self.what = f"{context}: source '{p.src}'" + (f" field '{p.field}'" if p.field else "")
+        self.title = p.title or p.name
         self.hist: hist.Hist[Any] = hist.Hist(
             hist.axis.Regular(p.nbins, p.min, p.max, label=p.xlabel or p.name), name=p.name
         )
-        # uproot takes the TH1 title from a ``title`` attribute (hist has none of its own).
-        self.hist.title = p.title or p.name  # type: ignore[attr-defined]  # not a declared attribute
 
     def fill(self, event: Event) -> None:
         self.hist.fill(_values(event.get(self.token), self.field, f"{self.what} in event {event.id}"))
 
 
 class HistogramAnalyzer(EDAnalyzer):
-    """Fills the configured 1-D histograms and writes them to ``fileName`` in ``end_job``.
+    """Fills the configured 1-D histograms and writes them to ``fileName``, or to TFileService's file.
 
-    Parameters: ``fileName`` (untracked string, required), ``histograms`` (VPSet; each:
-    ``name``, ``src`` InputTag, ``field`` ("" for a number or array product; for a
-    collection, which field), ``nbins``, ``min``, ``max``, ``title``, ``xlabel``).
+    Parameters: ``fileName`` (untracked string, "": the histograms go to the job's
+    TFileService, as ``<label>/<name>``), ``histograms`` (VPSet; each: ``name``, ``src``
+    InputTag, ``field`` ("" for a number or array product; for a collection, which field),
+    ``nbins``, ``min``, ``max``, ``title``, ``xlabel``).
 
     Histograms are ``hist.Hist`` with one ``Regular`` axis and double storage (unweighted
-    counts), written as ``TH1D`` named ``name`` with under/overflow. The file is written as
-    ``<fileName>.tmp-<pid>`` and renamed; ``abort_job`` writes nothing.
+    counts), written as ``TH1D`` named ``name`` with under/overflow: at the top of
+    ``fileName`` at the end of each run of events (the job; a work unit's part under Dask),
+    or booked with TFileService, which writes them. Either file is written under a
+    temporary name and renamed when the job succeeded (``framework.utilities._commit``); a failed job
+    writes nothing.
 
     Not thread-safe (``thread_safe = False``): ``hist.fill`` is not safe to call on one
     histogram from several threads, so ``analyze`` runs on the scheduler's thread, one
     event at a time.
 
     Raises:
-        ConfigurationError: nbins < 1, min >= max, or two histograms with one name.
-        FileOpenError: the output folder is missing (``begin_job``) or the file cannot be
-            written (``end_job``).
+        ConfigurationError: nbins < 1, min >= max, two histograms with one name, or no
+            ``fileName`` and no TFileService configured.
+        FileOpenError: the output folder is missing (``begin_unit``).
+        FileWriteError: the file cannot be written (``end_unit``: a full disk).
         TypeError: (wrapped by the framework) the value has no such field, or is a
             collection and no field was given.
     """
@@ -99,26 +105,37 @@ class HistogramAnalyzer(EDAnalyzer):
         item.add("max", cms.double, "upper edge of the last bin (exclusive)")
         item.add("title", cms.string(""), "histogram title ('' = name)")
         item.add("xlabel", cms.string(""), "x-axis label, with units ('' = name)")
-        desc.add("fileName", cms.untracked.string, "output ROOT file for the histograms")
+        desc.add(
+            "fileName",
+            cms.untracked.string(""),
+            "output ROOT file for the histograms ('' = TFileService's file, folder '<label>/')",
+        )
         desc.add_vpset("histograms", item, "one PSet per histogram", default=[])
 
     def __init__(self, params: cms.ParameterSet) -> None:
-        self.file_name = Path(params.fileName)
-        self.target = self.file_name  # output_path(fileName), set in begin_job
+        self.file_name = Path(params.fileName) if params.fileName else None
+        self.target = self.file_name  # output_path(fileName), set in begin_unit
         self.histograms = [_Histogram(p, self) for p in params.histograms]
         names = [h.name for h in self.histograms]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigurationError(f"EDAnalyzer '{self.label}': histogram name '{duplicates[0]}' is used twice")
+        # A file of its own (its histograms at the top), or TFileService's folder '<label>/'.
+        self.own_file = BookedObjects(f"EDAnalyzer '{self.label}': histogram file") if self.file_name else None
+        directory = TFileDirectory(self.own_file, "") if self.own_file else get_service("TFileService").directory(self)
+        for h in self.histograms:
+            directory.make(h.name, h.hist, title=h.title)
 
     def declared_outputs(self) -> dict[str, Any]:
-        return {"fileName": self.file_name}
+        return {"fileName": self.file_name} if self.file_name else {}
 
     def begin_unit(self) -> None:
         """Empty histograms for this run (a job, or one work unit: a part); fail before the
-        first event if ``fileName``'s folder is missing or not writable."""
-        for h in self.histograms:
-            h.hist.reset()
+        first event if ``fileName``'s folder is missing or not writable. (With TFileService,
+        the service empties them per work unit.)"""
+        if self.own_file is None or self.file_name is None:
+            return
+        self.own_file.reset()
         self.target = output_path(self.file_name)  # per dataset / unit when cmsrun runs those
         folder = self.target.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -138,18 +155,13 @@ class HistogramAnalyzer(EDAnalyzer):
             h.fill(event)
 
     def end_unit(self) -> None:
-        """Write every histogram to ``fileName`` (temporary file, then rename)."""
-        try:
-            write_objects(self.target, self.hists)
-        except OSError as exc:
-            raise FileOpenError(
-                f"EDAnalyzer '{self.label}': cannot write histogram file '{self.target}' ({exc})"
-            ) from exc
+        """Write every histogram to ``fileName``: a temporary file, renamed when the job's
+        outputs are committed (``framework.utilities._commit``). With TFileService: nothing (the
+        service writes)."""
+        if self.own_file is None or self.target is None:
+            return
+        self.own_file.write(self.target)
         log.info("EDAnalyzer '%s' wrote %d histograms to %s", self.label, len(self.histograms), self.target)
-
-    def output_files(self) -> list[Path]:
-        """The file this module writes in the current run (after ``begin_job``)."""
-        return [self.target]
 
     @property
     def hists(self) -> dict[str, hist.Hist]:

@@ -73,8 +73,9 @@ class NanoAODOutputModule(OutputModule):
     """Writes the selected events to a NanoAOD-style TTree (CMSSW's ``NanoAODOutputModule``).
 
     See the module docstring for branch names and ``outputCommands``. The file is written
-    as ``<fileName>.tmp-<pid>`` and renamed to ``fileName`` in ``end_job``, so a failed job
-    leaves no partial file. Events are written in the order they reach the module (with
+    under a temporary name (``<fileName>.tmp-<pid>-...``), closed in ``end_unit`` and renamed
+    to ``fileName`` once the whole job succeeded (``framework.utilities._commit``), so a failed job
+    leaves no partial file and replaces no earlier one. Events are written in the order they reach the module (with
     several streams this is not the input order); ``run``/``luminosityBlock``/``event``
     identify them. With zero selected events the file holds an empty tree with the id
     branches only (the other branches' types are known from the first event).
@@ -128,8 +129,9 @@ class NanoAODOutputModule(OutputModule):
         return {"fileName": self.file_name}
 
     @property
-    def temp_name(self) -> Path:
-        """Where the file is written until ``end_job`` renames it (``<fileName>.tmp-<pid>``)."""
+    def temp_name(self) -> Path | None:
+        """Where the file is written until the job's outputs are committed (None before
+        ``begin_unit``)."""
         return self.writer.temp_name
 
     def select(self, registry: Any) -> None:
@@ -220,7 +222,7 @@ class NanoAODOutputModule(OutputModule):
         self._ids = []
 
     def end_unit(self) -> None:
-        """Write the last basket, close the file and rename it to ``fileName``."""
+        """Write the last basket and close the file (renamed to ``fileName`` at the commit)."""
         if not self.writer.is_open:
             return
         if self._ids or self.writer.entries == 0:
@@ -235,7 +237,3 @@ class NanoAODOutputModule(OutputModule):
             if item.writers:
                 item.take()  # drop what a failed unit buffered
         self._ids = []
-
-    def output_files(self) -> list[Path]:
-        """The file this module writes in the current run (after ``begin_job``)."""
-        return [self.writer.path]

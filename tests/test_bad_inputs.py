@@ -472,9 +472,10 @@ def test_failed_dataset_run_leaves_no_preprocessing_cache(cmsrun, tmp_path, inpu
 
 
 def test_unit_raising_on_dask_prints_one_line_and_no_worker_traceback(tmp_path, inputs):
-    # Not a framework error: Dask retries the unit, then the driver says why in one line; the
-    # worker's "Compute Failed" block (with its traceback) no longer precedes it, and Dask's
-    # scratch space ($TMPDIR/dask-scratch-space) is gone with the cluster.
+    # A module's transition failing on a worker is one line naming the module, the
+    # transition and the work unit; the worker's "Compute Failed" block (with its traceback)
+    # does not precede it, and Dask's scratch space ($TMPDIR/dask-scratch-space) is gone
+    # with the cluster.
     (tmp_path / "raising.py").write_text(RAISING)
     (tmp_path / "fs.yaml").write_text(f"DY:\n  files:\n    {inputs['good']}: Events\n")
     extra = "process.raiser = cms.EDAnalyzer('raising:RaisingInBeginUnit')\nprocess.p2 = cms.Path(process.raiser)\n"
@@ -484,7 +485,10 @@ def test_unit_raising_on_dask_prints_one_line_and_no_worker_traceback(tmp_path, 
     args = ("--dataset", "fs.yaml", "--executor", "dask", "--workers", "1")
     result = cmsrun_subprocess(config, *args, cwd=tmp_path, env={"TMPDIR": str(scratch)})
     assert result.code == 1
-    assert "failed on the cluster: OSError: [Errno 28] No space left on device" in result.message
+    assert (
+        "EDAnalyzer 'raiser' (type raising:RaisingInBeginUnit): begin_unit() failed: OSError: [Errno 28] "
+        "No space left on device (work unit: entries [0, 3) of tree 'Events'" in result.message
+    )
     assert "Compute Failed" not in result.stderr and "Traceback" not in result.stderr  # the workers' too
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml", "job_cfg.py", "raising.py", "tmp"]
     assert not list(scratch.iterdir()), f"left in TMPDIR: {sorted(p.name for p in scratch.iterdir())}"

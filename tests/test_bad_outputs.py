@@ -12,6 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import shutil
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -184,3 +188,222 @@ def test_dataset_output_that_is_an_input_found_before_any_work(cmsrun, folder, e
     assert f"{OUT}: 'x_DY.root' is the input file '{folder / 'x_DY.root'}'" in result.message
     assert digest(folder / "x_DY.root") == before
     assert sorted(p.name for p in folder.iterdir()) == ["fs.yaml", "x_DY.root"]  # no cache, no parts
+
+
+# ------------------------------------------------------------------ the commit of a job's outputs
+#
+# A job's outputs are renamed into place only when the whole job succeeded (framework/utilities/_commit.py):
+# a job failing after the output module closed its file, on a full disk, or stopped by a
+# signal, leaves the previous good files as they were and no temporary file.
+
+FAULTS = '''
+import pathlib, time
+from framework import EDAnalyzer
+
+class FailInEndJob(EDAnalyzer):
+    """Raises in end_job: after every module's end_unit (the output module's file is closed)."""
+    def analyze(self, event):
+        pass
+    def end_job(self):
+        raise RuntimeError("the counts do not add up")
+
+class Slow(EDAnalyzer):
+    """Touches ``marker`` when it gets to ``where`` (the first event, or end_job), then waits."""
+    def __init__(self, params):
+        self.where = params.get("where", "end_job")
+    @classmethod
+    def fill_descriptions(cls, desc):
+        import framework.config as cms
+        desc.add("where", cms.untracked.string("end_job"), "event or end_job")
+    def analyze(self, event):
+        if self.where == "event":
+            pathlib.Path("marker").touch()
+            time.sleep(0.5)
+    def end_job(self):
+        if self.where == "end_job":
+            pathlib.Path("marker").touch()
+            time.sleep(3)  # the signal comes meanwhile; the job sees it once end_job returns
+
+class CountsToFile(EDAnalyzer):
+    """Writes its count to ``countsFile`` in end_job, and does not declare it."""
+    @classmethod
+    def fill_descriptions(cls, desc):
+        import framework.config as cms
+        desc.add("countsFile", cms.untracked.string("counts.txt"), "where the count goes")
+    def __init__(self, params):
+        self.file, self.n = params.countsFile, 0
+    def analyze(self, event):
+        self.n += 1
+    def end_job(self):
+        pathlib.Path(self.file).write_text(str(self.n))
+'''
+
+
+def faulty_config(folder: pathlib.Path, module: str, trace: bool = True, **params: str) -> pathlib.Path:
+    """dataset_cfg.py with one more analyzer ``faults:<module>`` and (``trace``) a
+    FastTimerService trace, so that every kind of output is there: event file, histograms,
+    trace."""
+    (folder / "faults.py").write_text(FAULTS)
+    config = folder / "faulty_cfg.py"
+    args = ", ".join(f"{k}=cms.untracked.string({v!r})" for k, v in params.items())
+    timer = "process.FastTimerService = cms.Service('FastTimerService', traceFile=cms.untracked.string('t.json'))\n"
+    config.write_text(
+        f"exec(open({str(CONFIG)!r}).read())\n"
+        + (timer if trace else "")
+        + f"process.fault = cms.EDAnalyzer('faults:{module}'{', ' + args if args else ''})\n"
+        "process.faultPath = cms.EndPath(process.fault)\n"
+    )
+    return config
+
+
+GOOD = ["inputFiles=in.root", "outputFile=o.root", "histFile=h.root", "--summary-json", "s.json"]
+OUTPUTS = ("o.root", "h.root", "s.json", "t.json")
+
+
+@pytest.fixture
+def previous(cmsrun, folder) -> dict[str, str]:  # noqa: F811 - the fixture
+    """The outputs of a good job in ``folder``: their digests by name."""
+    result = cmsrun(traced_config(folder, "t.json"), *GOOD, "-n", "10", cwd=folder)
+    assert result.code == 0, result.stderr[-3000:]
+    return {name: digest(folder / name) for name in OUTPUTS}
+
+
+def assert_previous_intact(folder: pathlib.Path, previous: dict[str, str]) -> None:
+    assert {name: digest(folder / name) for name in OUTPUTS} == previous, "a previous output was replaced"
+    left = sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
+    assert not left, f"temporary files left: {left}"
+
+
+def test_end_job_failing_after_the_outputs_closed_keeps_the_previous_ones(cmsrun, folder, previous):  # noqa: F811
+    result = cmsrun(faulty_config(folder, "FailInEndJob"), *GOOD, cwd=folder)
+    assert result.code == 1, result.stderr[-3000:]
+    assert (
+        result.message == "[RuntimeError] EDAnalyzer 'fault' (type faults:FailInEndJob): end_job() failed: "
+        "RuntimeError: the counts do not add up"
+    )
+    assert "Traceback" not in result.stderr
+    assert "its outputs were not written" in result.stderr
+    assert_previous_intact(folder, previous)
+
+
+def _cmsrun_process(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("where", ["event", "end_job"])
+def test_sigint_keeps_the_previous_outputs(folder, previous, where):
+    """Ctrl-C in the event loop or in a module's end_job (after the output module closed its
+    file): exit 130, the previous outputs intact, no temporary file left."""
+    job = _cmsrun_process(faulty_config(folder, "Slow", where=where), *GOOD, cwd=folder)
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "marker").exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate(timeout=10)[1][-3000:]
+            time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        stderr = job.communicate(timeout=60)[1]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait(10)
+    assert job.returncode == 130, stderr[-3000:]
+    assert "interrupted (SIGINT)" in stderr and "Traceback" not in stderr
+    assert_previous_intact(folder, previous)
+
+
+def _mount_namespaces() -> str | None:
+    """Why a private mount namespace with a tmpfs cannot be made here (None if it can)."""
+    if shutil.which("unshare") is None:
+        return "no unshare command"
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs -o size=64k t /mnt"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return None if probe.returncode == 0 else f"cannot mount a tmpfs in a mount namespace: {probe.stderr.strip()}"
+
+
+FULL_DISK = """
+set -e
+mount -t tmpfs -o size=1m tmpfs "$DISK"
+cp in.root faults.py faulty_cfg.py o.root h.root s.json t.json "$DISK"/
+cd "$DISK"
+dd if=/dev/zero of=reserve bs=4096 count=8 2>/dev/null        # 32 kB: the histograms fit, the events not
+dd if=/dev/zero of=filler bs=4096 2>/dev/null || true          # the rest of the disk
+rm reserve
+set +e
+"$PYTHON" -m framework.cmsrun faulty_cfg.py --no-progress "$@" 2> stderr.txt
+echo $? > rc.txt
+rm filler
+cp -a . "$AFTER"/
+"""
+
+
+def test_full_disk_keeps_the_previous_outputs(folder, previous):
+    """A real full disk (a 1 MB tmpfs, filled; private mount namespace): the histograms'
+    file is written, then the event file fails with ENOSPC; one line names that file, and
+    every previous output is intact (before, the histograms were replaced already)."""
+    why = _mount_namespaces()
+    if why:
+        pytest.skip(why)
+    (folder / "disk").mkdir()
+    (folder / "after").mkdir()
+    faulty_config(folder, "Slow", where="never")  # an analyzer that does nothing
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_DISK, "sh", *GOOD],
+        cwd=folder,
+        env={**os.environ, "DISK": str(folder / "disk"), "AFTER": str(folder / "after"), "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    after = folder / "after"
+    result = Result(int((after / "rc.txt").read_text()), (after / "stderr.txt").read_text())
+    assert result.code == 1, result.stderr[-3000:]
+    assert "'o.root'" in result.message and "No space left on device" in result.message
+    assert "Traceback" not in result.stderr
+    assert "EDAnalyzer 'hists' wrote 2 histograms" in result.stderr  # the histograms were written first
+    assert {name: digest(after / name) for name in OUTPUTS} == previous
+    assert sorted(p.name for p in after.iterdir()) == sorted(
+        ["in.root", "faults.py", "faulty_cfg.py", *OUTPUTS, "rc.txt", "stderr.txt"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        (
+            "CountsToFile",
+            "EDAnalyzer 'fault' (type faults:CountsToFile): parameter 'countsFile' names a file ('counts.txt') "
+            "that the module does not declare as an output (declared_outputs()): with --executor dask each "
+            "worker would write its own and all but one would be lost",
+        ),
+        (
+            "Slow",  # with FastTimerService's trace
+            "Service 'FastTimerService' (type FastTimerService): parameter 'traceFile': with --executor dask "
+            "this service would write 't.json' once per worker",
+        ),
+    ],
+)
+def test_dask_refuses_what_one_worker_would_write_before_any_work(cmsrun, folder, module, expected):  # noqa: F811
+    """A module parameter naming a file the module does not declare, or a service writing its
+    files at the end of the job: refused before the cluster starts (nothing written)."""
+    config = faulty_config(folder, module, trace=module == "Slow")
+    (folder / "fs.yaml").write_text("DY:\n  files:\n    in.root: Events\n")
+    listing = sorted(p.name for p in folder.iterdir())
+    result = cmsrun(config, "--dataset", "fs.yaml", "--executor", "dask", "--workers", "1", cwd=folder)
+    assert result.code == 1, result.stderr[-3000:]
+    assert expected in result.message
+    assert "Dask scheduler" not in result.stderr  # no cluster was started
+    assert sorted(p.name for p in folder.iterdir()) == listing

@@ -82,7 +82,6 @@ USAGE = {
     "--executor nosuch": (["--executor", "nosuch"], "argument --executor: invalid choice: 'nosuch'"),
     "--keep-parts alone": (["--keep-parts"], "--keep-parts need(s) --executor dask"),
     "--scheduler alone": (["--scheduler", "tcp://x:8786"], "--scheduler need(s) --executor dask"),
-    "-n with dask": ([*DASK, "-n", "5"], "-n/--max-events is not supported with --executor"),
     "--summary-json without value": (["--summary-json"], "argument --summary-json: expected one argument"),
     "--workers beyond the machine": (
         [*DASK, "--workers", "100000"],

@@ -434,28 +434,6 @@ def test_usage_errors(tmp_path, monkeypatch, capsys):
     assert cmsrun_main([str(DATASET_CFG), "--executor", "dask"]) == 2  # no --dataset
     assert cmsrun_main([str(DATASET_CFG), "--workers", "2"]) == 2  # no --executor dask
     assert "--executor dask needs --dataset" in capsys.readouterr().err
-    fileset = write_fileset(tmp_path, {"A": [local_sample("nano_dy.root")]})
-    assert cmsrun_main([str(DATASET_CFG), "--dataset", str(fileset), "--executor", "dask", "-n", "5"]) == 2
-    assert "--max-events is not supported with --executor dask" in capsys.readouterr().err
-
-
-def test_the_driver_finds_sonic_modules_among_analyzers_and_switch_cases():
-    """The driver starts a host server only for a config with a SONIC module: one in an
-    EDAnalyzer (SonicEDAnalyzer) or in a SwitchProducer's case counts, as one in a producer."""
-    import framework.config as cms
-    from framework.cmsrun.executor._dask import _uses_triton
-
-    class SwitchProducerCPU(cms.SwitchProducer):
-        def __init__(self, **cases):
-            super().__init__(dict(cpu=cms.SwitchProducer.getCpu()), **cases)
-
-    switched = cms.Process("SWITCHED")
-    switched.sp = SwitchProducerCPU(cpu=cms.EDProducer("TritonIdentityProducer"))
-    analyzed = cms.Process("ANALYZED")
-    analyzed.graph = cms.EDAnalyzer("TritonGraphAnalyzer")
-    plain = cms.Process("PLAIN")
-    plain.hists = cms.EDAnalyzer("HistogramAnalyzer")
-    assert _uses_triton(switched) and _uses_triton(analyzed) and not _uses_triton(plain)
 
 
 def test_a_run_summary_without_units_applies_the_builders_rule():
@@ -473,3 +451,119 @@ def test_a_run_summary_without_units_applies_the_builders_rule():
     summary = run_summary(process, spec, [], {}, [], {}, [], 1.0, {}, job_wall_time=2.0)
     assert summary["streams"] == summary["threads"] == available_cores()
     assert (summary["wall_time"], summary["job_wall_time"]) == (1.0, 2.0)
+
+
+def test_max_events_and_skip_events_cut_the_units_as_without_dask(cluster, tmp_path, monkeypatch):
+    """maxEvents and skipEvents apply per dataset with --executor dask as without it: the
+    dataset's units are cut at them (-n overrides maxEvents in both)."""
+    config = tmp_path / "limited_cfg.py"
+    config.write_text(
+        f"exec(open({str(DATASET_CFG)!r}).read())\n"
+        "process.maxEvents.input = 100\n"
+        "process.source.skipEvents = cms.untracked.uint32(5)\n"
+    )
+    dy, dimuon = local_sample("nano_dy.root"), local_sample("nano_dimuon.root")
+    fileset = write_fileset(tmp_path, {"Two": [dimuon, dy]})  # 80 events, units of 20
+    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "20", "-n", "42"]
+    dask = ["--executor", "dask", "--scheduler", cluster, "--summary-json", "summary.json"]
+    assert run(tmp_path / "dask", monkeypatch, *common, *dask) == 0
+    assert run(tmp_path / "single", monkeypatch, *common) == 0
+    merged = read_tree(tmp_path / "dask" / "dataset_Two.root")
+    assert_same_rows(merged, read_tree(tmp_path / "single" / "dataset_Two.root"))
+    assert len(merged) == 42  # entries [5, 47) of the dataset: 3 units, the first and last cut
+    summary = json.loads((tmp_path / "dask" / "summary.json").read_text())
+    assert summary["events"] == 42 and summary["units"]["done"] == 3
+
+
+UNDECLARED = """
+import pathlib
+from framework import EDAnalyzer
+
+class CountsPerUnit(EDAnalyzer):
+    \"\"\"Writes its count to counts.txt at the end of every run of events; declares nothing.\"\"\"
+    def begin_unit(self):
+        self.n = 0
+    def analyze(self, event):
+        self.n += 1
+    def end_unit(self):
+        pathlib.Path("counts.txt").write_text(str(self.n))
+
+class CountsAtEnd(CountsPerUnit):
+    \"\"\"Writes its count to counts.txt in end_job; declares nothing.\"\"\"
+    def end_unit(self):
+        pass
+    def end_job(self):
+        pathlib.Path("counts.txt").write_text(str(self.n))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "found"),
+    [("CountsPerUnit", "was written during work unit entries ["), ("CountsAtEnd", "was written during the run")],
+)
+def test_a_module_writing_an_undeclared_file_fails_the_run(cluster, tmp_path, monkeypatch, capsys, module, found):
+    """Without Dask the file would hold the whole count; with it, one worker's. The run
+    fails in one line naming the file, and commits nothing: the previous outputs stay."""
+    name = f"undeclared_{uuid.uuid4().hex}"  # a module the shared workers have not imported yet
+    (tmp_path / f"{name}.py").write_text(UNDECLARED)
+    config = tmp_path / "counts_cfg.py"
+    config.write_text(
+        f"exec(open({str(DATASET_CFG)!r}).read())\n"
+        f"process.counter = cms.EDAnalyzer('{name}:{module}')\n"
+        "process.counting = cms.EndPath(process.counter)\n"
+    )
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})
+    folder = tmp_path / "run"
+    folder.mkdir()
+    previous = {f: (folder / f).write_bytes(b"a previous run's " + f.encode()) for f in ("dataset_DY.root", "s.json")}
+    args = [str(config), "--dataset", str(fileset), "--chunk-size", "20", "--summary-json", "s.json"]
+    assert run(folder, monkeypatch, *args, "--executor", "dask", "--scheduler", cluster) == 1
+    err = capsys.readouterr().err
+    fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")
+    assert f"'{folder / 'counts.txt'}' {found}" in fatal[0] and "no module declares it" in fatal[0]
+    assert "End Fatal Exception" in fatal[1] and "Traceback" not in err
+    assert {f: (folder / f).read_bytes() for f in previous} == {f: b"a previous run's " + f.encode() for f in previous}
+    assert not list(folder.rglob("*.parts")) and not list(folder.glob("*.tmp-*"))
+
+
+def test_tfileservice_merged_equals_the_single_process_file(cluster, tmp_path, monkeypatch):
+    """TFileService's file (a user's analyzer booking a histogram, a per-event table and a
+    histogram in a sub-directory; a HistogramAnalyzer through the service): the units'
+    parts merged per dataset equal the single-process file exactly, bin by bin and entry by
+    entry (one stream: entries in input order)."""
+    from test_tfileservice import analysis_config
+
+    module = f"jetpt_{uuid.uuid4().hex}"  # a module the shared workers have not imported yet
+    config = analysis_config(tmp_path, module=module, fill_at_end=False)
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})  # 40 events: 2 units, 2 parts
+    common = [str(config), "streams=1", "--dataset", str(fileset), "--chunk-size", "20"]
+    assert run(tmp_path / "dask", monkeypatch, *common, "--executor", "dask", "--scheduler", cluster) == 0
+    assert run(tmp_path / "single", monkeypatch, *common) == 0
+    with (
+        uproot.open(tmp_path / "dask" / "analysis_DY.root") as merged,
+        uproot.open(tmp_path / "single" / "analysis_DY.root") as single,
+    ):
+        layout = {k: v for k, v in single.classnames(cycle=False).items() if v != "TDirectory"}
+        assert {k: v for k, v in merged.classnames(cycle=False).items() if v != "TDirectory"} == layout
+        assert set(layout) == {"jetPt/pt", "jetPt/events", "jetPt/summary/njet", "fsHists/jet_pt", "fsHists/ht"}
+        for name in ("jetPt/pt", "fsHists/jet_pt", "fsHists/ht"):
+            assert merged[name].values(flow=True).tolist() == single[name].values(flow=True).tolist(), name
+            assert merged[name].axis().edges().tolist() == single[name].axis().edges().tolist()
+        assert merged["jetPt/pt"].values().sum() > 0
+        assert ak.to_list(merged["jetPt/events"].arrays()) == ak.to_list(single["jetPt/events"].arrays())
+        assert merged["jetPt/events"].num_entries == 40
+
+
+def test_tfileservice_objects_filled_in_end_job_fail_the_run(cluster, tmp_path, monkeypatch, capsys):
+    """Under Dask a part is written after each unit: what a module fills in end_job would
+    be lost; the run says so in one line and commits nothing."""
+    from test_tfileservice import analysis_config
+
+    config = analysis_config(tmp_path, module=f"jetpt_{uuid.uuid4().hex}", fill_at_end=True)
+    fileset = write_fileset(tmp_path, {"DY": [local_sample("nano_dy.root")]})
+    args = [str(config), "--dataset", str(fileset), "--executor", "dask", "--scheduler", cluster]
+    assert run(tmp_path / "dask", monkeypatch, *args) == 1
+    err = capsys.readouterr().err
+    fatal = err.split("Begin Fatal Exception -----\n")[1].split("\n")[0]
+    assert "TFileService: 'jetPt/summary/njet' was filled after the last work unit's part was written" in fatal
+    assert not list((tmp_path / "dask").glob("*.root*"))

@@ -350,7 +350,7 @@ def test_a_simulated_dataset_without_its_weight_metadata_fails_naming_it(tmp_pat
         "module 'weight' (XsecWeightProducer): dataset 'DY' has isMC: true but no numeric 'sumw' in its fileset "
         "metadata (got None)" in capsys.readouterr().err
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.preprocessed.json", "fs.yaml"]  # no output left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs.yaml"]  # no output, no preprocessing cache left
 
 
 DOCS = ROOT / "docs" / "writing-modules.md"

@@ -8,6 +8,7 @@ files written are read back with uproot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import types
 
@@ -21,6 +22,7 @@ import framework.config as cms
 from framework import ConfigurationError, FileOpenError, ProductDescription, ProductRegistry
 from framework.core import Event, EventID, EventPrincipal
 from framework.io import PoolSource
+from framework.utilities import commit_outputs
 from modules.histograms import HistogramAnalyzer
 from modules.output import NanoAODOutputModule
 
@@ -224,12 +226,40 @@ def test_temporary_file_renamed_at_end_and_removed_on_abort(tmp_path):
         principal = EventPrincipal(EventID(1, 1, 1), 0, 0, {})
         principal.products[("p", "")] = 3.0
         out.write(Event(principal, "out", frozenset()))  # one basket written
-        assert out.temp_name.exists() and not final.exists()
-        assert out.temp_name.parent == final.parent and str(os.getpid()) in out.temp_name.name
-        getattr(out, finish)()
-        assert not out.temp_name.exists()
+        temp = out.temp_name
+        assert temp.exists() and not final.exists()
+        assert temp.parent == final.parent and str(os.getpid()) in temp.name
+        getattr(out, finish)()  # outside a job (no commit open): renamed at once
+        assert not temp.exists()
         assert final.exists() == (finish == "end_unit")
         final.unlink(missing_ok=True)
+
+
+def test_files_renamed_only_when_the_job_commits(tmp_path):
+    """Inside a job's commit, end_unit closes the files and the commit renames them; a job
+    that fails after end_unit (a later module's end_job) leaves the earlier files alone."""
+    final, hists = tmp_path / "out.root", tmp_path / "h.root"
+    for fail in (False, True):
+        final.write_bytes(b"the previous good file")
+        hists.write_bytes(b"the previous histograms")
+        with contextlib.suppress(RuntimeError), commit_outputs("test job") as commit:
+            out = build(NanoAODOutputModule, "out", fileName=str(final))
+            out.select(ProductRegistry({}, []))
+            histograms = hist_module(tmp_path)
+            out.begin_unit()
+            histograms.begin_unit()
+            out.end_unit()
+            histograms.end_unit()
+            assert final.read_bytes() == b"the previous good file"  # closed, not renamed
+            assert len(commit.staged) == 2 and all(s.complete for s in commit.staged)
+            if fail:
+                raise RuntimeError("a module's end_job")
+        if fail:
+            assert final.read_bytes() == b"the previous good file"
+            assert hists.read_bytes() == b"the previous histograms"
+        else:
+            assert uproot.open(final)["Events"].num_entries == 0 and "jetPt" in uproot.open(hists)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["h.root", "out.root"]
 
 
 def test_unwritable_output_fails_in_begin_job(tmp_path):

@@ -18,7 +18,17 @@ import trio
 import uproot
 
 from framework import FileOpenError, FileReadError
-from framework.io import Dataset, FileInfo, FileSpec, PoolSource, WorkUnit, preprocess, preprocess_file, split_units
+from framework.io import (
+    Dataset,
+    FileInfo,
+    FileSpec,
+    PoolSource,
+    WorkUnit,
+    limit_units,
+    preprocess,
+    preprocess_file,
+    split_units,
+)
 from framework.io.samples import locate_sample
 
 
@@ -126,6 +136,22 @@ def test_empty_tree_and_given_steps():
         split_units("D", info, 5, [(30, 50)])
     with pytest.raises(ValueError, match="chunk size must be >= 1"):
         split_units("D", info, 0)
+
+
+def test_units_cut_at_skip_and_max_events_as_one_job_reads_them():
+    """skipEvents, then maxEvents entries, across the dataset's units in order (what
+    cmsrun --dataset's one job per dataset reads, for --executor dask)."""
+    units = [WorkUnit("D", f, "Events", a, b) for f, a, b in [("a", 0, 10), ("a", 10, 20), ("b", 0, 0), ("b", 0, 15)]]
+
+    def ranges(skip, limit):
+        return [(u.file, u.entry_start, u.entry_stop) for u in limit_units(units, skip, limit)]
+
+    assert limit_units(units) == units  # nothing to cut: the empty unit stays
+    assert ranges(0, 12) == [("a", 0, 10), ("a", 10, 12)]
+    assert ranges(13, -1) == [("a", 13, 20), ("b", 0, 15)]
+    assert ranges(25, 4) == [("b", 5, 9)]
+    assert ranges(3, 0) == [] and ranges(50, -1) == []
+    assert sum(u.num_entries for u in limit_units(units, 7, 100)) == 28  # 35 entries, 7 skipped
 
 
 def test_unit_ids_are_stable_and_file_name_safe():

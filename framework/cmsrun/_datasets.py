@@ -26,7 +26,7 @@ import trio
 
 from framework.core import JobReport, build_job, run_job
 from framework.io import Dataset, RemoteAccess, WorkUnit, load_fileset, output_naming, preprocess
-from framework.utilities import ConfigurationError, FileOpenError, FileReadError
+from framework.utilities import ConfigurationError, FileOpenError, FileReadError, commit_outputs
 
 __all__ = ["plan_datasets", "preprocess_cache_path", "run_unit", "UnitResult"]
 
@@ -87,9 +87,9 @@ def run_unit(process: Any, unit: WorkUnit, *, streams: int | None = None, thread
 
     The job is built from the config, its PoolSource reads only the unit's entries, and
     every output goes to the unit's part of the dataset's output (``output_naming(unit=)``),
-    written atomically: a part exists complete or not at all. Runs in any thread (no
-    signal handling: the caller stops it). Modules that write files list them with an
-    ``output_files()`` method.
+    committed when the unit's job succeeded (``framework.utilities._commit``): a part exists complete
+    or not at all, and the unit's parts are every file it committed. Runs in any thread (no
+    signal handling: the caller stops it).
 
     Raises:
         FrameworkError: as ``run_job`` (the error names file and entry range for bad input);
@@ -99,11 +99,11 @@ def run_unit(process: Any, unit: WorkUnit, *, streams: int | None = None, thread
     job.source.set_units([unit])  # type: ignore[attr-defined]  # a PoolSource: datasets need one
     with output_naming(unit=unit):
         try:
-            report = trio.run(run_job, job)
+            with commit_outputs(f"work unit {unit.describe()}") as commit:
+                report = trio.run(run_job, job)
         except (FileOpenError, FileReadError) as exc:
             message = exc.args[0]
             if "entries [" not in message:  # an open error names the file only
                 message += f" (work unit: {unit.describe()})"
             raise type(exc)(message, category=exc.category) from exc
-    parts = tuple(p for m in job.modules if hasattr(m, "output_files") for p in m.output_files())
-    return UnitResult(unit, report, parts)
+    return UnitResult(unit, report, tuple(commit.committed))

@@ -24,20 +24,26 @@ A failed job prints ONE line between ``----- Begin Fatal Exception -----`` and
 ``----- End Fatal Exception -------`` naming the culprit; further lines of the error (the
 end of a server log) follow the end marker.
 
+Every output of a job (and ``--summary-json``) is committed only when the whole job
+succeeded (``framework.utilities._commit``): written under a temporary name, renamed into place
+after every module's ``end_job``; a failed or stopped job removes its temporary files and
+leaves earlier files of the same names untouched.
+
 Ctrl-C (SIGINT) and SIGTERM stop the job cleanly: the first one cancels the job, so events
-in flight are abandoned (their inference requests cancelled), output modules DELETE their
-unfinished files, and the fallback Triton server is stopped; then cmsrun exits with
-128 + the signal number. CMSSW instead closes its output files cleanly on SIGINT; here a
-file holding an arbitrary part of the input would be too easily taken for a complete one,
-and removing it is simpler and honest. A second signal (during that cleanup, or while a
-module is stuck and the first could not take effect) ends the process at once, as CMSSW's
-does, naming the module and event it was stuck in; unfinished outputs are removed and the
-servers it started stopped all the same (``framework/cmsrun/_signals.py``).
+in flight are abandoned (their inference requests cancelled), no output is committed (a
+signal during a module's ``end_job`` too), and the fallback Triton server is stopped; then
+cmsrun exits with 128 + the signal number. CMSSW instead closes its output files cleanly
+on SIGINT; here a file holding an arbitrary part of the input would be too easily taken
+for a complete one, and removing it is simpler and honest. A second signal (during that
+cleanup, or while a module is stuck and the first could not take effect) ends the process
+at once, as CMSSW's does, naming the module and event it was stuck in; unfinished outputs
+are removed and the servers it started stopped all the same (``framework/cmsrun/_signals.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -64,11 +70,11 @@ from framework.io import (
     output_path,
     remove_stale_temporaries,
 )
-from framework.utilities import ConfigurationError, FrameworkError, UsageError
+from framework.utilities import ConfigurationError, FrameworkError, UsageError, commit_outputs
 
 from ._progress import progress_bar
 from ._signals import JobStopped as JobStopped
-from ._signals import run_stoppable
+from ._signals import run_stoppable, signals_stop_the_job
 from ._summary import print_summary
 
 log = logging.getLogger("pysonic")
@@ -232,6 +238,7 @@ def _run_datasets(ns: argparse.Namespace, console: Console, process: Any) -> int
             progress=not ns.no_progress,
             summary=bool(process.options_()["wantSummary"]) or ns.summary,
             summary_json=ns.summary_json,
+            max_events=ns.max_events,
         )
         summary = run_on_dask(process, options, console)
         console.print(
@@ -296,19 +303,23 @@ def _run_job(
 
     outputs = [output_path(path) for _, path in job.declared_outputs()]
     folders = output_folders([("", p) for p in outputs] + ([("", Path(summary_json))] if summary_json else []))
-    try:
-        with progress:
-            report = run_stoppable(job, on_event, folders)
-    except KeyboardInterrupt:
-        log.warning("cmsrun: stopped after %d events", done)
-        raise
-    if job.want_summary or ns.summary:
-        print_summary(job, report, console)
-    if summary_json:
-        from ._summary import summary_dict  # computed once per job: FastTimerService may have
+    # Every output of the job (and --summary-json) is renamed into place at the end of this
+    # block, once all of it succeeded; an error or a signal before removes them instead.
+    with contextlib.ExitStack() as signals, commit_outputs(f"cmsrun: {title}"):
+        try:
+            with progress:
+                report = run_stoppable(job, on_event, folders)
+        except KeyboardInterrupt:
+            log.warning("cmsrun: stopped after %d events", done)
+            raise
+        signals.enter_context(signals_stop_the_job())  # until the commit is done
+        if job.want_summary or ns.summary:
+            print_summary(job, report, console)
+        if summary_json:
+            from ._summary import summary_dict  # computed once per job: FastTimerService may have
 
-        with atomic_write(Path(summary_json)) as temp:
-            temp.write_text(json.dumps(summary_dict(job, report), indent=2))
+            with atomic_write(Path(summary_json), "--summary-json") as temp:
+                temp.write_text(json.dumps(summary_dict(job, report), indent=2))
     console.print(
         f"[green]cmsrun: {title}: {report.events} events processed in {report.wall_time:.2f} s (event loop; "
         f"the whole job: {report.job_wall_time:.2f} s)[/green]"
@@ -443,11 +454,6 @@ def _usage_problem(ns: argparse.Namespace) -> str | None:
         (ns.chunk_size is not None and not ns.dataset, "--chunk-size needs --dataset"),
         (ns.executor == "dask" and not ns.dataset, "--executor dask needs --dataset"),
         (bool(dask_only) and ns.executor != "dask", f"{', '.join(dask_only)} need(s) --executor dask"),
-        (
-            ns.executor == "dask" and ns.max_events is not None,
-            "-n/--max-events is not supported with --executor dask (units cover whole files: use "
-            "--chunk-size, or a fileset's steps)",
-        ),
     ]
     return next((message for bad, message in problems if bad), None)
 

@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,32 @@ async def _run(stop: _Stop, on_event: Callable[..., None] | None) -> JobReport:
         stop.token = trio.lowlevel.current_trio_token()
         if stop.received:  # a signal before the loop ran: its handler found no token yet
             scope.cancel()
-        return await run_job(stop.job, on_event=on_event)
+        report = await run_job(stop.job, on_event=on_event)
+        # A signal while the job ended (a module's end_job runs without a checkpoint, so the
+        # cancellation was not seen): the job counts as stopped, its outputs are not committed.
+        if not stop.received:
+            return report
     raise JobStopped(stop.received[0] if stop.received else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def signals_stop_the_job() -> Iterator[None]:
+    """After :func:`run_stoppable` (the summary, the commit): SIGINT and SIGTERM raise
+    :class:`JobStopped`, so that the job's outputs are not committed; restored after. On
+    another thread than the main one, no signal reaches Python code: nothing to do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise JobStopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def stuck_in(job: Any, now: float | None = None) -> str:

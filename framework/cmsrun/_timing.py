@@ -72,19 +72,24 @@ class Tracer:
             )
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
-    def write(self, path: str) -> None:
-        _write_json(path, self.chrome_trace())
+    def write(self, path: str, who: str = "FastTimerService: traceFile") -> None:
+        _write_json(path, self.chrome_trace(), who)
 
 
-def _write_json(path: str, data: Any) -> None:
-    from framework.io import atomic_write
+def _write_json(path: str, data: Any, who: str) -> None:
+    from framework.io import atomic_write  # staged with the job's commit: renamed if the job succeeded
 
-    with atomic_write(Path(path)) as tmp:
+    with atomic_write(Path(path), who) as tmp:
         tmp.write_text(json.dumps(data))
 
 
 class FastTimerService(Service):
-    """Writes the timing summary and/or a timeline trace at the end of a successful job."""
+    """Writes the timing summary and/or a timeline trace at the end of a successful job.
+
+    Both files are written after every module's ``end_job`` and renamed into place with the
+    job's other outputs (``framework.utilities._commit``). Not with ``--executor dask``, where every
+    worker would write its own at the end of its job (the run's summary: ``--summary-json``).
+    """
 
     @classmethod
     def fill_descriptions(cls, desc: Any) -> None:
@@ -117,6 +122,8 @@ class FastTimerService(Service):
         from ._summary import summary_dict
 
         if self.params.writeJSONSummary:
-            _write_json(str(output_path(self.params.jsonFileName)), summary_dict(job, report))
+            _write_json(
+                str(output_path(self.params.jsonFileName)), summary_dict(job, report), "FastTimerService: jsonFileName"
+            )
         if self.tracer is not None:
             self.tracer.write(str(output_path(self.params.traceFile)))

@@ -62,6 +62,7 @@ from ._scheduler import end_job as end_job
 from ._scheduler import process_events as process_events
 from ._scheduler import run_job as run_job
 from ._services import Service as Service
+from ._services import constructing_module as constructing_module
 from ._services import get_service as get_service
 from ._source_base import NO_METADATA as NO_METADATA
 from ._source_base import Source as Source

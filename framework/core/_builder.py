@@ -22,7 +22,7 @@ from framework.utilities import ConfigurationError, FileReadError, NotSupportedE
 from ._activity import ActivityRegistry
 from ._module import EDFilter, EDModule, OutputModule
 from ._registry import find_type
-from ._services import ServiceRegistry, _current
+from ._services import ServiceRegistry, _constructing, _current
 from ._source_base import Source
 from ._worker import Worker
 
@@ -223,12 +223,15 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
     else:
         instance.label = label
         instance.type_name = type_name
+    token = _constructing.set(label if isinstance(instance, EDModule) else None)
     try:
         instance.__init__(params)
     except ConfigurationError:
         raise
     except Exception as exc:
         raise ConfigurationError(f"{context}: construction failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _constructing.reset(token)
     return instance
 
 

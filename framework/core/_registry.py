@@ -5,7 +5,7 @@ looked up, in order:
 
 0. types registered at run time with :func:`register_type` (tests, notebooks);
 1. the types built into the framework (``PoolSource``, ``EmptySource``,
-   ``FastTimerService``, ``MessageLogger``, ``TritonService``);
+   ``FastTimerService``, ``MessageLogger``, ``TFileService``, ``TritonService``);
 2. the Python entry points of group ``pysonic.modules`` of every installed package, so a
    user's own package provides types by declaring, in its ``pyproject.toml``::
 
@@ -40,6 +40,7 @@ _BUILTIN = {
     "FastTimerService": "framework.cmsrun:FastTimerService",
     "MessageLogger": "framework.core._messagelogger:MessageLogger",
     "PoolSource": "framework.io:PoolSource",
+    "TFileService": "framework.io:TFileService",
     "TritonService": "framework.service:TritonService",
 }
 

@@ -33,14 +33,14 @@ from typing import Any, NoReturn, cast
 
 import trio
 
-from framework.utilities import EventProcessingError, FrameworkError
+from framework.utilities import EventProcessingError, FrameworkError, commit_outputs
 
 from ._builder import Job, PathSpec
 from ._event import EventPrincipal
 from ._source_base import NO_METADATA, SourceEvent
 from ._worker import Worker
 
-__all__ = ["JobReport", "run_job", "begin_job", "process_events", "end_job", "abort_job", "first_error"]
+__all__ = ["JobReport", "run_job", "begin_job", "process_events", "end_job", "abort_job", "first_error", "transition"]
 
 log = logging.getLogger("pysonic")
 
@@ -364,11 +364,33 @@ async def begin_job(job: Job) -> None:
             with _transition(job, f"begin_job() of Service '{svc.label}' (type {svc.type_name})"):
                 await svc.begin_job()
         for module in job.modules:
-            with _transition(job, f"begin_job() of {_describe(module)}"):
-                _call_module(module, "begin_job")
+            transition(job, module, "begin_job")
             job.begun.append(module)
     except BaseException as exc:
         await _abort(job, exc)
+
+
+def transition(job: Job, module: Any, name: str) -> None:
+    """Call a module's (or service's) transition (``begin_job``, ``begin_unit``, ``end_unit``,
+    ``end_job``), recorded as the job's transition under way while it runs (``Job.transition``:
+    what cmsrun's immediate stop names when the job is stuck there).
+
+    Raises:
+        FrameworkError: the module's own, unchanged (it names the module already), or any
+            other exception of the module as one line naming the module, the transition and
+            the exception (category: the exception's type name); the original is the cause.
+    """
+    try:
+        with _transition(job, f"{name}() of {_describe(module)}"):
+            getattr(module, name)()
+    except FrameworkError:
+        raise
+    except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
+        detail = str(exc).partition("\n")[0]
+        raise FrameworkError(
+            f"{_describe(module)}: {name}() failed: {type(exc).__name__}" + (f": {detail}" if detail else ""),
+            category=type(exc).__name__,
+        ) from exc
 
 
 async def process_events(
@@ -377,14 +399,16 @@ async def process_events(
     on_event: Callable[[EventPrincipal, float], None] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> JobReport:
-    """Every event of the source's current input through the Paths, between the modules'
-    ``begin_unit`` and ``end_unit`` (a work unit's outputs: ``framework.io.output_naming``).
+    """Every event of the source's current input through the Paths, between the services'
+    and modules' ``begin_unit`` and ``end_unit`` (a work unit's outputs:
+    ``framework.io.output_naming``; they are committed by whoever opened the commit:
+    :func:`run_job`, cmsrun, the executor's unit task).
 
     Called once per job by :func:`run_job`, or once per work unit by the scale-out executor
     (each in its own ``trio.run``, the job begun once; call ``job.reset_counters()`` between
     units for per-unit counts). On failure every begun module's ``abort_unit`` runs (its
-    unit's outputs are removed) and the most informative error is raised; the job itself
-    stays begun.
+    unit's outputs are removed) and the services' ``abort_unit``, and the most informative
+    error is raised; the job itself stays begun.
 
     Raises:
         FrameworkError, KeyboardInterrupt: as :func:`run_job`.
@@ -393,11 +417,14 @@ async def process_events(
     # Built after assemble(): output modules' consumes count as dependencies too.
     scheduler = _Scheduler(job, on_event, report)
     opened: list[Any] = []
+    services = list(job.services.services.values())
     try:
         _bind_metadata(job)  # the source's input may have changed since begin_job (set_units)
+        for service in services:  # before the modules: they book their objects with a service
+            transition(job, service, "begin_unit")
+            opened.append(service)
         for module in job.modules:
-            with _transition(job, f"begin_unit() of {_describe(module)}"):
-                module.begin_unit()
+            transition(job, module, "begin_unit")
             opened.append(module)
         if on_start is not None:
             on_start()
@@ -409,14 +436,15 @@ async def process_events(
             report.cpu_time = _process_cpu() - cpu0
             report.event_loop_cpu_time = time.thread_time() - thread0
         for module in job.modules:
-            with _transition(job, f"end_unit() of {_describe(module)}"):
-                module.end_unit()
+            transition(job, module, "end_unit")
+        for service in services:  # after the modules: what they booked is complete
+            transition(job, service, "end_unit")
     except BaseException as exc:
         error = first_error(exc)
         report.error = error
-        for module in opened:
+        for opened_one in reversed(opened):
             with contextlib.suppress(Exception):  # cleanup must not hide the real error
-                module.abort_unit()
+                opened_one.abort_unit()
         _raise_leaf(exc, error)
     return report
 
@@ -438,8 +466,7 @@ async def end_job(job: Job, report: JobReport | None = None) -> None:
     """
     try:
         for module in job.modules:
-            with _transition(job, f"end_job() of {_describe(module)}"):
-                _call_module(module, "end_job")
+            transition(job, module, "end_job")
     except BaseException as exc:
         await _abort(job, exc)
     await _end_services(job)
@@ -468,20 +495,6 @@ async def _end_services(job: Job) -> None:
             ):
                 await svc.end_job()
         job.source.close()
-
-
-def _call_module(module: Any, method: str) -> None:
-    """``module.<method>()`` (``begin_job``, ``end_job``); an exception other than a
-    FrameworkError becomes one naming the module and the method, its category the
-    exception's type name, the original kept as ``__cause__``."""
-    try:
-        getattr(module, method)()
-    except FrameworkError:
-        raise
-    except Exception as exc:
-        raise FrameworkError(
-            f"{_describe(module)}: {method}() failed: {type(exc).__name__}: {exc}", category=type(exc).__name__
-        ) from exc
 
 
 def _describe(module: Any) -> str:
@@ -519,24 +532,29 @@ async def run_job(
     on_event: Callable[[EventPrincipal, float], None] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> JobReport:
-    """Run a built job to the end: :func:`begin_job`, :func:`process_events`, :func:`end_job`.
+    """Run a built job to the end: :func:`begin_job`, :func:`process_events`, :func:`end_job`,
+    then commit its outputs (``framework.utilities._commit``: renamed into place only now, after every
+    module's and service's end; inside a commit opened by the caller, the caller commits).
 
     On failure every module's ``abort_unit`` and ``abort_job`` run instead of ``end_unit``
-    and ``end_job`` (output modules drop their partial files), services' ``end_job``
-    always runs, and the most informative error is raised (never an exception group).
+    and ``end_job``, services' ``end_job`` always runs, no output is renamed into place (the
+    temporary files are removed, files of the same names are left as they were), and the
+    most informative error is raised (never an exception group).
 
     Args:
         on_event: called on the trio thread after each event with (principal, latency s).
         on_start: called once the job is set up, right before the first event is read.
 
     Raises:
-        FrameworkError: configuration, input, module or external-work failures.
+        FrameworkError: configuration, input, module or external-work failures; a
+            ``FileWriteError`` if an output cannot be written or committed.
         KeyboardInterrupt: Ctrl-C (after cleanup).
     """
-    await begin_job(job)
-    try:
-        report = await process_events(job, on_event=on_event, on_start=on_start)
-    except BaseException as exc:
-        await _abort(job, exc)
-    await end_job(job, report)
+    with commit_outputs("the job"):
+        await begin_job(job)
+        try:
+            report = await process_events(job, on_event=on_event, on_start=on_start)
+        except BaseException as exc:
+            await _abort(job, exc)
+        await end_job(job, report)
     return report

@@ -25,7 +25,11 @@ Files (implementation modules are underscored; the names below are the public on
 * ``_outputs``: output paths checked before the first event (:func:`check_outputs`),
   temporary names that carry their owner, and the removal of those a killed job left.
 * ``_writer``: NanoAOD-style branches from per-event values (:class:`BranchBuffer`), a
-  TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`).
+  TTree file written atomically (:class:`TreeWriter`, :func:`atomic_write`: staged with
+  the job's commit, ``framework.utilities._commit``).
+* ``_tfileservice``: :class:`TFileService`, CMSSW's service of histograms and small
+  per-event tables (:class:`Table`) that modules book, one directory per module label,
+  written through the job's commit and merged per dataset under Dask.
 * ``samples``: the real CMS sample files, located or fetched and checksum-verified
   (``python -m framework.io.samples NAME``).
 
@@ -48,6 +52,7 @@ from ._outputs import temporary_name as temporary_name
 from ._parts import MergeReport as MergeReport
 from ._parts import dataset_output_path as dataset_output_path
 from ._parts import final_path as final_path
+from ._parts import in_work_unit as in_work_unit
 from ._parts import merge_parts as merge_parts
 from ._parts import merge_unit_parts as merge_unit_parts
 from ._parts import new_run_name as new_run_name
@@ -61,10 +66,15 @@ from ._pool_source import PoolSource as PoolSource
 from ._pool_source import SourceStatistics as SourceStatistics
 from ._remote import OpenedFile as OpenedFile
 from ._remote import RemoteAccess as RemoteAccess
+from ._tfileservice import BookedObjects as BookedObjects
+from ._tfileservice import Table as Table
+from ._tfileservice import TFileDirectory as TFileDirectory
+from ._tfileservice import TFileService as TFileService
 from ._units import DEFAULT_CHUNK_SIZE as DEFAULT_CHUNK_SIZE
 from ._units import FileInfo as FileInfo
 from ._units import PreprocessCache as PreprocessCache
 from ._units import WorkUnit as WorkUnit
+from ._units import limit_units as limit_units
 from ._units import preprocess as preprocess
 from ._units import preprocess_file as preprocess_file
 from ._units import split_units as split_units

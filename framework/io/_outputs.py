@@ -1,29 +1,28 @@
 """Output paths checked before the first event, and temporary files that name their owner.
 
 A job's outputs (event files, histogram files, summaries, traces) are written under a
-temporary name beside their final name and renamed when complete (``_writer``). Two
-things can still lose a user's data or time, and both are caught here, when the job is
-built: an output that IS one of the inputs (the rename would replace the input), two
+temporary name beside their final name and renamed once the job succeeded
+(``framework.utilities._commit``). Two things can still lose a user's data or time, and both are
+caught here, when the job is built: an output that IS one of the inputs (the rename would replace the input), two
 outputs with one name (one would replace the other), and a folder that is missing, not a
 folder or not writable (found only after every event otherwise). :func:`check_outputs`
 raises one :class:`~framework.ConfigurationError` naming the parameter(s) and the path.
 
 Temporary names carry the writer's pid, start time and host (``out.root.tmp-<owner>-<n>``,
-:func:`temporary_name`), so that a file left by a killed job can be told from one a
-running job is writing: :func:`remove_stale_temporaries` removes those whose owner is
+``framework.utilities.temporary_name``, re-exported here), so that a file left by a
+killed job can be told from one a running job is writing: :func:`remove_stale_temporaries` removes those whose owner is
 gone (the pid is not running, or runs a process started at another time: a reused pid).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from framework.utilities import OWNER_PATTERN, ConfigurationError, owner_tag, remove_orphans
+from framework.utilities import OWNER_PATTERN, ConfigurationError, remove_orphans, temporary_name
 
 from ._files import local_path
 from ._remote import is_remote
@@ -32,20 +31,8 @@ __all__ = ["check_outputs", "output_folders", "remove_stale_temporaries", "tempo
 
 log = logging.getLogger("pysonic.output")
 
-_counter = itertools.count()
 # "<name>.tmp-<pid>-<start>-<host>-<n>" (framework.utilities._owners)
 _TEMPORARY = re.compile(rf"^(?P<final>.+)\.tmp-{OWNER_PATTERN}-\d+$")
-
-
-def temporary_name(path: Path) -> Path:
-    """Where ``path`` is written before it is complete: ``<name>.tmp-<pid>-<start>-<host>-<n>``.
-
-    Same folder, so that the final ``os.replace`` is an atomic rename on one file system;
-    the owner tag (``framework.utilities.owner_tag``) keeps two processes apart and lets a later job find
-    the files of a killed one; ``n`` (a counter of this process) keeps two writers of one
-    process apart.
-    """
-    return path.with_name(f"{path.name}.tmp-{owner_tag()}-{next(_counter)}")
 
 
 def remove_stale_temporaries(folders: Iterable[Path]) -> list[Path]:

@@ -50,6 +50,7 @@ from ._writer import atomic_write
 __all__ = [
     "output_naming",
     "output_path",
+    "in_work_unit",
     "dataset_output_path",
     "parts_folder",
     "run_parts_folder",
@@ -85,6 +86,12 @@ def output_naming(
         yield
     finally:
         _naming.reset(token)
+
+
+def in_work_unit() -> bool:
+    """Whether files are named for one work unit now (``output_naming(unit=...)``): a
+    writer then writes that unit's part, merged per dataset later."""
+    return _naming.get().unit is not None
 
 
 def dataset_output_path(path: str | Path, dataset: str) -> Path:
@@ -174,21 +181,25 @@ class MergeReport:
         parts: the parts, in the order merged.
         entries: tree name -> entries written.
         histograms: names of the histograms summed.
+        size: the merged file's size in bytes.
     """
 
     target: Path
     parts: tuple[Path, ...]
     entries: dict[str, int] = field(default_factory=dict)
     histograms: tuple[str, ...] = ()
+    size: int = 0
 
 
 def merge_parts(
     parts: Sequence[str | Path], target: str | Path, *, remove_parts: bool = True, compression: Any = None
 ) -> MergeReport:
-    """Combine the parts of one output into ``target``, atomically.
+    """Combine the parts of one output into ``target``, atomically (committed with the
+    job's outputs, ``framework.utilities._commit``; at once outside a job).
 
-    Every part must hold the same objects. TTrees (NanoAOD-style: flat branches, jagged
-    ones with a counter ``n<name>``, as ``TreeWriter`` writes them) are concatenated in
+    Every part must hold the same objects, at the top or in directories (TFileService's
+    ``<label>/<name>``). TTrees (NanoAOD-style: flat branches, jagged ones with a counter
+    ``n<name>``, as ``TreeWriter`` and TFileService's tables write them) are concatenated in
     part order; a part whose tree has no entries adds nothing (an output module that
     wrote no event cannot know the product branches, so its empty tree may have fewer).
     Histograms (``TH1``/``TH2``/``TH3``, with under/overflow) are summed as ``hist.Hist``
@@ -230,15 +241,16 @@ def merge_parts(
                     f"{_describe(layout)}: they are not parts of one output"
                 )
         report = MergeReport(target, tuple(paths))
-        with (
-            atomic_write(target) as temp,
-            uproot.recreate(temp, compression=files[0].file.compression if compression is None else compression) as out,
-        ):
-            for name, classname in layout.items():
-                if classname == "TTree":
-                    report.entries[name] = _merge_tree(out, name, files, paths)
-                else:
-                    out[name] = _sum_histograms(name, files, paths)
+        with atomic_write(target, f"the merge of {len(paths)} part(s) into '{target}'") as temp:
+            with uproot.recreate(
+                temp, compression=files[0].file.compression if compression is None else compression
+            ) as out:
+                for name, classname in layout.items():
+                    if classname == "TTree":
+                        report.entries[name] = _merge_tree(out, name, files, paths)
+                    else:
+                        out[name] = _sum_histograms(name, files, paths)
+            report.size = temp.stat().st_size
         report.histograms = tuple(n for n, c in layout.items() if c != "TTree")
     finally:
         for file in files:
@@ -277,7 +289,9 @@ def merge_unit_parts(parts_per_unit: Sequence[Sequence[str | Path]], *, remove_p
 
 
 def _layout_of(file: Any, part: Path) -> dict[str, str]:
-    layout = dict(file.classnames(cycle=False))
+    # Objects in directories are named by path ("label/pt"), and written back so (uproot
+    # makes the directories): the directories themselves are no objects to merge.
+    layout = {k: v for k, v in file.classnames(cycle=False).items() if v != "TDirectory"}
     for name, classname in layout.items():
         if classname != "TTree" and not classname.startswith(("TH1", "TH2", "TH3")):
             raise FileReadError(

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.utilities import ConfigurationError, FileOpenError
+from framework.utilities import ConfigurationError, FileOpenError, FileWriteError
 
 from ._files import local_path, one_line, open_tree
 from ._fileset import Dataset, FileSpec
@@ -42,6 +42,7 @@ __all__ = [
     "WorkUnit",
     "preprocess_file",
     "split_units",
+    "limit_units",
     "PreprocessCache",
     "preprocess",
     "DEFAULT_CHUNK_SIZE",
@@ -244,6 +245,38 @@ def split_units(
     return [WorkUnit(dataset, info.path, info.tree, a, b, meta) for a, b in zip(starts, starts[1:], strict=False)]
 
 
+def limit_units(units: Sequence[WorkUnit], skip: int = 0, max_events: int = -1) -> list[WorkUnit]:
+    """The units of one dataset cut as one job over them would read them: the first ``skip``
+    entries left out, then at most ``max_events`` entries (PoolSource's ``skipEvents`` and
+    ``maxEvents``, applied per dataset as ``cmsrun --dataset`` applies them).
+
+    Args:
+        units: one dataset's units, in order.
+        skip: entries to skip at the start (>= 0).
+        max_events: entries to keep after that; -1 = all.
+
+    Returns:
+        The units that still hold entries, the first and last ones shortened; ``units``
+        unchanged (empty units included) when there is nothing to cut.
+    """
+    if skip <= 0 and max_events < 0:
+        return list(units)
+    kept: list[WorkUnit] = []
+    left = max_events
+    for unit in units:
+        if left == 0:
+            break
+        start, stop = unit.entry_start, unit.entry_stop
+        skipped = min(skip, stop - start)
+        start, skip = start + skipped, skip - skipped
+        if left > 0:
+            stop = min(stop, start + left)
+            left -= stop - start
+        if stop > start:
+            kept.append(WorkUnit(unit.dataset, unit.file, unit.tree, start, stop))
+    return kept
+
+
 class PreprocessCache:
     """:class:`FileInfo` of files already preprocessed, kept in a JSON file.
 
@@ -300,9 +333,10 @@ class PreprocessCache:
             return
         data = {"version": CACHE_VERSION, "files": [asdict(i) for i in self.entries.values()]}
         try:
-            with atomic_write(self.path) as temp:
+            # Not a job's output: written now, whatever becomes of the job.
+            with atomic_write(self.path, "preprocessing cache", commit=False) as temp:
                 temp.write_text(json.dumps(data, indent=1))
-        except OSError as exc:
+        except (OSError, FileWriteError) as exc:
             log.warning("cannot write the preprocessing cache %s: %s", self.path, exc)
 
 

@@ -16,10 +16,11 @@ dict of numbers                  ``<name>_<field>`` (a singleton, like ``MET``)
 Counters are written as int32 (uproot's choice; NanoAOD's own are uint32); ``run``,
 ``luminosityBlock`` and ``event`` are always written, as NanoAOD types them.
 
-Files are written under a temporary name in their final folder (``<name>.tmp-<pid>-<start>-<n>``,
-``_outputs.temporary_name``)
-and renamed into place only when complete (:func:`atomic_write`, :class:`TreeWriter`), so
-that a reader never sees a half-written file and a failed job leaves none behind.
+Files are written under a temporary name in their final folder
+(``<name>.tmp-<pid>-<start>-<host>-<n>``) and renamed into place when the job that writes
+them has succeeded (:func:`atomic_write`, :class:`TreeWriter`; both stage their file with
+the job's commit, ``framework.utilities._commit``), so that a reader never sees a half-written file,
+and a failed job leaves none behind and replaces no earlier one.
 """
 
 from __future__ import annotations
@@ -36,9 +37,15 @@ import numpy as np
 import uproot
 
 from framework.core import Event
-from framework.utilities import ConfigurationError, FileOpenError
+from framework.utilities import (
+    ConfigurationError,
+    FileOpenError,
+    FileWriteError,
+    StagedFile,
+    stage_output,
+    temporary_name,
+)
 
-from ._outputs import temporary_name
 from ._views import JaggedView, SingletonView
 
 __all__ = [
@@ -268,41 +275,72 @@ def compression(algorithm: str, level: int | None, context: str) -> Any:
     return COMPRESSION[algorithm](1 if level is None else int(level))
 
 
-def write_objects(path: Path, objects: Mapping[str, Any]) -> None:
+def write_objects(path: Path, objects: Mapping[str, Any], who: str = "") -> None:
     """Write ``objects`` (name -> ``hist.Hist`` or anything uproot writes) to a new ROOT file.
 
-    Atomic (:func:`atomic_write`): ``path`` appears complete or not at all. A ``hist.Hist``
-    with one axis is written as a ``TH1D`` with under/overflow; uproot takes the TH1 title
-    from a ``title`` attribute.
+    Through :func:`atomic_write`: ``path`` appears complete, when the job's outputs are
+    committed, or not at all. A ``hist.Hist`` with one axis is written as a ``TH1D`` with
+    under/overflow; uproot takes the TH1 title from a ``title`` attribute. A name with
+    ``/`` is written in that directory (``"hists/pt"``).
 
     Raises:
-        OSError: the file cannot be written (nothing is left behind).
+        FileWriteError: the file cannot be written (a full disk: names the file and ``who``);
+            nothing is left behind.
     """
-    with atomic_write(Path(path)) as temp, uproot.recreate(temp) as f:
+    with atomic_write(Path(path), who) as temp, uproot.recreate(temp) as f:
         for name, obj in objects.items():
             f[name] = obj
 
 
 @contextlib.contextmanager
-def atomic_write(path: Path) -> Iterator[Path]:
-    """Yield a temporary path to write; rename it to ``path`` if the block succeeds.
+def atomic_write(path: Path, who: str = "", *, commit: bool = True) -> Iterator[Path]:
+    """Yield a temporary path to write; if the block succeeds, ``path`` gets it when the
+    job's outputs are committed (``framework.utilities._commit``: at once outside a job, or with
+    ``commit=False``: a file that is no output of the job, such as a cache).
 
-    If the block raises, the temporary file is removed and ``path`` is left as it was.
+    The file is flushed to disk (``fsync``) before it counts as complete: a full disk shows
+    up here, not as a truncated file after the rename. If the block raises, the temporary
+    file is removed and ``path`` is left as it was.
+
+    Raises:
+        FileWriteError: the block raised an OSError (a full disk, a folder removed),
+            naming ``path`` and ``who``; other exceptions pass unchanged.
     """
-    temp = temporary_name(path)
+    staged = stage_output(Path(path), who or "output") if commit else StagedFile(Path(path), temporary_name(path), who)
     try:
-        yield temp
-        os.replace(temp, path)
+        yield staged.temp
+        _sync(staged)
+    except OSError as exc:
+        staged.discard()
+        raise _write_error(staged, exc) from exc
+    except BaseException:
+        staged.discard()
+        raise
+    staged.done()
+
+
+def _sync(staged: StagedFile) -> None:
+    """fsync the temporary file: a write the kernel accepted but cannot store (ENOSPC on
+    some file systems, a quota) fails here."""
+    fd = os.open(staged.temp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        temp.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _write_error(staged: StagedFile, exc: OSError) -> FileWriteError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return FileWriteError(f"{staged.who}: cannot write '{staged.final}' ({reason})", file=str(staged.final))
 
 
 class TreeWriter:
     """One new ROOT file with one NanoAOD-style TTree, written atomically.
 
-    The file is created as :func:`temporary_name` by ``open()``, receives chunks of
-    columns through :meth:`extend` (each call one basket per branch), and is renamed to
-    ``path`` by :meth:`close`; :meth:`abort` removes it. The tree is created at the first
+    The file is created under a temporary name by ``open()`` (staged with the job's commit,
+    ``framework.utilities._commit``), receives chunks of columns through :meth:`extend` (each call one
+    basket per branch), is closed by :meth:`close` and renamed to ``path`` when the job's
+    outputs are committed (at once outside a job); :meth:`abort` removes it. The tree is created at the first
     :meth:`extend`, from the types of its columns: ``{name: 1-D NumPy array}`` gives a
     flat branch, ``{name: jagged ak.Array}`` a counter ``n<name>`` and the jagged branch
     (or ``<name>_<field>`` for a record array), as uproot's ``mktree`` writes them.
@@ -319,7 +357,7 @@ class TreeWriter:
 
     def __init__(self, path: Path, tree_name: str = "Events", compression: Any = None, context: str = "") -> None:
         self.path = Path(path)
-        self.temp_name = temporary_name(self.path)
+        self._staged: StagedFile | None = None
         self.tree_name = tree_name
         self.compression = uproot.ZLIB(1) if compression is None else compression
         self.context = context or f"writer of '{self.path}'"
@@ -327,14 +365,23 @@ class TreeWriter:
         self._file: Any = None
         self._tree: Any = None
 
+    @property
+    def temp_name(self) -> Path | None:
+        """The temporary file being written (None before ``open()``, and after :meth:`abort`)."""
+        return None if self._staged is None else self._staged.temp
+
     def open(self) -> TreeWriter:
         try:
             folder = self.path.parent
             if not folder.is_dir():  # uproot would create missing folders; CMSSW does not
                 what = "is a file, not a folder" if folder.exists() else "does not exist"
                 raise FileNotFoundError(f"folder '{folder}' {what}")
-            self._file = uproot.recreate(self.temp_name, compression=self.compression)
+            self._staged = stage_output(self.path, self.context)
+            self._file = uproot.recreate(self._staged.temp, compression=self.compression)
         except Exception as exc:  # noqa: BLE001 - permissions, full disk ...
+            if self._staged is not None:
+                self._staged.discard()
+                self._staged = None
             raise FileOpenError(
                 f"{self.context}: cannot create output file '{self.path}' ({type(exc).__name__}: {exc})"
             ) from exc
@@ -345,7 +392,17 @@ class TreeWriter:
         return self._file is not None
 
     def extend(self, columns: dict[str, Any]) -> None:
-        """Append entries: every column has the same length (the number of entries)."""
+        """Append entries: every column has the same length (the number of entries).
+
+        Raises:
+            FileWriteError: the file cannot be written (a full disk), naming it.
+        """
+        try:
+            self._extend(columns)
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def _extend(self, columns: dict[str, Any]) -> None:
         if self._tree is None:
             types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in columns.items()}
             # uproot builds the TTree metadata in O(branches^2): ~0.2 s for 200 branches,
@@ -363,22 +420,53 @@ class TreeWriter:
             self._tree.extend(columns)
             self.entries += n
 
+    def _error(self, exc: OSError) -> FileWriteError:
+        assert self._staged is not None  # open
+        return _write_error(self._staged, exc)
+
+    def write_object(self, name: str, obj: Any) -> None:
+        """Store another object (a ``hist.Hist`` as TH1, ...) under ``name``.
+
+        Raises:
+            FileWriteError: the file cannot be written (a full disk), naming it.
+        """
+        try:
+            self._file[name] = obj
+        except OSError as exc:
+            raise self._error(exc) from exc
+
     def close(self) -> None:
-        """Close the file and rename it to ``path`` (the tree must have been created)."""
+        """Close the file: complete, it is renamed to ``path`` when the job's outputs are
+        committed (at once outside a job).
+
+        Raises:
+            FileWriteError: the last writes failed (a full disk); the file is removed.
+        """
         if self._file is None:
             return
-        self._file.close()
-        self._file = None
-        os.replace(self.temp_name, self.path)
+        staged = self._staged
+        assert staged is not None  # set by open()
+        try:
+            self._file.close()
+            self._file = None
+            _sync(staged)
+        except OSError as exc:
+            self.abort()
+            raise _write_error(staged, exc) from exc
+        staged.done()
 
     def abort(self) -> None:
         """Close and delete the temporary file: nothing is left behind."""
         try:
             if self._file is not None:
                 self._file.close()
+        except OSError:
+            pass  # a full disk: the file is removed anyway
         finally:
             self._file = None
-            self.temp_name.unlink(missing_ok=True)
+            if self._staged is not None:
+                self._staged.discard()
+                self._staged = None
 
 
 def id_columns(ids: list[tuple[int, int, int]]) -> dict[str, np.ndarray[Any, Any]]:

@@ -465,7 +465,9 @@ class LocalTritonServer:
             try:
                 self._start(deadline, timeout)
             except BaseException:
-                self._shutdown(30.0, keep_log=True)
+                # The error carries the log's last lines; a log of our own (in the temporary
+                # folder) is removed with the rest, a user's log file stays.
+                self._shutdown(30.0, keep_log=False)
                 raise
             _owned_servers.add(self)
             return self
@@ -618,9 +620,8 @@ class LocalTritonServer:
             if _TRITON_ERROR.match(line) and (self.device == "gpu" or "cuda" not in line.lower())
         ]
         cause = f": {_one_line(errors[0])}" if errors else ""
-        return TritonServerError(
-            f"LocalTritonServer({self.repository}): {what}{cause}; log {self._log_path}, last lines:\n{tail}"
-        )
+        where = f"log {self._log_path}, last lines" if self._user_log is not None else "the last lines of its log"
+        return TritonServerError(f"LocalTritonServer({self.repository}): {what}{cause}; {where}:\n{tail}")
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the server, SIGKILL it after ``timeout`` seconds; remove temporary folders.

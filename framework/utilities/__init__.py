@@ -12,17 +12,27 @@ Files:
 * ``_paths``: where the project's own ``data/`` folder and model repository are.
 * ``_owners``: owner tags of temporary files and folders (pid, start time, host), and the
   removal of those whose owner is gone (:func:`remove_orphans`).
+* ``_commit``: a job's outputs committed together (:func:`commit_outputs`): every writer
+  stages its file under a temporary name (:func:`stage_output`), renamed into place only
+  when the whole job (or work unit) succeeded.
 * ``triton_config``: the one reader of a Triton model's ``config.pbtxt`` shared by the
   client (``framework.sonic``) and the server side (``framework.serving``). A public module
   of its own, not imported here: it loads tritonclient's model-config schema, which the
   core must not.
 """
 
+from ._commit import OutputCommit as OutputCommit
+from ._commit import StagedFile as StagedFile
+from ._commit import commit_outputs as commit_outputs
+from ._commit import current_commit as current_commit
+from ._commit import stage_output as stage_output
+from ._commit import temporary_name as temporary_name
 from ._errors import ConfigurationError as ConfigurationError
 from ._errors import EventProcessingError as EventProcessingError
 from ._errors import ExternalFailure as ExternalFailure
 from ._errors import FileOpenError as FileOpenError
 from ._errors import FileReadError as FileReadError
+from ._errors import FileWriteError as FileWriteError
 from ._errors import FrameworkError as FrameworkError
 from ._errors import NotSupportedError as NotSupportedError
 from ._errors import ProductNotFound as ProductNotFound

@@ -66,6 +66,20 @@ class FileOpenError(FrameworkError):
         self.file = file
 
 
+class FileWriteError(FrameworkError):
+    """An output cannot be written or committed (full disk, a folder removed meanwhile).
+
+    Attributes:
+        file: the output's final name, when about one file (None otherwise).
+    """
+
+    category = "FileWriteError"
+
+    def __init__(self, message: str, *, file: str | None = None, category: str | None = None) -> None:
+        super().__init__(message, category=category)
+        self.file = file
+
+
 class FileReadError(FrameworkError):
     """An input file opened, but reading a branch failed (truncated, wrong type, ...).
 

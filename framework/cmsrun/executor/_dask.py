@@ -39,6 +39,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -53,27 +54,40 @@ import dask.config
 from distributed import Client, Future, LocalCluster, as_completed
 from rich.console import Console
 
-from framework.core import build_job
+from framework import config as cms
+from framework.core import Job, build_job
 from framework.io import (
     Dataset,
     FileInfo,
     WorkUnit,
+    atomic_write,
     dataset_output_path,
     final_path,
+    limit_units,
     merge_unit_parts,
     new_run_name,
     parts_folder,
     remove_stale_runs,
     run_parts_folder,
 )
-from framework.utilities import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError
+from framework.utilities import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError, commit_outputs
 
 from .._progress import progress_bar
 from ._address import SCHEDULER_TIMEOUT, check_scheduler
 from ._host_triton import HOST_SERVER, HostTritonServer, host_server, host_tag, stop_host_server
 from ._report import print_run_summary, run_summary
 from ._triton_stats import ServerCounters
-from ._unit_task import JobCache, JobSpec, RunFolders, UnitOutcome, run_unit_task
+from ._unit_task import (
+    JobCache,
+    JobSpec,
+    RunFolders,
+    UnitOutcome,
+    changed_files,
+    end_worker_jobs,
+    run_unit_task,
+    snapshot,
+    watched_folders,
+)
 
 __all__ = ["DaskOptions", "run_on_dask"]
 
@@ -100,6 +114,7 @@ class DaskOptions:
     progress: bool = True
     summary: bool = True
     summary_json: str | None = None
+    max_events: int | None = None  # -n; None: the config's maxEvents
 
 
 @dataclass
@@ -110,7 +125,7 @@ class _Run:
     outcomes: dict[str, UnitOutcome] = field(default_factory=dict)  # unit id -> outcome
     skipped: list[UnitOutcome] = field(default_factory=list)
     retried: dict[str, int] = field(default_factory=dict)
-    outputs: list[Path] = field(default_factory=list)  # configured output names (for cleanup)
+    outputs: list[Path] = field(default_factory=list)  # declared output names, as configured
     name: str = field(default_factory=new_run_name)  # its parts folders' name (owner-tagged)
     folders: list[Path] = field(default_factory=list)  # the run's parts folders, as created
 
@@ -142,25 +157,37 @@ def _signals_raise() -> Iterator[None]:
 def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[str, Any]:
     """Run ``process`` over every dataset of ``options.fileset`` on a Dask cluster.
 
+    The merged outputs and ``summary_json`` are committed together at the end
+    (``framework.utilities._commit``): a run that fails or is stopped leaves earlier files of those
+    names as they were.
+
     Returns:
         The run's summary (``_report.run_summary``).
 
     Raises:
+        ConfigurationError: before any work: a module parameter names a file the module
+            does not declare as an output, or a service writes its files at the end of
+            the job (one per worker: FastTimerService).
         FrameworkError: a unit failed (one line naming file and entry range), unless
-            ``skip_bad_files`` and its file is bad; nothing of the run's parts is left.
+            ``skip_bad_files`` and its file is bad; a module wrote a file no declaration
+            covers, or failed in ``end_job``; nothing of the run's parts is left.
         KeyboardInterrupt: SIGINT/SIGTERM (``.signum``), after the same cleanup.
     """
     from .._datasets import plan_datasets
 
-    outputs = _configured_outputs(process)
+    job = build_job(process, max_events=-1)  # constructs modules: their parameters and outputs
+    check_dask_outputs(process, job)
+    # What the units write parts of: every declared output of the modules and services.
+    outputs = sorted({Path(path) for _who, path in job.declared_outputs()})
     cluster = client = None
     tag = ""
     run: _Run | None = None
+    closed = False
     try:
-        with _signals_raise():
+        with _signals_raise(), commit_outputs("the Dask run"):
             started = time.perf_counter()
             cluster, client = _open_cluster(options, console)
-            tag, counters = _plan_triton(process, client, console)
+            tag, counters = _plan_triton(job, client, console)
             client.register_plugin(JobCache(), name=JobCache.name)
             t0 = time.perf_counter()
             bad_files: list[dict[str, str]] = []
@@ -172,10 +199,14 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             )
             for bad in bad_files:
                 log.warning("skipped (--skip-bad-files): %s", bad["error"])
+            plan = _limit_plan(process, plan, options.max_events)
             run = _Run(plan, outputs=outputs)
             _make_run_folders(run)
+            folders = watched_folders(job)
+            before = snapshot(folders)
             spec = JobSpec.make(options.config, options.args, options.streams, options.threads, tag)
             _run_units(client, spec, run, options, console)
+            _end_worker_jobs(client, folders, before)
             merges = _merge(run, options)
             _remove_parts(run)
             wall = time.perf_counter() - t0
@@ -193,17 +224,101 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
             )
             _server_statistics(client, tag, counters, summary)
             summary["units"]["skipped_files"] = bad_files
+            if options.summary_json:
+                with atomic_write(Path(options.summary_json), "--summary-json") as temp:
+                    temp.write_text(json.dumps(summary, indent=2, default=str))
+            _close(cluster, client, tag)
+            closed = True
     except BaseException:
-        _close(cluster, client, tag)
+        if not closed:
+            _close(cluster, client, tag)
         if run is not None:
             _remove_parts(run)
         raise
-    _close(cluster, client, tag)
     if options.summary:
         print_run_summary(summary, console)
-    if options.summary_json:
-        Path(options.summary_json).write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _limit_plan(
+    process: Any, plan: list[tuple[Dataset, list[WorkUnit]]], max_events: int | None
+) -> list[tuple[Dataset, list[WorkUnit]]]:
+    """Each dataset's units cut at PoolSource's ``skipEvents`` and at ``maxEvents`` (``-n``
+    if given), as ``cmsrun --dataset`` applies them to each dataset's job."""
+    limit = process.maxEvents_() if max_events is None else max_events
+    source = process.source
+    skip = int(source.skipEvents.value()) if "skipEvents" in source.parameterNames_() else 0
+    return [(dataset, limit_units(units, skip, limit)) for dataset, units in plan]
+
+
+def check_dask_outputs(process: Any, job: Job) -> None:
+    """Before any work: what would be lost under Dask, found from the config.
+
+    Raises:
+        ConfigurationError: a module's string parameter names a file it does not declare
+            (``declared_outputs``): a value with a file suffix in an existing folder, that
+            does not exist yet or whose parameter's name says "out"; or a service declares
+            outputs it writes at the end of the job (``Service.outputs_per_unit`` False),
+            which every worker would write in turn.
+    """
+    for service in job.services.services.values():
+        outputs = service.declared_outputs()
+        if outputs and not service.outputs_per_unit:
+            name = next(iter(outputs))
+            raise ConfigurationError(
+                f"Service '{service.label}' (type {service.type_name}): parameter '{name}': with --executor dask "
+                f"this service would write '{outputs[name]}' once per worker at the end of its job (each "
+                f"replacing the last); not supported with --executor dask (the run's summary: --summary-json)"
+            )
+    for worker in job.workers.values():
+        module = worker.module
+        declared = {(Path.cwd() / str(p)).resolve() for p in module.declared_outputs().values()}
+        for name, value in _string_parameters(process, worker.label):
+            path = (Path.cwd() / value).resolve()
+            if path in declared or not _looks_like_output(name, value, path):
+                continue
+            raise ConfigurationError(
+                f"{worker.describe()}: parameter '{name}' names a file ('{value}') that the module does "
+                f"not declare as an output (declared_outputs()): with --executor dask each worker would "
+                f"write its own and all but one would be lost; declare it (a ROOT file, merged per "
+                f"dataset) or book its contents with TFileService"
+            )
+
+
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$")
+
+
+def _looks_like_output(name: str, value: str, path: Path) -> bool:
+    if not value or any(c.isspace() for c in value) or "://" in value or not _FILE_SUFFIX.search(value):
+        return False
+    if not path.parent.is_dir():
+        return False  # not writable as given: an input's typo more likely than an output
+    return not path.exists() or "out" in name.lower()
+
+
+def _string_parameters(process: Any, label: str) -> list[tuple[str, str]]:
+    """The module's string parameters, defaults included, nested PSets as ``a.b``."""
+    from framework.core import find_type
+
+    obj = getattr(process, label)
+    desc = cms.ParameterSetDescription()
+    find_type(obj.type_()).fill_descriptions(desc)
+    found: list[tuple[str, str]] = []
+
+    def walk(params: Any, prefix: str) -> None:
+        for key in params:
+            value = params[key]
+            if isinstance(value, str):
+                found.append((prefix + key, value))
+            elif isinstance(value, cms.ParameterSet):
+                walk(value, f"{prefix}{key}.")
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, cms.ParameterSet):
+                        walk(item, f"{prefix}{key}[{i}].")
+
+    walk(desc.validate(obj, label), "")
+    return found
 
 
 def _open_cluster(options: DaskOptions, console: Console) -> tuple[LocalCluster | None, Client]:
@@ -303,13 +418,10 @@ def _preprocess_or_error(function: Any, path: str, tree: str) -> Any:
         return str(exc.args[0] if exc.args else exc).partition("\n")[0]
 
 
-def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
-    """If the config uses Triton: the run's server counters (configured servers: begin
+def _plan_triton(job: Job, client: Client, console: Console) -> tuple[str, ServerCounters | None]:
+    """If the job uses Triton: the run's server counters (configured servers: begin
     snapshot now), and, if its models need TritonService's fallback, one server per host
     started (a nanny plugin). Returns (its tag, "" if none; the counters, None if no Triton)."""
-    if not _uses_triton(process):
-        return "", None
-    job = build_job(process, max_events=-1)  # constructs modules: they register their models
     service = job.services.services.get("TritonService")
     if service is None or not service.models:  # type: ignore[attr-defined]
         return "", None
@@ -351,29 +463,6 @@ def _plan_triton(process: Any, client: Client, console: Console) -> tuple[str, S
         ) from exc
     counters.models_on_host = missing
     return tag, counters
-
-
-def _uses_triton(process: Any) -> bool:
-    """Whether a module of the config is a SONIC module (found by type, as the builder does):
-    a producer, filter or analyzer, or any case of a SwitchProducer (the case the job chooses
-    is known once it is built; a case that does not run registers no model)."""
-    from framework.core import find_type
-    from framework.sonic import SonicEDAnalyzer, SonicEDFilter, SonicEDProducer, SonicOneEDAnalyzer
-
-    if "TritonService" in process.services_():
-        return True
-    modules = [*process.producers_().values(), *process.filters_().values(), *process.analyzers_().values()]
-    for switch in process.switchProducers_().values():
-        modules += [case for case in switch.parameters_().values() if hasattr(case, "type_")]
-    sonic = (SonicEDProducer, SonicEDFilter, SonicEDAnalyzer, SonicOneEDAnalyzer)
-    for module in modules:
-        try:
-            cls = find_type(module.type_())
-        except Exception:  # noqa: BLE001 - the build names an unknown type
-            continue
-        if isinstance(cls, type) and issubclass(cls, sonic):
-            return True
-    return False
 
 
 def _server_statistics(client: Client, tag: str, counters: ServerCounters | None, summary: dict[str, Any]) -> None:
@@ -447,6 +536,9 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
                     f"({', '.join(folders.folders)})",
                     category="FileWriteError",
                 )
+            if outcome.undeclared:
+                _cancel(client, futures)
+                raise FrameworkError(_undeclared_message(outcome.undeclared[0], f"work unit {unit.describe()}"))
             if outcome.error:
                 if not (options.skip_bad_files and outcome.bad_file):
                     _cancel(client, futures)
@@ -460,6 +552,31 @@ def _run_units(client: Client, spec: JobSpec, run: _Run, options: DaskOptions, c
             progress.update(units_task, advance=1)
             progress.update(events_task, advance=unit.num_entries, rate=f"{rate:,.0f} events/s")
     run.retried = _retries(client, futures)
+
+
+def _undeclared_message(path: str, when: str) -> str:
+    return (
+        f"'{path}' was written during {when}, and no module declares it as an output (declared_outputs()): "
+        f"with --executor dask each worker would write its own and all but one would be lost; declare it "
+        f"(a ROOT file, merged per dataset) or book its contents with TFileService"
+    )
+
+
+def _end_worker_jobs(client: Client, folders: list[Path], before: dict[Path, tuple[int, int, int]]) -> None:
+    """End the workers' jobs now (their modules' and services' ``end_job``), before the merge:
+    a failure there, or a file written then, fails the run before anything is committed.
+
+    Raises:
+        FrameworkError: the first problem a worker reported (``JobCache.end_jobs``), or a file
+            new or changed in ``folders`` since ``before`` (``_unit_task.snapshot``).
+    """
+    reports = client.run(end_worker_jobs)
+    for worker, problems in sorted(reports.items()):
+        if problems:
+            raise FrameworkError(f"{problems[0]} (worker {worker})", category="FileWriteError")
+    changed = changed_files(before, snapshot(folders))
+    if changed:
+        raise FrameworkError(_undeclared_message(str(changed[0]), "the run"), category="FileWriteError")
 
 
 def _retries(client: Client, futures: dict[Future[Any], WorkUnit]) -> dict[str, int]:
@@ -501,7 +618,7 @@ def _merge(run: _Run, options: DaskOptions) -> list[dict[str, Any]]:
         reports = merge_unit_parts([o.parts for o in done], remove_parts=False)  # _remove_parts removes them
         seconds = time.perf_counter() - t0
         for report in reports:
-            size = report.target.stat().st_size
+            size = report.size
             merges.append(
                 {
                     "dataset": dataset.name,
@@ -544,16 +661,6 @@ def _write_manifest(target: Path, done: list[UnitOutcome], kept: dict[str, str])
             }
         )
     (parts_folder(target) / "manifest.json").write_text(json.dumps({"output": str(target), "units": units}, indent=1))
-
-
-def _configured_outputs(process: Any) -> list[Path]:
-    """Every ``fileName`` of the config's modules: the outputs whose parts the run writes."""
-    names = []
-    for group in (process.producers_(), process.filters_(), process.analyzers_(), process.outputModules_()):
-        for module in group.values():
-            if "fileName" in module:
-                names.append(Path(str(module.fileName.value())))
-    return names
 
 
 def _make_run_folders(run: _Run) -> None:

@@ -7,8 +7,11 @@ A Dask task :func:`run_unit_task` runs one :class:`~framework.io.WorkUnit`. The 
 layout from the dataset's first file, which every worker reads alike so that the parts
 agree), ONCE per worker and dataset; then each unit runs in its own ``trio.run``
 (``process_events``: its own streams), its outputs written as the unit's parts
-(``output_naming(unit=...)``, atomic). A worker with several threads keeps one job per
-thread in use. The jobs end (``end_job``: services' ``end_job``) when the worker closes.
+(``output_naming(unit=...)``) and committed together when the unit succeeded
+(``framework.utilities._commit``): the parts of a unit are every file it committed, whatever wrote
+it. A worker with several threads keeps one job per thread in use. The jobs end
+(``end_job``) when the driver asks (:func:`end_worker_jobs`, once every unit is done), or
+when the worker closes.
 
 A unit that fails with a ``FrameworkError`` returns a failed :class:`UnitOutcome` (the
 error in one line naming file and entry range) instead of raising, so that Dask does not
@@ -44,12 +47,22 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from framework import config as cms
 from framework.core import Job, abort_job, begin_job, build_job, end_job, process_events
 from framework.io import WorkUnit, output_naming
-from framework.utilities import FileOpenError, FileReadError, FrameworkError
+from framework.utilities import FileOpenError, FileReadError, FrameworkError, commit_outputs
 
 from .._summary import unit_record
 from ._host_triton import HOST_SERVER, host_server, host_server_http
 
-__all__ = ["JobCache", "JobSpec", "RunFolders", "UnitOutcome", "run_unit_task"]
+__all__ = [
+    "JobCache",
+    "JobSpec",
+    "RunFolders",
+    "UnitOutcome",
+    "changed_files",
+    "end_worker_jobs",
+    "run_unit_task",
+    "snapshot",
+    "watched_folders",
+]
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,9 @@ class UnitOutcome:
             task (job lookup, part writing, report) is per-unit overhead.
         built: the job was built for this unit (the worker's first of the dataset).
         services: the services' ``statistics()`` after the unit (cumulative per worker job).
+        undeclared: files that appeared or changed in the watched folders while the unit
+            ran (``watched_folders``), which no declaration covers: a module writing a
+            file of its own (under Dask each worker would write its own copy).
         discarded: the run was over (its parts folders removed) before the task began or
             before it ended: what it wrote is gone with the folders, ``parts`` is empty.
         streams, threads: what the worker's job runs with (``framework.core.concurrency``
@@ -135,6 +151,7 @@ class UnitOutcome:
     events_time: float = 0.0
     built: bool = False
     services: dict[str, Any] = field(default_factory=dict)
+    undeclared: tuple[str, ...] = ()
     discarded: bool = False
     streams: int = 0
     threads: int = 0
@@ -179,13 +196,76 @@ class JobCache(WorkerPlugin):
         with self._lock or threading.Lock():
             self._idle.setdefault((spec.digest, dataset), []).append(job)
 
-    def teardown(self, worker: Any) -> None:
+    def end_jobs(self) -> list[str]:
+        """End every idle job (``end_job``); returns one line per failure: a module's or
+        service's ``end_job`` that raised, a file one of them wrote there (under Dask a file
+        written at the end of a worker's job is that worker's alone: never committed), or a
+        service's output changed after its last part (``Service.unwritten_outputs``)."""
         with self._lock or threading.Lock():
             jobs = [j for js in self._idle.values() for j in js]
             self._idle.clear()
+        problems = []
         for job in jobs:
-            with contextlib.suppress(Exception):  # the worker is closing; the units are done
-                trio.run(end_job, job)
+            try:
+                # A commit never committed: what end_job writes is reported, then removed.
+                with commit_outputs("the end of a worker's job") as commit:
+                    trio.run(end_job, job)
+                    written = commit.discard()
+                problems += [line for svc in job.services.services.values() for line in svc.unwritten_outputs()]
+                problems += [
+                    f"'{path}' was written at the end of a worker's job (end_job): under --executor dask "
+                    f"each worker would write its own; write it per run of events (end_unit) or book it "
+                    f"with TFileService"
+                    for path in written
+                ]
+            except FrameworkError as exc:
+                problems.append(str(exc.args[0] if exc.args else exc).partition("\n")[0])
+        return problems
+
+    def teardown(self, worker: Any) -> None:
+        with contextlib.suppress(Exception):  # the worker is closing; the units are done
+            self.end_jobs()
+
+
+def end_worker_jobs(dask_worker: Any) -> list[str]:
+    """``client.run`` target: end this worker's jobs (:meth:`JobCache.end_jobs`)."""
+    cache = dask_worker.plugins.get(JobCache.name)
+    return cache.end_jobs() if isinstance(cache, JobCache) else []
+
+
+def watched_folders(job: Job) -> list[Path]:
+    """Where a module's undeclared file would most likely land: the current folder (the
+    driver's) and the folders of the job's declared outputs."""
+    folders = {Path.cwd().resolve()}
+    for _who, path in job.declared_outputs():
+        folders.add((Path.cwd() / path).parent.resolve())
+    return sorted(folders)
+
+
+def snapshot(folders: list[Path]) -> dict[Path, tuple[int, int, int]]:
+    """The files (not folders) directly in ``folders``: path -> (inode, size, mtime in ns)."""
+    files: dict[Path, tuple[int, int, int]] = {}
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    files[Path(entry.path)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return files
+
+
+def changed_files(before: dict[Path, tuple[int, int, int]], after: dict[Path, tuple[int, int, int]]) -> list[Path]:
+    """Files new or changed from ``before`` to ``after`` (:func:`snapshot`), but the logs of
+    ``logging`` file handlers (MessageLogger's ``files``: appended to by every worker alike)
+    and temporary outputs (``<name>.tmp-...``: a job's, removed or renamed by it)."""
+    logs = {Path(h.baseFilename).resolve() for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)}
+    return sorted(
+        p for p, facts in after.items() if before.get(p) != facts and p.resolve() not in logs and ".tmp-" not in p.name
+    )
 
 
 class _NoComputeFailed(logging.Filter):
@@ -202,6 +282,10 @@ def _build(spec: JobSpec, first: WorkUnit) -> Job:
     process = cms.load_config(spec.config, list(spec.args))
     if spec.host_tag:
         add_host_server(process, spec.host_tag)
+    if "skipEvents" in process.source.parameterNames_():
+        # The driver cut the dataset's units at skipEvents and maxEvents (limit_units): a
+        # unit is read whole.
+        process.source.skipEvents = cms.untracked.uint32(0)
     job = build_job(process, max_events=-1, streams=spec.streams, threads=spec.threads)
     # The layout output modules see comes from the dataset's first file, on every worker.
     job.source.set_units([first])  # type: ignore[attr-defined]
@@ -260,15 +344,24 @@ def run_unit_task(spec: JobSpec, unit: WorkUnit, first: WorkUnit, run: RunFolder
     if os.getcwd() != spec.cwd and os.path.isdir(spec.cwd):
         os.chdir(spec.cwd)  # relative output names are relative to cmsrun's folder
     try:
+        here = snapshot([Path.cwd().resolve()])  # before the job's begin_job, if it is built now
         job, outcome.built = cache.take(spec, first, unit)
         outcome.streams, outcome.threads = job.streams, job.threads
+        folders = watched_folders(job)
+        before = {**snapshot(folders), **here}
         job.reset_counters()
         job.source.set_units([unit])  # type: ignore[attr-defined]
-        with output_naming(unit=unit, run=run.run if run is not None else None):  # trio.run copies this context
+        # trio.run copies this context: the unit's files are named as its parts, and
+        # committed (renamed into the run's folder) only if the whole unit succeeded.
+        with (
+            output_naming(unit=unit, run=run.run if run is not None else None),
+            commit_outputs(f"work unit {unit.describe()}") as commit,
+        ):
             t0 = time.perf_counter()
             report = trio.run(process_events, job)
             outcome.events_time = time.perf_counter() - t0
-        outcome.parts = tuple(str(p) for m in job.modules if hasattr(m, "output_files") for p in m.output_files())
+        outcome.parts = tuple(str(p) for p in commit.committed)
+        outcome.undeclared = tuple(str(p) for p in changed_files(before, snapshot(folders)))
         outcome.record = unit_record(job, report)
         outcome.services = {name: stats for name, svc in job.services.services.items() if (stats := svc.statistics())}
         cache.give_back(spec, unit.dataset, job)
