@@ -45,12 +45,20 @@ def _values(value: Any, field: str, what: str) -> np.ndarray:
     return np.asarray(value, dtype=np.float64).reshape(-1)
 
 
+MAX_BINS = 2**27  # bins of one histogram at most: 1 GiB of float64 counts
+
+
 class _Histogram:
     def __init__(self, p: Any, module: EDAnalyzer) -> None:
         context = f"EDAnalyzer '{module.label}': histogram '{p.name}'"
         if p.nbins < 1 or not p.min < p.max:
             raise ConfigurationError(
                 f"{context}: needs nbins >= 1 and min < max, got nbins={p.nbins}, min={p.min}, max={p.max}"
+            )
+        if p.nbins > MAX_BINS:
+            raise ConfigurationError(
+                f"{context}: nbins={p.nbins} is more than {MAX_BINS} (its counts alone would take "
+                f"{(p.nbins + 2) * 8 / 2**30:.0f} GiB)"
             )
         self.name, self.field = p.name, p.field
         self.token = module.consumes(p.src, branches=[p.field] if p.field else None)

@@ -73,11 +73,29 @@ def random_graph(
 
 
 class _TritonGraph:
-    """CMSSW's ``TritonGraphHelper``: the graph's parameters, input and logged output."""
+    """CMSSW's ``TritonGraphHelper``: the graph's parameters, input and logged output.
+
+    A mixin before the SONIC base class (``class TritonGraphProducer(_TritonGraph,
+    SonicEDProducer)``): its ``fill_descriptions``, ``__init__`` and ``acquire`` are the three
+    modules' own, each calling on to the base class's; they differ only in what they do
+    with the output (``produce``, ``filter``, ``analyze``).
+    """
 
     label: str
     type_name: str
     kind: str
+
+    @classmethod
+    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
+        super().fill_descriptions(desc)  # type: ignore[misc]  # the SONIC base class's (the client's PSet)
+        cls.fill_graph_descriptions(desc)
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)  # type: ignore[call-arg]  # the SONIC base class's
+        self._read_graph_parameters(params)
+
+    def acquire(self, event: Any, input: Any) -> None:
+        self.make_input(event, input)
 
     @staticmethod
     def fill_graph_descriptions(desc: cms.ParameterSetDescription) -> None:
@@ -129,36 +147,12 @@ class TritonGraphProducer(_TritonGraph, SonicEDProducer):
     ``logits__0``, float32 (n, 7)). Puts no product, as CMSSW's.
     """
 
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.fill_graph_descriptions(desc)
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params)
-        self._read_graph_parameters(params)
-
-    def acquire(self, event: Any, input: Any) -> None:
-        self.make_input(event, input)
-
     def produce(self, event: Any, output: TritonOutputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map)
         self.log_output(event, output)
 
 
 class TritonGraphFilter(_TritonGraph, SonicEDFilter):
     """CMSSW's ``TritonGraphFilter``: as :class:`TritonGraphProducer`; every event passes."""
-
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.fill_graph_descriptions(desc)
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params)
-        self._read_graph_parameters(params)
-
-    def acquire(self, event: Any, input: Any) -> None:
-        self.make_input(event, input)
 
     def filter(self, event: Any, output: TritonOutputMap) -> bool:  # type: ignore[override]  # SONIC: (event, Triton map)
         self.log_output(event, output)
@@ -169,18 +163,6 @@ class TritonGraphAnalyzer(_TritonGraph, SonicOneEDAnalyzer):
     """CMSSW's ``TritonGraphAnalyzer`` (a ``TritonOneEDAnalyzer``): as
     :class:`TritonGraphProducer`, its client always ``Sync`` (another mode is reset, with a
     warning, as CMSSW does)."""
-
-    @classmethod
-    def fill_descriptions(cls, desc: cms.ParameterSetDescription) -> None:
-        super().fill_descriptions(desc)
-        cls.fill_graph_descriptions(desc)
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params)
-        self._read_graph_parameters(params)
-
-    def acquire(self, event: Any, input: Any) -> None:
-        self.make_input(event, input)
 
     def analyze(self, event: Any, output: TritonOutputMap) -> None:  # type: ignore[override]  # SONIC: (event, Triton map)
         self.log_output(event, output)

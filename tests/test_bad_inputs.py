@@ -337,6 +337,13 @@ class RaisingInBeginUnit(EDAnalyzer):
         ),
         (
             'process.ht = cms.EDProducer("JetHTProducer")\n'
+            + HT_HISTOGRAM.replace("cms.uint32(4)", "cms.uint32(4294967295)")
+            + "process.p2 = cms.Path(process.ht + process.hist)\n",
+            "EDAnalyzer 'hist': histogram 'ht': nbins=4294967295 is more than 134217728 (its counts alone would "
+            "take 32 GiB)",
+        ),
+        (
+            'process.ht = cms.EDProducer("JetHTProducer")\n'
             + HT_HISTOGRAM
             + "process.p2 = cms.Path(process.hist + process.ht)\n",
             "Unrunnable schedule: EDAnalyzer 'hist' (type HistogramAnalyzer) is on Path 'p2' and consumes products of "
@@ -369,6 +376,7 @@ class RaisingInBeginUnit(EDAnalyzer):
         "unattached module in Path",
         "int32 for double",
         "NaN threshold",
+        "nbins beyond memory",
         "consumer before its producer on a Path",
         "Sequence containing itself",
         "Task containing itself",

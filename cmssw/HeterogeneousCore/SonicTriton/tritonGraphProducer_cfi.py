@@ -22,6 +22,7 @@ tritonGraphProducer = cms.EDProducer('TritonGraphProducer',
     useSharedMemory = cms.untracked.bool(True),
     compression = cms.untracked.string(''),
     outputs = cms.untracked.vstring(),
+    transport = cms.untracked.string('auto'),
     batchMode = cms.untracked.string('Rectangular'),
     retries = cms.untracked.VPSet(),
     batching = cms.untracked.PSet(
