@@ -23,7 +23,8 @@ class XsecWeightProducer(EDProducer):
     Product (instance ""): float64 weight per event (dimensionless).
 
     Raises:
-        ConfigurationError: at ``begin_unit``, a simulated dataset (``isMC: true``) whose
+        ConfigurationError: at ``begin_unit``, an ``isMC`` that is not a boolean (the
+            string ``"false"`` would count as true), a simulated dataset (``isMC: true``) whose
             metadata lacks a numeric ``xsec`` or ``sumw``, or has ``sumw <= 0`` (the message
             names the module, the dataset and the key).
     """
@@ -49,7 +50,13 @@ class XsecWeightProducer(EDProducer):
 
     def begin_unit(self) -> None:
         meta = self.metadata  # {"dataset": "DYJets", "isMC": True, "xsec": 6077.22, "sumw": ...}
-        self.simulated = bool(meta.get("isMC", False))
+        is_mc = meta.get("isMC", False)
+        if not isinstance(is_mc, (bool, np.bool_)):  # "false" (a string) would be true
+            raise ConfigurationError(
+                f"module '{self.label}' ({self.type_name}): dataset '{meta.get('dataset', '?')}' has "
+                f"isMC: {is_mc!r} in its fileset metadata: expected true or false"
+            )
+        self.simulated = bool(is_mc)
         if not self.simulated:
             self.scale = 1.0
             return

@@ -283,6 +283,11 @@ class RaisingInBeginJob(EDAnalyzer):
         pass
 
 
+class ExitingInAnalyze(EDAnalyzer):
+    def analyze(self, event):
+        raise SystemExit(5)
+
+
 class RaisingInBeginUnit(EDAnalyzer):
     def begin_unit(self):
         raise OSError(28, "No space left on device")
@@ -364,6 +369,11 @@ class RaisingInBeginUnit(EDAnalyzer):
             "process.p2 = cms.Path(process.raiser)\n",
             "EDAnalyzer 'raiser' (type raising:RaisingInBeginJob): begin_job() failed: ValueError: no calibration",
         ),
+        (  # the module's failure, not "the config called sys.exit(5)"
+            "import raising\nprocess.raiser = cms.EDAnalyzer('raising:ExitingInAnalyze')\n"
+            "process.p2 = cms.Path(process.raiser)\n",
+            "EDAnalyzer 'raiser' (type raising:ExitingInAnalyze) on path 'p2' failed for event 1:1:1: SystemExit: 5",
+        ),
     ],
     ids=[
         "unknown type",
@@ -381,6 +391,7 @@ class RaisingInBeginUnit(EDAnalyzer):
         "Sequence containing itself",
         "Task containing itself",
         "module raising in begin_job",
+        "module calling sys.exit in analyze",
     ],
 )
 def test_bad_config(cmsrun, tmp_path, inputs, extra, expected):
@@ -465,6 +476,23 @@ def test_bad_fileset(cmsrun, tmp_path, inputs, name, text, expected):
     result = cmsrun(file_job(tmp_path, inputs["good"]), "--dataset", name, cwd=tmp_path)
     assert result.code == 1
     assert expected.format(good=inputs["good"]) in result.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*before, "job_cfg.py"]  # no cache, no output
+
+
+def test_fileset_is_mc_that_is_not_a_boolean(cmsrun, tmp_path, inputs):
+    # isMC: "false" (a string, as JSON filesets are sometimes written) would count as true:
+    # data weighted as simulation, exit 0.
+    (tmp_path / "fs.yaml").write_text(
+        f"DY:\n  files:\n    {inputs['good']}: Events\n  metadata: {{isMC: 'false', xsec: 1.0, sumw: 2.0}}\n"
+    )
+    extra = 'process.weight = cms.EDProducer("XsecWeightProducer")\nprocess.p2 = cms.Path(process.weight)\n'
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = cmsrun(file_job(tmp_path, inputs["good"], extra=extra), "--dataset", "fs.yaml", cwd=tmp_path)
+    assert result.code == 1
+    assert (
+        "module 'weight' (XsecWeightProducer): dataset 'DY' has isMC: 'false' in its fileset metadata: "
+        "expected true or false" in result.message
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == [*before, "job_cfg.py"]  # no cache, no output
 
 

@@ -104,6 +104,11 @@ CASES = {
         "--summary-json: cannot write 'nosuch/s.json' (folder 'nosuch' does not exist)",
     ),
     "summary json is a folder": (["--summary-json", "sub"], "--summary-json: cannot write 'sub' (it is a folder)"),
+    "output is a FIFO (as /dev/null is a device)": (
+        ["outputFile=fifo"],
+        f"{OUT}: cannot write 'fifo' (it is a FIFO; outputs are written to a temporary file renamed into place, "
+        "which would replace it)",
+    ),
     "output in a read-only folder": (
         ["outputFile=/proc/sys/o.root"],
         f"{OUT}: cannot write '/proc/sys/o.root' (folder '/proc/sys' is not writable)",
@@ -117,6 +122,7 @@ def test_bad_output_path(cmsrun, folder, case):  # noqa: F811 - the fixture
     (folder / "sub").mkdir()
     (folder / "link.root").symlink_to("in.root")
     os.link(folder / "in.root", folder / "hard.root")
+    os.mkfifo(folder / "fifo")
     before = digest(folder / "in.root")
     listing = sorted(p.name for p in folder.rglob("*"))
     inputs = [] if any(a.startswith("inputFiles=") for a in args) else ["inputFiles=in.root"]
@@ -175,6 +181,33 @@ def test_stale_temporaries_removed_running_ones_kept(cmsrun, folder):  # noqa: F
     assert "removed 2 temporary output(s) left by jobs that are gone" in result.stderr
     assert sorted(p.name for p in folder.iterdir()) == sorted(["in.root", "o.root", "h.root", *kept])
     assert remove_stale_temporaries([folder]) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--summary-json", "cfg.py"],
+            "--summary-json: 'cfg.py' is the config file 'cfg.py'; writing it would replace it",
+        ),
+        (["histFile=cfg.py"], f"{HISTS}: 'cfg.py' is the config file 'cfg.py'"),
+        (  # with --executor dask the run's summary is not named per dataset; no cluster starts
+            ["--dataset", "fs.yaml", "--executor", "dask", "--summary-json", "fs.yaml"],
+            "--summary-json: 'fs.yaml' is the fileset 'fs.yaml'",
+        ),
+    ],
+    ids=["summary json", "histograms", "fileset"],
+)
+def test_output_that_is_the_config_or_the_fileset(cmsrun, folder, args, expected):  # noqa: F811 - the fixture
+    # They are the job's inputs too: a typo there would replace the user's config with a ROOT
+    # file or a JSON summary, as an output named after an input file would replace it.
+    (folder / "cfg.py").write_text(CONFIG.read_text())
+    (folder / "fs.yaml").write_text("DY:\n  files:\n    in.root: Events\n")
+    before = {p.name: digest(p) for p in folder.iterdir()}
+    result = cmsrun(pathlib.Path("cfg.py"), "inputFiles=in.root", *args, cwd=folder)
+    assert result.code == 1, result.stderr[-3000:]
+    assert expected in result.message
+    assert {p.name: digest(p) for p in folder.iterdir()} == before
 
 
 @pytest.mark.parametrize("executor", ["sequential", "dask"])

@@ -338,6 +338,26 @@ def test_cmstriton_usage_error_exits_2(tmp_path, capsys, args, expected):
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize(
+    ("repository", "state", "expected"),
+    [
+        ("nosuch", "state", "cmstriton: --repository nosuch does not exist"),
+        ("afile", "state", "cmstriton: --repository afile is a file, not a folder"),
+        ("repo", "afile", "cmstriton: --dir afile is a file, not a folder"),
+    ],
+    ids=["repository missing", "repository a file", "--dir a file"],
+)
+def test_cmstriton_start_with_a_path_that_is_not_a_folder(tmp_path, capsys, monkeypatch, repository, state, expected):
+    # Before: the state folder was made and left, or a traceback (NotADirectoryError).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "repo").mkdir()
+    assert cmstriton(["start", "--repository", repository, "--dir", state]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "repo"]
+
+
 def test_cmstriton_start_on_a_repository_without_models(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert cmstriton(["start", "--repository", str(tmp_path / "empty"), "--dir", str(tmp_path / "state")]) == 1

@@ -195,7 +195,7 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
         return 0
     if not ns.dataset:
         job = build_job(process, max_events=ns.max_events, streams=ns.streams, threads=ns.threads)
-        _check_outputs(job, ns.summary_json, getattr(job.source, "file_names", ()))
+        _check_outputs(job, ns, ns.summary_json, getattr(job.source, "file_names", ()))
         _run_job(job, ns, console, process.name_(), None, ns.summary_json)
         return 0
     from ._datasets import preprocess_cache_path
@@ -220,7 +220,7 @@ def _run_datasets(ns: argparse.Namespace, console: Console, process: Any) -> int
         if summary_json and ns.executor != "dask":  # one summary per dataset; Dask: one of the run
             summary_json = str(dataset_output_path(summary_json, dataset.name))
         with output_naming(dataset=dataset.name):
-            _check_outputs(job, summary_json, [f.path for f in dataset.files])
+            _check_outputs(job, ns, summary_json, [f.path for f in dataset.files])
     if ns.executor == "dask":
         from .executor import DaskOptions, run_on_dask
 
@@ -263,14 +263,16 @@ def _run_datasets(ns: argparse.Namespace, console: Console, process: Any) -> int
     return 0
 
 
-def _check_outputs(job: Any, summary_json: str | os.PathLike[str] | None, inputs: Any) -> None:
+def _check_outputs(job: Any, ns: argparse.Namespace, summary_json: str | os.PathLike[str] | None, inputs: Any) -> None:
     """Before the first event: remove what killed jobs left in the output folders, then
-    check every output path (``framework.io.check_outputs``: raises ConfigurationError)."""
+    check every output path (``framework.io.check_outputs``: raises ConfigurationError),
+    the config file and the fileset counting as inputs."""
     outputs = [(who, output_path(path)) for who, path in job.declared_outputs()]
     if summary_json:
         outputs.append(("--summary-json", Path(summary_json)))
     remove_stale_temporaries(output_folders(outputs))
-    check_outputs(outputs, inputs)
+    job_files = [("config file", Path(ns.config))] + ([("fileset", Path(ns.dataset))] if ns.dataset else [])
+    check_outputs(outputs, inputs, job_files)
 
 
 def _run_job(

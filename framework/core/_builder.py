@@ -228,7 +228,7 @@ def _construct(obj: Any, expected_kind: str, label: str) -> Any:
         instance.__init__(params)
     except ConfigurationError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module's sys.exit() in __init__: not the config's
         raise ConfigurationError(f"{context}: construction failed: {type(exc).__name__}: {exc}") from exc
     finally:
         _constructing.reset(token)

@@ -385,7 +385,7 @@ def transition(job: Job, module: Any, name: str) -> None:
             getattr(module, name)()
     except FrameworkError:
         raise
-    except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
+    except (Exception, SystemExit) as exc:  # a module's sys.exit() is its failure; KeyboardInterrupt passes
         detail = str(exc).partition("\n")[0]
         raise FrameworkError(
             f"{_describe(module)}: {name}() failed: {type(exc).__name__}" + (f": {detail}" if detail else ""),

@@ -158,7 +158,7 @@ class Worker:
                 phase_done(principal, self.label, self._phase, r0, r1)
         except trio.Cancelled:
             raise
-        except Exception as exc:  # KeyboardInterrupt & co. pass through unwrapped
+        except (Exception, SystemExit) as exc:  # a module's sys.exit() is its failure; KeyboardInterrupt passes
             self.errors += 1
             raise self._wrap(exc, principal, path) from exc
         finally:
@@ -188,11 +188,11 @@ class Worker:
             module.write(event)
         return True
 
-    def _wrap(self, exc: Exception, principal: EventPrincipal, path: str) -> EventProcessingError:
+    def _wrap(self, exc: BaseException, principal: EventPrincipal, path: str) -> EventProcessingError:
         if isinstance(exc, FrameworkError):
             category, detail = exc.category, exc.args[0]
         else:
-            category, detail = type(exc).__name__, f"{type(exc).__name__}: {exc}"
+            category, detail = type(exc).__name__, type(exc).__name__ + (f": {exc}" if str(exc) else "")
         where = f" on path '{path}'" if path else ""
         return EventProcessingError(
             f"{self.describe()}{where} failed for event {principal.id}: {detail}",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -50,9 +51,19 @@ def remove_stale_temporaries(folders: Iterable[Path]) -> list[Path]:
     return remove_orphans(sorted(files), _TEMPORARY, log, "temporary output(s) left by jobs that are gone")
 
 
+_SPECIAL = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"))
+
+
 def _folder_problem(path: Path) -> str | None:
     if path.is_dir():
         return "it is a folder"
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # /dev/null: the commit's rename would replace the device
+        kind = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+        return f"it is {kind}; outputs are written to a temporary file renamed into place, which would replace it"
     folder = path.parent
     if not folder.exists():
         return f"folder '{folder}' does not exist"
@@ -70,7 +81,9 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Iterable[str] = ()) -> None:
+def check_outputs(
+    outputs: Sequence[tuple[str, Path]], inputs: Iterable[str] = (), job_files: Sequence[tuple[str, Path]] = ()
+) -> None:
     """Raise if an output could not be written, or would replace an input or another output.
 
     Args:
@@ -78,11 +91,15 @@ def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Iterable[str] = (
             (``"OutputModule 'out' (type NanoAODOutputModule): parameter 'fileName'"``,
             ``"--summary-json"``); relative paths are relative to the current folder.
         inputs: input file names as configured (``file:`` prefixes allowed; URLs skipped).
+        job_files: other files the job reads, ``(what, path)``: ``("config file", cfg.py)``,
+            ``("fileset", fs.yaml)``.
 
     Raises:
         ConfigurationError: one line naming the parameter(s) and the path: the path is an
-            input file (symbolic and hard links included), two outputs share a path, the
-            path is a folder, or its folder is missing, not a folder or not writable.
+            input file or one of ``job_files`` (symbolic and hard links included), two
+            outputs share a path, the path is a folder or exists and is not a regular file
+            (``/dev/null``: the commit's rename would replace it), or its folder is missing,
+            not a folder or not writable.
     """
     local_inputs = [Path(local_path(name)) for name in inputs if not is_remote(local_path(name))]
     seen: dict[Path, str] = {}
@@ -95,6 +112,12 @@ def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Iterable[str] = (
         if same_input is not None:
             raise ConfigurationError(
                 f"{who}: '{path}' is the input file '{same_input}'; writing it would replace the input "
+                f"(choose another output name)"
+            )
+        same_file = next(((what, f) for what, f in job_files if _same_file(path, Path(f))), None)
+        if same_file is not None:
+            raise ConfigurationError(
+                f"{who}: '{path}' is the {same_file[0]} '{same_file[1]}'; writing it would replace it "
                 f"(choose another output name)"
             )
         key = path.resolve()

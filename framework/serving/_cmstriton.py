@@ -123,6 +123,12 @@ def _remove_made(made: list[pathlib.Path], state_dir: pathlib.Path) -> None:
 
 def _start(args: argparse.Namespace) -> int:
     state_dir: pathlib.Path = args.dir
+    if state_dir.exists() and not state_dir.is_dir():
+        return _fail(f"--dir {state_dir} is a file, not a folder")
+    repository = pathlib.Path(args.repository)
+    if not repository.is_dir():  # before the state folder is made
+        problem = "is a file, not a folder" if repository.exists() else "does not exist"
+        return _fail(f"--repository {args.repository} {problem}")
     state = _read_state(state_dir)
     if state is not None and _is_running(state):
         return _fail(
