@@ -319,6 +319,22 @@ def test_end_job_failing_after_the_outputs_closed_keeps_the_previous_ones(cmsrun
     assert_previous_intact(folder, previous)
 
 
+def test_modules_on_no_path_do_not_run_and_keep_the_previous_outputs(cmsrun, folder, previous):  # noqa: F811
+    """CMSSW removes an analyzer or output module that is on no Path or EndPath: it neither
+    runs nor replaces its file with an empty one; one warning names them."""
+    config = folder / "unscheduled_cfg.py"
+    config.write_text(
+        f"exec(open({str(traced_config(folder, 't.json'))!r}).read())\n"
+        "del process.e\nprocess.p = cms.Path(process.jetHT * process.weight * process.twoJets)\n"
+    )
+    kept = {name: previous[name] for name in ("o.root", "h.root")}
+    result = cmsrun(config, *GOOD, cwd=folder)
+    assert result.code == 0, result.stderr[-3000:]
+    assert "The following module labels are not assigned to any path: 'hists', 'out'" in result.stderr
+    assert {name: digest(folder / name) for name in kept} == kept
+    assert not [p.name for p in folder.iterdir() if ".tmp-" in p.name]
+
+
 def _cmsrun_process(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
@@ -331,24 +347,27 @@ def _cmsrun_process(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> subp
     )
 
 
-@pytest.mark.parametrize("where", ["event", "end_job"])
-def test_sigint_keeps_the_previous_outputs(folder, previous, where):
+@pytest.mark.parametrize(
+    ("where", "signum"), [("event", signal.SIGINT), ("end_job", signal.SIGINT), ("event", signal.SIGHUP)]
+)
+def test_a_signal_keeps_the_previous_outputs(folder, previous, where, signum):
     """Ctrl-C in the event loop or in a module's end_job (after the output module closed its
-    file): exit 130, the previous outputs intact, no temporary file left."""
+    file), or the terminal closing (SIGHUP): exit 128 + the signal, the previous outputs
+    intact, no temporary file left."""
     job = _cmsrun_process(faulty_config(folder, "Slow", where=where), *GOOD, cwd=folder)
     try:
         deadline = time.monotonic() + 120
         while not (folder / "marker").exists():
             assert job.poll() is None and time.monotonic() < deadline, job.communicate(timeout=10)[1][-3000:]
             time.sleep(0.05)
-        job.send_signal(signal.SIGINT)
+        job.send_signal(signum)
         stderr = job.communicate(timeout=60)[1]
     finally:
         if job.poll() is None:
             job.kill()
             job.wait(10)
-    assert job.returncode == 130, stderr[-3000:]
-    assert "interrupted (SIGINT)" in stderr and "Traceback" not in stderr
+    assert job.returncode == 128 + signum, stderr[-3000:]
+    assert f"interrupted ({signal.Signals(signum).name})" in stderr and "Traceback" not in stderr
     assert_previous_intact(folder, previous)
 
 

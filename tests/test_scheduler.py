@@ -385,7 +385,7 @@ async def test_consuming_an_analyzer_is_a_configuration_error():
     process = make_process(1)
     process.a = cms.EDAnalyzer("testReader", src=cms.string("b"))
     process.b = cms.EDAnalyzer("testReader", src=cms.string("a"))
-    process.e = cms.EndPath(process.a)
+    process.e = cms.EndPath(process.a + process.b)
     with pytest.raises(framework.ConfigurationError, match="produces nothing"):
         build_job(process)
 

@@ -53,14 +53,16 @@ __all__ = ["CLEANUP_DEADLINE", "STOP_SIGNALS", "JobStopped", "run_stoppable", "s
 
 log = logging.getLogger("pysonic")
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal that started the job closed; stopped as by Ctrl-C (its outputs not
+# committed, its temporary files removed), not killed with half-written files left.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CLEANUP_DEADLINE = 10.0  # seconds the immediate stop gives its cleanup before it exits regardless
 SERVER_GRACE = 3.0  # seconds a server gets between SIGTERM and SIGKILL in an immediate stop
 _WAIT_STEP = 0.5  # seconds between the main thread's looks at the trio thread
 
 
 class JobStopped(KeyboardInterrupt):
-    """The job was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
+    """The job was stopped by a signal (``signum``: SIGINT for Ctrl-C, SIGTERM, or SIGHUP)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -293,8 +293,24 @@ def build_job(
             "EDAnalyzer": process.analyzers_(),
             "OutputModule": process.outputModules_(),
         }
+        # CMSSW's Schedule: an analyzer or output module on no Path or EndPath is removed (it
+        # would run for no event, and an output module would still replace its file).
+        scheduled = {
+            label
+            for path in [*process.paths_().values(), *process.endpaths_().values()]
+            for label, _ in path.moduleEntries_()
+        }
+        unused = [label for kind in ("EDAnalyzer", "OutputModule") for label in kinds[kind] if label not in scheduled]
+        if unused:
+            log.warning(
+                "The following module labels are not assigned to any path: %s (an EDAnalyzer or "
+                "OutputModule on no Path or EndPath does not run, as in CMSSW)",
+                ", ".join(f"'{label}'" for label in unused),
+            )
         for kind, modules in kinds.items():
             for label, obj in modules.items():
+                if label in unused:
+                    continue
                 if isinstance(obj, cms.SwitchProducer):  # its chosen case runs under its label
                     obj = _chosen_case(label, obj, accelerators)
                 workers[label] = Worker(_construct(obj, kind, label), limiter)
