@@ -15,7 +15,8 @@ cmsrun's own options (``-n``, ``--dataset``, ...), which may follow the config t
 ``--`` everything is the config's. Exit codes: 0 success,
 1 the job failed (the error names module, path, event, file, output or model), 2 usage
 errors (cmsrun's options, or a config's ``name=value``), 130 interrupted (Ctrl-C,
-SIGINT), 143 terminated (SIGTERM), 129 its terminal closed (SIGHUP); docs/troubleshooting.md lists what each mistake prints.
+SIGINT), 143 terminated (SIGTERM), 129 its terminal closed (SIGHUP);
+docs/troubleshooting.md lists what each mistake prints.
 Every output path is checked before the first event (``framework.io.check_outputs``). Progress goes to stderr while
 the job runs; the summary (TrigReport, TimeReport, server statistics) follows when
 ``wantSummary`` is set or ``--summary`` is given.
