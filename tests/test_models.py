@@ -438,5 +438,7 @@ def test_onnxruntime_imported_without_leaving_its_telemetry_file(tmp_path):
         folder.mkdir()
         env = {**os.environ, "TMPDIR": str(folder)}
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    assert [p.name for p in leaves.iterdir()] == [".ses"]  # what the plain import leaves
     assert not list(ours.iterdir())
+    if not list(leaves.iterdir()):  # the SDK writes it only where its telemetry is on
+        pytest.skip("this onnxruntime left no telemetry file on a plain import here")
+    assert [p.name for p in leaves.iterdir()] == [".ses"]
