@@ -103,6 +103,9 @@ def running(repository: pathlib.Path, left_behind, models: list[str] | None = No
             if server.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(server.pid, signal.SIGCONT)
+            # A server a test hung still holds the connections of the job's service (alive in
+            # the test): Triton would wait its 30-s exit timeout for them before exiting.
+            server.stop(5.0)
     assert left_behind(server.region_prefix) == ([], [])
 
 
