@@ -56,7 +56,7 @@ import trio
 from framework.utilities import ExternalFailure
 
 from ._server_info import ServerInfo, ssl_context
-from ._wire import RAW_DATATYPES, StackedRows
+from ._wire import RAW_DATATYPES, StackedRows, check_raw_datatypes
 
 __all__ = [
     "HttpEndpoint",
@@ -124,9 +124,7 @@ class HttpPlan:
     def __init__(
         self, model_name: str, model_version: str, inputs: Sequence[tuple[str, str]], outputs: Sequence[str]
     ) -> None:
-        unknown = [f"{name} ({datatype})" for name, datatype in inputs if datatype not in RAW_DATATYPES]
-        if unknown:
-            raise ValueError(f"inputs not written as raw bytes: {', '.join(unknown)}")
+        check_raw_datatypes(inputs)
         model = urllib.parse.quote(model_name, safe="")
         version = f"/versions/{urllib.parse.quote(model_version, safe='')}" if model_version else ""
         self.path = f"/v2/models/{model}{version}/infer".encode()

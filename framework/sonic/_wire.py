@@ -64,6 +64,17 @@ RAW_DATATYPES: dict[str, np.dtype[Any]] = {
 with their numpy dtypes (tritonclient's ``triton_to_np_dtype``)."""
 
 
+def check_raw_datatypes(inputs: Sequence[tuple[str, str]]) -> None:
+    """Refuse ``(name, datatype)`` inputs that a request plan cannot write as raw bytes.
+
+    Raises:
+        ValueError: a datatype not in :data:`RAW_DATATYPES` (all of them named).
+    """
+    unknown = [f"{name} ({datatype})" for name, datatype in inputs if datatype not in RAW_DATATYPES]
+    if unknown:
+        raise ValueError(f"inputs not written as raw bytes: {', '.join(unknown)}")
+
+
 class StackedRows:
     """Arrays joined along the first (batch) dimension, without a copy: one input of a
     merged call (cross-event batching, ``framework.sonic._batching``).
@@ -141,9 +152,7 @@ class RequestPlan:
     def __init__(
         self, model_name: str, model_version: str, inputs: Sequence[tuple[str, str]], outputs: Sequence[str]
     ) -> None:
-        unknown = [f"{name} ({datatype})" for name, datatype in inputs if datatype not in RAW_DATATYPES]
-        if unknown:
-            raise ValueError(f"inputs not written as raw bytes: {', '.join(unknown)}")
+        check_raw_datatypes(inputs)
         head = _length_delimited(_MODEL_NAME, model_name.encode())
         if model_version:
             head += _length_delimited(_MODEL_VERSION, model_version.encode())
