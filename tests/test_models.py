@@ -439,6 +439,6 @@ def test_onnxruntime_imported_without_leaving_its_telemetry_file(tmp_path):
         env = {**os.environ, "TMPDIR": str(folder)}
         subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert not list(ours.iterdir())
-    if not list(leaves.iterdir()):  # the SDK writes it only where its telemetry is on
+    if not list(leaves.iterdir()):  # CI's machine: a plain import left nothing there either
         pytest.skip("this onnxruntime left no telemetry file on a plain import here")
     assert [p.name for p in leaves.iterdir()] == [".ses"]
