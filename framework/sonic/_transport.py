@@ -37,8 +37,8 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import trio
@@ -51,6 +51,8 @@ from ._server_info import ServerInfo
 from ._shm import ALIGN, SERVER_GONE, ShmPool, remove_stale_regions_once, shares_dev_shm
 from ._waits import grpc_status
 from ._wire import RAW_DATATYPES, RequestPlan, StackedRows, decode_response, joined, response_outputs
+
+_Plan = TypeVar("_Plan", RequestPlan, HttpPlan)  # a request plan of either transport
 
 __all__ = ["PROTOCOLS", "SHM_MIN_BYTES", "Call", "HttpCall", "PayloadCall", "ShmCall", "TensorTransport", "WireCall"]
 
@@ -682,15 +684,7 @@ class TensorTransport:
                 )
             return None
         key = (*arrays, None if outputs is None else tuple(outputs))
-        try:
-            plan = self._http_plans[key]
-        except KeyError:
-            plan = None
-            if all(s.datatype in RAW_DATATYPES for s in (*(in_specs[n] for n in arrays), *out_specs)):
-                plan = HttpPlan(
-                    self.model_name, self.model_version, [(n, in_specs[n].datatype) for n in arrays], outputs or ()
-                )
-            self._http_plans[key] = plan
+        plan = self._cached_plan(self._http_plans, key, HttpPlan, True, in_specs, out_specs, arrays, outputs)
         return None if plan is None else (http_endpoint(server), plan)
 
     def _plan(
@@ -705,18 +699,32 @@ class TensorTransport:
         (inputs, requested outputs); None where tritonclient must send it (BYTES or BF16
         tensors, or a ``grpc_client`` that is not tritonclient's own)."""
         key = (type(grpc_client), *arrays, None if outputs is None else tuple(outputs))
+        return self._cached_plan(
+            self._plans, key, RequestPlan, _is_tritonclient(grpc_client), in_specs, out_specs, arrays, outputs
+        )
+
+    def _cached_plan(
+        self,
+        cache: dict[tuple[Any, ...], _Plan | None],
+        key: tuple[Any, ...],
+        kind: Callable[[str, str, list[tuple[str, str]], Sequence[str]], _Plan],
+        usable: bool,
+        in_specs: Mapping[str, TensorSpec],
+        out_specs: Sequence[TensorSpec],
+        arrays: Mapping[str, np.ndarray[Any, Any] | StackedRows],
+        outputs: Sequence[str] | None,
+    ) -> _Plan | None:
+        """The plan of ``kind`` (:class:`RequestPlan` or :class:`HttpPlan`) in ``cache`` under
+        ``key``, made on first use; None (cached too) where it cannot write the call: not
+        ``usable`` or a tensor whose datatype is not in ``RAW_DATATYPES`` (BYTES, BF16)."""
         try:
-            return self._plans[key]
+            return cache[key]
         except KeyError:
             pass
         plan = None
-        if _is_tritonclient(grpc_client) and all(
-            s.datatype in RAW_DATATYPES for s in (*(in_specs[n] for n in arrays), *out_specs)
-        ):
-            plan = RequestPlan(
-                self.model_name, self.model_version, [(n, in_specs[n].datatype) for n in arrays], outputs or ()
-            )
-        self._plans[key] = plan
+        if usable and all(s.datatype in RAW_DATATYPES for s in (*(in_specs[n] for n in arrays), *out_specs)):
+            plan = kind(self.model_name, self.model_version, [(n, in_specs[n].datatype) for n in arrays], outputs or ())
+        cache[key] = plan
         return plan
 
     def _use_payloads_after(self, server: ServerInfo, exc: Exception) -> bool:
