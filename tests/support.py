@@ -28,6 +28,8 @@ import contextlib
 import os
 import pathlib
 import socket
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -102,6 +104,20 @@ class Recorder(EDAnalyzer):
 
 for _cls in (Gate, Doubler, Recorder):
     framework.register_type("test" + _cls.__name__, _cls)
+
+
+def cmsrun_process(config: str | pathlib.Path, *args: str, cwd: pathlib.Path) -> subprocess.Popen[str]:
+    """``cmsrun config --no-progress *args`` started in ``cwd`` in a session of its own (a
+    test signals it as a terminal would), its stderr a text pipe, stdin and stdout closed."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def processes_with_marker(marker: str) -> list[int]:

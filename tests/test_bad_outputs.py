@@ -26,6 +26,8 @@ from framework.io import remove_stale_temporaries, temporary_name
 from framework.io.samples import locate_sample
 from framework.utilities import host_id
 
+from support import cmsrun_process
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "dataset_cfg.py"
 OUT = "OutputModule 'out' (type NanoAODOutputModule): parameter 'fileName'"
@@ -335,18 +337,6 @@ def test_modules_on_no_path_do_not_run_and_keep_the_previous_outputs(cmsrun, fol
     assert not [p.name for p in folder.iterdir() if ".tmp-" in p.name]
 
 
-def _cmsrun_process(config: pathlib.Path, *args: str, cwd: pathlib.Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress", *args],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
 @pytest.mark.parametrize(
     ("where", "signum"), [("event", signal.SIGINT), ("end_job", signal.SIGINT), ("event", signal.SIGHUP)]
 )
@@ -354,7 +344,7 @@ def test_a_signal_keeps_the_previous_outputs(folder, previous, where, signum):
     """Ctrl-C in the event loop or in a module's end_job (after the output module closed its
     file), or the terminal closing (SIGHUP): exit 128 + the signal, the previous outputs
     intact, no temporary file left."""
-    job = _cmsrun_process(faulty_config(folder, "Slow", where=where), *GOOD, cwd=folder)
+    job = cmsrun_process(faulty_config(folder, "Slow", where=where), *GOOD, cwd=folder)
     try:
         deadline = time.monotonic() + 120
         while not (folder / "marker").exists():

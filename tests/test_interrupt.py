@@ -23,14 +23,14 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from framework.io.samples import locate_sample
+
+from support import cmsrun_process
 
 JOB = """
 import framework.config as cms
@@ -116,15 +116,7 @@ class StderrReader:
 def test_signal_stops_the_job_cleanly(tmp_path, signum, code):
     config = tmp_path / "interrupt_cfg.py"
     config.write_text(JOB.format(sample=str(locate_sample("pfnano.root"))))
-    job = subprocess.Popen(
-        [sys.executable, "-m", "framework.cmsrun", str(config), "--no-progress"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = cmsrun_process(str(config), cwd=tmp_path)
     stderr = StderrReader(job.stderr)
     try:
         assert stderr.wait_for(STARTED, START_DEADLINE), f"the job did not start:\n{stderr.text()[-3000:]}"
@@ -263,15 +255,7 @@ def test_second_signal_ends_a_stuck_job_at_once(tmp_path, where, thread_safe, so
         write_python_model(repository, "doubler", DOUBLER, **tensors)
         config += SONIC_PART.format(repository=str(repository))
     (tmp_path / "stuck_cfg.py").write_text(config)
-    job = subprocess.Popen(
-        [sys.executable, "-m", "framework.cmsrun", "stuck_cfg.py", "--no-progress"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = cmsrun_process("stuck_cfg.py", cwd=tmp_path)
     stderr = StderrReader(job.stderr)
     try:
         deadline = time.monotonic() + START_DEADLINE
