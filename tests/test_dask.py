@@ -27,7 +27,7 @@ import uproot
 
 from framework.cmsrun import main as cmsrun_main
 
-from support import kill_once_module, local_sample
+from support import kill_once_module, local_sample, processes_with_marker
 
 distributed = pytest.importorskip("distributed")
 
@@ -362,20 +362,8 @@ def test_a_corrupt_file_stops_the_run_or_is_skipped(cluster, corrupt_file, tmp_p
     assert summary["events"] == 40 and len(read_tree(tmp_path / "skip" / "dataset_C.root")) == 40
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for proc in pathlib.Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "environ").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-    return found
-
-
 def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left_behind):
-    marker = f"PYSONIC_TEST_RUN={uuid.uuid4().hex}"
+    marker = uuid.uuid4().hex
     temp = tmp_path / "tmp"
     temp.mkdir()
     links = []
@@ -383,7 +371,7 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
         links.append(tmp_path / f"pfnano_{i}.root")
         links[-1].symlink_to(local_sample("pfnano.root"))
     fileset = write_fileset(tmp_path, {"I": [str(link) for link in links]})
-    env = {**os.environ, "TMPDIR": str(temp), marker.split("=")[0]: marker.split("=")[1]}
+    env = {**os.environ, "TMPDIR": str(temp), "PYSONIC_TEST_MARKER": marker}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -422,9 +410,9 @@ def test_ctrl_c_leaves_no_process_part_or_server(tiny_repository, tmp_path, left
     assert proc.returncode == 130, output
     assert "interrupted (SIGINT)" in output
     deadline = time.monotonic() + 10
-    while _processes_with(marker) and time.monotonic() < deadline:
+    while processes_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_with(marker) == []  # no worker, nanny or server
+    assert processes_with_marker(marker) == []  # no worker, nanny or server
     assert not list(tmp_path.glob("scale_I*")) and not list(temp.glob("pysonic-triton-*.json"))
     assert left_behind(f"pysonic-{os.environ['PYSONIC_SHM_TAG']}-") == ([], [])
 
