@@ -47,15 +47,12 @@ import trio
 
 from framework.core import JobReport, run_job
 from framework.serving import stop_owned_servers
-from framework.utilities import owner_tag
+from framework.utilities import STOP_SIGNALS, owner_tag, stop_signals_handled
 
 __all__ = ["CLEANUP_DEADLINE", "STOP_SIGNALS", "JobStopped", "run_stoppable", "stuck_in"]
 
 log = logging.getLogger("pysonic")
 
-# SIGHUP: the terminal that started the job closed; stopped as by Ctrl-C (its outputs not
-# committed, its temporary files removed), not killed with half-written files left.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CLEANUP_DEADLINE = 10.0  # seconds the immediate stop gives its cleanup before it exits regardless
 SERVER_GRACE = 3.0  # seconds a server gets between SIGTERM and SIGKILL in an immediate stop
 _WAIT_STEP = 0.5  # seconds between the main thread's looks at the trio thread
@@ -128,17 +125,13 @@ def run_stoppable(
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(scope.cancel)
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
+    with stop_signals_handled(handler):
         # A daemon: an immediate stop exits without it, whatever it is stuck in.
         thread = threading.Thread(target=trio_thread, name="pysonic-trio", daemon=True)
         thread.start()
         while not done.wait(_WAIT_STEP):  # the signal handlers run on this thread meanwhile
             pass
         thread.join()
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
     return result[0].unwrap()
 
 
@@ -161,19 +154,12 @@ def signals_stop_the_job() -> Iterator[None]:
     """After :func:`run_stoppable` (the summary, the commit): SIGINT and SIGTERM raise
     :class:`JobStopped`, so that the job's outputs are not committed; restored after. On
     another thread than the main one, no signal reaches Python code: nothing to do."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def stop(signum: int, frame: Any) -> None:
         raise JobStopped(signum)
 
-    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
-    try:
+    with stop_signals_handled(stop):
         yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def stuck_in(job: Any, now: float | None = None) -> str:

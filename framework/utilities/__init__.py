@@ -14,18 +14,21 @@ Files:
   removal of those whose owner is gone (:func:`remove_orphans`).
 * ``_commit``: a job's outputs committed together (:func:`commit_outputs`): every writer
   stages its file under a temporary name (:func:`stage_output`), renamed into place only
-  when the whole job (or work unit) succeeded.
+  when the whole job (or work unit) succeeded; the signals that stop a job
+  (:data:`STOP_SIGNALS`, :func:`stop_signals_handled`), held while a commit renames.
 * ``triton_config``: the one reader of a Triton model's ``config.pbtxt`` shared by the
   client (``framework.sonic``) and the server side (``framework.serving``). A public module
   of its own, not imported here: it loads tritonclient's model-config schema, which the
   core must not.
 """
 
+from ._commit import STOP_SIGNALS as STOP_SIGNALS
 from ._commit import OutputCommit as OutputCommit
 from ._commit import StagedFile as StagedFile
 from ._commit import commit_outputs as commit_outputs
 from ._commit import current_commit as current_commit
 from ._commit import stage_output as stage_output
+from ._commit import stop_signals_handled as stop_signals_handled
 from ._commit import temporary_name as temporary_name
 from ._errors import ConfigurationError as ConfigurationError
 from ._errors import EventProcessingError as EventProcessingError

@@ -31,7 +31,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,16 @@ from typing import Any
 from ._errors import FileWriteError
 from ._owners import owner_tag
 
-__all__ = ["OutputCommit", "StagedFile", "commit_outputs", "current_commit", "stage_output", "temporary_name"]
+__all__ = [
+    "STOP_SIGNALS",
+    "OutputCommit",
+    "StagedFile",
+    "commit_outputs",
+    "current_commit",
+    "stage_output",
+    "stop_signals_handled",
+    "temporary_name",
+]
 
 log = logging.getLogger("pysonic.output")
 
@@ -177,23 +186,39 @@ def _remove(staged: list[StagedFile]) -> None:
             item.temp.unlink(missing_ok=True)
 
 
+# The signals that stop a job (cmsrun's exit codes 130, 143, 129); SIGHUP: the terminal that
+# started it closed. A commit holds all of them while it renames.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM recorded, not acted on, inside the block; re-raised after it."""
+def stop_signals_handled(handler: Callable[[int, Any], Any]) -> Iterator[None]:
+    """``handler(signum, frame)`` for every signal of :data:`STOP_SIGNALS` inside the block,
+    the previous handlers restored after. Only the main thread can set handlers (no signal
+    reaches Python code on another): elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, previous_handler in previous.items():
+            signal.signal(s, previous_handler if previous_handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """The stop signals recorded, not acted on, inside the block; re-raised after it."""
     received: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
         received.append(signum)
 
-    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        with stop_signals_handled(hold):
+            yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         for signum in dict.fromkeys(received):
             signal.raise_signal(signum)
 

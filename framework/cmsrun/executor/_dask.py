@@ -70,7 +70,14 @@ from framework.io import (
     remove_stale_runs,
     run_parts_folder,
 )
-from framework.utilities import ConfigurationError, ExternalFailure, FileOpenError, FrameworkError, commit_outputs
+from framework.utilities import (
+    ConfigurationError,
+    ExternalFailure,
+    FileOpenError,
+    FrameworkError,
+    commit_outputs,
+    stop_signals_handled,
+)
 
 from .._progress import progress_bar
 from ._address import SCHEDULER_TIMEOUT, check_scheduler
@@ -141,17 +148,13 @@ class _Stopped(KeyboardInterrupt):
 
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM raises like Ctrl-C does (both end in the cleanup below); restored after."""
+    """SIGTERM and SIGHUP raise like Ctrl-C does (all end in the cleanup below); restored after."""
 
     def handler(signum: int, frame: Any) -> None:
         raise _Stopped(signum)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_signals_handled(handler):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[str, Any]:
@@ -171,7 +174,7 @@ def run_on_dask(process: Any, options: DaskOptions, console: Console) -> dict[st
         FrameworkError: a unit failed (one line naming file and entry range), unless
             ``skip_bad_files`` and its file is bad; a module wrote a file no declaration
             covers, or failed in ``end_job``; nothing of the run's parts is left.
-        KeyboardInterrupt: SIGINT/SIGTERM (``.signum``), after the same cleanup.
+        KeyboardInterrupt: SIGINT/SIGTERM/SIGHUP (``.signum``), after the same cleanup.
     """
     from .._datasets import plan_datasets
 
