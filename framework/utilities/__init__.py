@@ -15,7 +15,7 @@ Files:
 * ``_commit``: a job's outputs committed together (:func:`commit_outputs`): every writer
   stages its file under a temporary name (:func:`stage_output`), renamed into place only
   when the whole job (or work unit) succeeded; the signals that stop a job
-  (:data:`STOP_SIGNALS`, :func:`stop_signals_handled`), held while a commit renames.
+  (``STOP_SIGNALS``, :func:`stop_signals_handled`), held while a commit renames.
 * ``triton_config``: the one reader of a Triton model's ``config.pbtxt`` shared by the
   client (``framework.sonic``) and the server side (``framework.serving``). A public module
   of its own, not imported here: it loads tritonclient's model-config schema, which the

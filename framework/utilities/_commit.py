@@ -193,7 +193,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def stop_signals_handled(handler: Callable[[int, Any], Any]) -> Iterator[None]:
-    """``handler(signum, frame)`` for every signal of :data:`STOP_SIGNALS` inside the block,
+    """``handler(signum, frame)`` for every signal of ``STOP_SIGNALS`` inside the block,
     the previous handlers restored after. Only the main thread can set handlers (no signal
     reaches Python code on another): elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
